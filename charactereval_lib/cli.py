@@ -1,0 +1,260 @@
+"""The ``charactereval`` command. Thin: every command parses flags and calls the package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__, runs
+from .data import DataError, locate_data_dir, load_official_data
+from .prompts import ProtocolError
+from .protocol import PROTOCOL_VERSION
+
+# Errors a user can cause with bad input: reported as one line, no traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (DataError, runs.RunError, ProtocolError, FileNotFoundError)
+
+
+def _data_dir_option(parser: argparse.ArgumentParser, flag: str = "--data-dir") -> None:
+    parser.add_argument(
+        flag,
+        dest="data_dir",
+        metavar="DIR",
+        help="official data directory (default: $CHARACTEREVAL_DATA_DIR, else data/official/)",
+    )
+
+
+def _load_data(args: argparse.Namespace):
+    return load_official_data(args.data_dir)
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def _groups(args: argparse.Namespace) -> list[str]:
+    groups = ["required", "guide"]
+    if args.with_results:
+        groups.append("results")
+    if args.with_rm_train:
+        groups.append("rm_train")
+    return groups
+
+
+def cmd_data_fetch(args: argparse.Namespace) -> int:
+    from .data import fetch, verify_files
+
+    data_dir = locate_data_dir(args.data_dir)
+    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=not args.quiet)
+    problems = verify_files(data_dir, _groups(args))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    print(f"{data_dir}: fetched {len(fetched)} file(s); {'all verified' if not problems else 'verification FAILED'}")
+    return 1 if problems else 0
+
+
+def cmd_data_verify(args: argparse.Namespace) -> int:
+    from .data import verify_files
+
+    data_dir = locate_data_dir(args.data_dir)
+    problems = verify_files(data_dir, _groups(args))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"{data_dir}: all files match the pinned digests")
+    return 1 if problems else 0
+
+
+# --- doctor ----------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_checks
+
+    data = _load_data(args)
+    print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {data.data_dir}")
+    checks = run_checks(data)
+    for check in checks:
+        mark = "ok  " if check.ok else "FAIL"
+        detail = f"{check.actual}" if check.ok else f"expected {check.expected}, got {check.actual}"
+        print(f"  {mark} {check.name}: {detail}")
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+# --- generate --------------------------------------------------------------------------------
+
+
+def _generation_parameters(args: argparse.Namespace) -> dict:
+    return {
+        "backend": args.backend,
+        "model": args.model,
+        "base_url": args.base_url,
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .generation.requests import read_ids_file, select_samples, write_requests
+
+    data = _load_data(args)
+    ids = read_ids_file(args.ids) if args.ids else None
+    samples = select_samples(data, limit=args.limit, ids=ids)
+    run_dir = runs.resolve_run_dir(args.run)
+    if args.dry_run:
+        count = write_requests(run_dir, samples, data)
+        runs.update_manifest(
+            run_dir,
+            dry_run={"parameters": _generation_parameters(args), "requests": count, "data_sha256": data.sha256},
+        )
+        print(f"{run_dir / runs.REQUESTS}: {count} request(s) written; nothing was sent")
+        return 0
+    raise runs.RunError("only --dry-run is available in this build")
+
+
+# --- transform / summarize -------------------------------------------------------------------
+
+
+def cmd_transform(args: argparse.Namespace) -> int:
+    from .transform import transform_run
+
+    run_dir = runs.resolve_run_dir(args.run)
+    result = transform_run(run_dir, _load_data(args))
+    c = result.counts()
+    print(
+        f"{run_dir / runs.ROWS}: {c['rows']} rows; dropped {c['failed']} failed generation(s), "
+        f"{c['no_metric']} sample(s) without metrics; {c['missing']} sample(s) not generated yet"
+    )
+    return 0
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from .aggregate import summarize_run
+
+    run_dir = runs.resolve_run_dir(args.run)
+    summary = summarize_run(run_dir)
+    counts = summary["counts"]
+    print(f"{'metric':<22}{'n':>6}{'mean':>9}")
+    for metric in summary["metrics"]:
+        mean = "-" if metric["mean"] != metric["mean"] else f"{metric['mean']:.3f}"
+        print(f"{metric['metric_en']:<22}{metric['n']:>6}{mean:>9}")
+    for dim in summary["dimensions"]:
+        mean = "-" if dim["mean"] != dim["mean"] else f"{dim['mean']:.3f}"
+        print(f"{dim['name'] + ' (avg)':<28}{mean:>9}")
+    print(
+        f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
+        f"{counts['generation_failures']}; MBTI: {summary['mbti']}"
+    )
+    print(f"wrote {run_dir / runs.SUMMARY} and {run_dir / runs.METRICS_CSV}")
+    return 0
+
+
+# --- official format -------------------------------------------------------------------------
+
+
+def cmd_import_official(args: argparse.Namespace) -> int:
+    from .official import import_official
+
+    run_dir = runs.resolve_run_dir(args.run)
+    kind, result = import_official(Path(args.file), run_dir, _load_data(args))
+    c = result.counts()
+    print(f"{run_dir}: imported a {kind} file: {c['rows']} rows, {c['failed']} failed generation(s)")
+    return 0
+
+
+def cmd_export_official(args: argparse.Namespace) -> int:
+    from .official import export_official
+
+    run_dir = runs.resolve_run_dir(args.run)
+    for path in export_official(run_dir, _load_data(args), Path(args.out) if args.out else None):
+        print(path)
+    return 0
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({PROTOCOL_VERSION})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = sub.add_parser("data", help="fetch or verify the official data files")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    for name, func, text in (
+        ("fetch", cmd_data_fetch, "download the pinned upstream files and verify them"),
+        ("verify", cmd_data_verify, "check the files against the pinned digests"),
+    ):
+        p = data_sub.add_parser(name, help=text)
+        _data_dir_option(p, "--dir")
+        p.add_argument("--with-results", action="store_true", help="also the five released generation_trans files")
+        p.add_argument("--with-rm-train", action="store_true", help="also rm_train_data.json")
+        if name == "fetch":
+            p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
+            p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("doctor", help="protocol self-check on the full official data")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("generate", help="generate replies for the test samples (S3, S4)")
+    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
+    p.add_argument("--model", required=True, help="model name (API model id or local path)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--limit", type=int, help="only the first N samples (test-file order)")
+    p.add_argument("--ids", metavar="FILE", help="only the sample ids listed in FILE, one per line")
+    p.add_argument("--dry-run", action="store_true", help="write RUN/requests.jsonl and send nothing")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("transform", help="generations.jsonl -> rows.jsonl (S5)")
+    p.add_argument("run", metavar="RUN")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_transform)
+
+    p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9)")
+    p.add_argument("run", metavar="RUN")
+    p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("run", metavar="RUN")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_import_official)
+
+    p = sub.add_parser("export-official", help="a run -> official JSON arrays in RUN/official/")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--out", metavar="DIR", help="output directory (default RUN/official)")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_export_official)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
