@@ -133,19 +133,37 @@ def cmd_transform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _optional_id2metric(args: argparse.Namespace):
+    """id2metric when the official data can be loaded (to count per-metric failures), else None."""
+    try:
+        return _load_data(args).id2metric
+    except DataError as exc:
+        print(f"note: per-metric failure counts unavailable ({exc})", file=sys.stderr)
+        return None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
 def cmd_summarize(args: argparse.Namespace) -> int:
     from .aggregate import summarize_run
 
     run_dir = runs.resolve_run_dir(args.run)
-    summary = summarize_run(run_dir)
+    summary = summarize_run(run_dir, id2metric=_optional_id2metric(args), n_boot=args.n_boot, seed=args.seed)
     counts = summary["counts"]
-    print(f"{'metric':<22}{'n':>6}{'mean':>9}")
+    level = round(summary["bootstrap"]["level"] * 100)
+    print(f"{'metric':<22}{'n':>6}{'failed':>8}{'mean':>9}   {level}% CI")
     for metric in summary["metrics"]:
-        mean = "-" if metric["mean"] != metric["mean"] else f"{metric['mean']:.3f}"
-        print(f"{metric['metric_en']:<22}{metric['n']:>6}{mean:>9}")
+        failed = "-" if metric["failed"] is None else metric["failed"]
+        print(
+            f"{metric['metric_en']:<22}{metric['n']:>6}{failed:>8}{_fmt(metric['mean']):>9}"
+            f"   [{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]"
+        )
     for dim in summary["dimensions"]:
-        mean = "-" if dim["mean"] != dim["mean"] else f"{dim['mean']:.3f}"
-        print(f"{dim['name'] + ' (avg)':<28}{mean:>9}")
+        print(
+            f"{dim['name'] + ' (avg)':<36}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]"
+        )
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
         f"{counts['generation_failures']}; MBTI: {summary['mbti']}"
@@ -226,8 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_option(p)
     p.set_defaults(func=cmd_transform)
 
-    p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9)")
+    p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
     p.add_argument("run", metavar="RUN")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _data_dir_option(p)
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
