@@ -7,7 +7,7 @@ directory (analysis only reads artifacts).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from .aggregate import (
     paired_comparison,
 )
 from .data import DataError, OfficialData, load_official_data
+from .diagnostics import failure_breakdown, with_context_lengths
 from .protocol import PROTOCOL_VERSION
 
 OFFLINE_BACKEND = "offline"
@@ -62,9 +63,35 @@ class RunAnalysis:
         return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores))
 
     def failed_by_metric(self) -> dict[str, int] | None:
+        """Rows each metric lost to failed generations (needs the official id2metric)."""
         if self.data is None:
             return None
         return failed_rows_by_metric(self.manifest.get("transform", {}).get("failed_ids", []), self.data.id2metric)
+
+    def failures(self) -> pd.DataFrame:
+        return failure_breakdown(self.generations, self.rows, self.scores)
+
+    def scores_with_context(self) -> pd.DataFrame:
+        """Scored rows with their context length; empty without the official data."""
+        if self.data is None or self.scores.empty:
+            return pd.DataFrame()
+        return with_context_lengths(self.scores, self.data)
+
+    def header_markdown(self, data_note: str = "") -> str:
+        """Report heading: run, model, backend, then every caveat in plain words."""
+        generation = self.manifest.get("generation", {})
+        lines = [
+            f"# CharacterEval report: {self.name}",
+            "",
+            f"Model **{generation.get('model', 'unknown')}** via backend **{generation.get('backend', 'unknown')}**; "
+            f"{len(self.scores)} scored rows of {len(self.rows)}; protocol "
+            f"{self.manifest.get('protocol_version', 'unknown')}.",
+            "",
+            caveats_markdown(self.caveats()),
+        ]
+        if data_note:
+            lines += ["", data_note]
+        return "\n".join(lines)
 
 
 def load_run(
@@ -137,7 +164,7 @@ def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
             fields.append((f"{section}.{key}", value))
     counts = manifest.get("transform", {}).get("counts", {})
     fields += [(f"transform.{k}", v) for k, v in counts.items()]
-    return pd.DataFrame(fields, columns=["setting", "value"]).astype({"value": str})
+    return pd.DataFrame(fields, columns=["setting", "value"]).astype({"value": str}).set_index("setting")
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -160,7 +187,7 @@ def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> p
             "sd": [_fmt(v) for v in m["sd"]],
         }
     )
-    return table
+    return table.set_index("metric")
 
 
 def dimension_display(stats: Statistics) -> pd.DataFrame:
@@ -173,7 +200,7 @@ def dimension_display(stats: Statistics) -> pd.DataFrame:
             "average (unweighted mean of metric means)": [_fmt(v) for v in d["mean"]],
             f"{level}% CI": [f"[{_fmt(lo)}, {_fmt(hi)}]" for lo, hi in zip(d["ci_low"], d["ci_high"])],
         }
-    )
+    ).set_index("dimension")
 
 
 def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
@@ -190,7 +217,7 @@ def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
         table[analysis.name] = [
             f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" for v, lo, hi in zip(cells["mean"], cells["ci_low"], cells["ci_high"])
         ]
-    return table
+    return table.set_index("cell")
 
 
 def compare_to_first(
@@ -224,4 +251,28 @@ def paired_display(comparison: PairedComparison, level: float = DEFAULT_LEVEL) -
             "Wilcoxon p": ["-" if math.isnan(p) else f"{p:.3g}" for p in cells["p_wilcoxon"]],
             "MDD (80% power)": [_fmt(v) for v in cells["mdd"]],
         }
-    )
+    ).set_index("cell")
+
+
+def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str = "") -> str:
+    """Comparison heading: the runs in order (the first is the reference B of every paired
+    comparison) with each run's caveats."""
+    lines = ["# CharacterEval comparison", ""]
+    for k, run in enumerate(analyses):
+        generation = run.manifest.get("generation", {})
+        role = "reference (B in every comparison)" if k == 0 else "A"
+        lines.append(
+            f"{k + 1}. **{run.name}**: model {generation.get('model', 'unknown')}, backend "
+            f"{generation.get('backend', 'unknown')}, {len(run.scores)} scored rows; {role}"
+        )
+        lines += [f"   {line}" for line in caveats_markdown(run.caveats()).splitlines()]
+    if data_note:
+        lines += ["", data_note]
+    return "\n".join(lines)
+
+
+def stacked(analyses: Sequence[RunAnalysis], table: Callable[[RunAnalysis], pd.DataFrame]) -> pd.DataFrame:
+    """One tidy table of several runs: ``table(run)`` for each run, with a leading ``run`` column."""
+    frames = [table(run).assign(run=run.name) for run in analyses]
+    combined = pd.concat(frames, ignore_index=True)
+    return combined[["run"] + [c for c in combined.columns if c != "run"]]

@@ -172,6 +172,37 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- reports -----------------------------------------------------------------------------------
+
+
+def _report_options(args: argparse.Namespace) -> dict:
+    from .report import DEFAULT_BASELINES
+
+    return {
+        "data_dir": args.data_dir,
+        "baselines": args.baselines or list(DEFAULT_BASELINES),
+        "n_boot": args.n_boot,
+        "seed": args.seed,
+        "show_code": args.show_code,
+    }
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import report
+
+    notebook, html = report(args.run, **_report_options(args))
+    print(f"wrote {notebook} and {html}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .report import compare
+
+    notebook, html = compare(args.runs, args.out, **_report_options(args))
+    print(f"wrote {notebook} and {html}")
+    return 0
+
+
 # --- official format -------------------------------------------------------------------------
 
 
@@ -250,6 +281,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_summarize)
+
+    for name, func, text in (
+        ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html"),
+        ("compare", cmd_compare, "execute the comparison notebook -> OUT/comparison.ipynb + OUT/comparison.html"),
+    ):
+        p = sub.add_parser(name, help=text)
+        if name == "report":
+            p.add_argument("run", metavar="RUN")
+        else:
+            p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
+            p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+        p.add_argument("--baseline", dest="baselines", action="append", metavar="MODEL",
+                       help="paper model to overlay (repeatable; default: GPT-4, Baichuan2-13B, ChatGLM3-6B)")
+        p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+        p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+        p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+        _data_dir_option(p)
+        p.set_defaults(func=func)
 
     p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
     p.add_argument("file", metavar="FILE")

@@ -9,7 +9,7 @@ be reproduced from what was released (protocol.MBTI_NOT_REPRODUCED).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -128,7 +128,23 @@ def delta_table(stats: Statistics, models: Sequence[str], table: pd.DataFrame | 
     for model in models:
         mbti[model] = _mbti_text(table.loc[model, MBTI_COLUMN])
         mbti[f"Δ vs {model}"] = "n/a"
-    return pd.concat([display, pd.DataFrame([mbti])], ignore_index=True)
+    return pd.concat([display, pd.DataFrame([mbti])], ignore_index=True).set_index("cell")
+
+
+def delta_matrix(stats_by_run: Mapping[str, Statistics], model: str, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Display table for several runs against one paper model: one row per cell, the published
+    value, then each run's delta (three decimals, display only)."""
+    table = load_paper_table() if table is None else table
+    cells = paper_cells([model], table)
+    display = pd.DataFrame(
+        {
+            "cell": [f"{n} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(cells["kind"], cells["name"], cells["abbr"])],
+            f"{model} (paper)": [_number(v) for v in cells["value"]],
+        }
+    )
+    for run, stats in stats_by_run.items():
+        display[f"Δ {run}"] = [_number(v, signed=True) for v in deltas(stats, [model], table)["delta"]]
+    return display.set_index("cell")
 
 
 def _number(value: float, *, signed: bool = False) -> str:

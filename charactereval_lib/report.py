@@ -1,0 +1,170 @@
+"""Rendered reports: execute an analysis notebook with papermill, convert it to standalone HTML.
+
+``report(RUN)`` runs ``notebooks/analyse.ipynb`` into ``RUN/report.ipynb`` and
+``RUN/report.html``; ``compare(RUNS, OUT)`` runs ``notebooks/compare.ipynb`` into
+``OUT/comparison.ipynb`` and ``OUT/comparison.html``. The HTML hides code by default and
+carries its figures inline (base64 PNG), so the one file can be shared.
+
+The kernel is a separate process: it is started with this package's parent directory first on
+PYTHONPATH, so it imports the very package that launched it (a checkout, a worktree or an
+installed copy) rather than whichever copy its working directory or site-packages would give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import runs
+from .aggregate import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from .data import PROJECT_ROOT
+
+NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+KERNEL_NAME = "python3"
+ANALYSE = "analyse.ipynb"
+COMPARE = "compare.ipynb"
+REPORT_NOTEBOOK = "report.ipynb"
+REPORT_HTML = "report.html"
+COMPARISON_NOTEBOOK = "comparison.ipynb"
+COMPARISON_HTML = "comparison.html"
+# Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
+DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
+
+
+class ReportError(runs.RunError):
+    """A report that could not be rendered; the message names the notebook and the reason."""
+
+
+def package_root() -> Path:
+    """The directory holding the ``charactereval_lib`` package that is running now."""
+    return Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def kernel_environment() -> Iterator[None]:
+    """Environment inherited by the kernel: this package first on PYTHONPATH, and no progress
+    bars (tqdm reads TQDM_DISABLE when imported, so it must be set before the kernel starts)."""
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "TQDM_DISABLE")}
+    paths = [str(package_root())] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else [])
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def notebook_path(name: str, notebooks_dir: Path = NOTEBOOKS_DIR) -> Path:
+    path = Path(notebooks_dir) / name
+    if not path.exists():
+        raise ReportError(f"{path}: notebook missing (reports need the workbench's notebooks/ directory)")
+    return path
+
+
+def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path = NOTEBOOKS_DIR) -> Path:
+    """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``)."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+    from traitlets.config import Config
+
+    source = notebook_path(name, notebooks_dir)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # Curve keys for the kernel's sockets when the kernelspec supports them (ipykernel's does):
+    # nothing sent in plain text on loopback, and no "running without encryption" warning.
+    config = Config({"KernelManager": {"transport_encryption": "auto"}})
+    try:
+        with kernel_environment():
+            papermill.execute_notebook(
+                str(source), str(output), parameters=dict(parameters), kernel_name=KERNEL_NAME,
+                progress_bar=False, log_output=False, request_save_on_cell_execute=False, config=config,
+            )
+    except PapermillExecutionError as exc:
+        raise ReportError(
+            f"{output}: cell {exc.exec_count} of {name} failed: {exc.ename}: {exc.evalue} "
+            "(the partly executed notebook is kept there)"
+        ) from None
+    return output
+
+
+def to_html(notebook: Path, html: Path, *, show_code: bool = False, title: str | None = None) -> Path:
+    """Convert an executed notebook to one standalone HTML file (code hidden unless asked)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True)
+    node = nbformat.read(str(notebook), as_version=4)
+    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
+    runs.write_text_atomic(Path(html), body)
+    return Path(html)
+
+
+def report(
+    run: str | os.PathLike[str],
+    *,
+    data_dir: str | None = None,
+    verify_data: bool = True,
+    baselines: Sequence[str] = DEFAULT_BASELINES,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    show_code: bool = False,
+) -> tuple[Path, Path]:
+    """Render one run's report: ``RUN/report.ipynb`` and ``RUN/report.html``."""
+    run_dir = runs.resolve_run_dir(run)
+    if not (run_dir / runs.ROWS).exists():
+        raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
+    parameters = {
+        "run_dir": str(run_dir.resolve()),
+        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+        "verify_data": verify_data,
+        "baselines": list(baselines),
+        "n_boot": n_boot,
+        "seed": seed,
+        "level": level,
+    }
+    notebook = execute(ANALYSE, run_dir / REPORT_NOTEBOOK, parameters)
+    html = to_html(notebook, run_dir / REPORT_HTML, show_code=show_code, title=f"CharacterEval report: {run_dir.name}")
+    return notebook, html
+
+
+def compare(
+    run_list: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    data_dir: str | None = None,
+    verify_data: bool = True,
+    baselines: Sequence[str] = DEFAULT_BASELINES,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    show_code: bool = False,
+) -> tuple[Path, Path]:
+    """Render a comparison of several runs: ``OUT/comparison.ipynb`` and ``OUT/comparison.html``."""
+    run_dirs = [runs.resolve_run_dir(r) for r in run_list]
+    if len(run_dirs) < 2:
+        raise ReportError("compare needs at least two runs")
+    for run_dir in run_dirs:
+        if not (run_dir / runs.ROWS).exists():
+            raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
+    out_dir = Path(out_dir)
+    parameters = {
+        "run_dirs": [str(r.resolve()) for r in run_dirs],
+        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+        "verify_data": verify_data,
+        "baselines": list(baselines),
+        "n_boot": n_boot,
+        "seed": seed,
+        "level": level,
+    }
+    notebook = execute(COMPARE, out_dir / COMPARISON_NOTEBOOK, parameters)
+    title = "CharacterEval comparison: " + ", ".join(r.name for r in run_dirs)
+    html = to_html(notebook, out_dir / COMPARISON_HTML, show_code=show_code, title=title)
+    return notebook, html
