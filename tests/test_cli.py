@@ -182,3 +182,39 @@ def test_console_script_runs(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 1
     assert "test_data.jsonl: missing" in result.stderr
+
+
+def test_import_of_a_generation_trans_file_keeps_rows_exactly(official_data, official_dir, tmp_path, capsys):
+    records = synthetic_evaluation(official_data, every=3)
+    for record in records:
+        del record[record["metric_en"]]
+    for record in records:
+        if record["id"] == records[0]["id"]:
+            record["model_output"] = ""  # an empty first line is a valid, scored reply
+    source = tmp_path / "generation_trans_x.jsonl"
+    source.write_text(json.dumps(records, ensure_ascii=False, indent=4), encoding="utf-8")
+    run = tmp_path / "run"
+    code, out, _ = run_cli(capsys, "import-official", str(source), str(run), "--data-dir", str(official_dir))
+    assert code == 0 and f"imported an official generation_trans file: {len(records)} rows" in out
+    rows = runs.read_jsonl(run / "rows.jsonl").records
+    assert [(r["id"], r["metric_en"], r["model_output"]) for r in rows] == [
+        (r["id"], r["metric_en"], r["model_output"]) for r in records]
+    assert not (run / "scores.jsonl").exists()
+    run_cli(capsys, "export-official", str(run), "--data-dir", str(official_dir))
+    assert json.loads((run / "official" / "generation_trans.jsonl").read_text(encoding="utf-8")) == records
+
+
+def test_import_of_rows_with_a_newline_or_partial_metrics_is_refused(official_data, official_dir, tmp_path, capsys):
+    records = synthetic_evaluation(official_data, every=400)
+    many = next(r["id"] for r in records if len(official_data.id2metric[str(r["id"])]) > 1)
+    partial = [r for r in records if not (r["id"] == many and r["metric_en"] == official_data.id2metric[str(many)][0][0])]
+    source = tmp_path / "partial.jsonl"
+    source.write_text(json.dumps(partial, ensure_ascii=False), encoding="utf-8")
+    code, _, err = run_cli(capsys, "import-official", str(source), str(tmp_path / "a"), "--data-dir", str(official_dir))
+    assert code == 2 and f"id {many}: metrics" in err and "differ from id2metric" in err
+    for record in records:
+        record["model_output"] += "\n续"
+    source.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    code, _, err = run_cli(capsys, "import-official", str(source), str(tmp_path / "b"), "--data-dir", str(official_dir))
+    assert code == 2 and "model_output has a newline; not a transformed file" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
