@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import runs
+from . import __version__, runs
 from .aggregate import (
     DEFAULT_LEVEL,
     DEFAULT_N_BOOT,
@@ -88,6 +88,8 @@ class RunAnalysis:
             f"{self.manifest.get('protocol_version', 'unknown')}.",
             "",
             caveats_markdown(self.caveats()),
+            "",
+            rendered_by(),
         ]
         if data_note:
             lines += ["", data_note]
@@ -143,6 +145,12 @@ def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
             f"The run was made under protocol {manifest['protocol_version']}, this workbench is {PROTOCOL_VERSION}."
         )
     return caveats
+
+
+def rendered_by() -> str:
+    """Which workbench rendered the report (its version and git commit, when known)."""
+    commit = runs.git_commit()
+    return f"Rendered by charactereval {__version__}" + (f" at commit `{commit}`." if commit else ".")
 
 
 def caveats_markdown(caveats: Sequence[str]) -> str:
@@ -266,6 +274,7 @@ def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str =
             f"{generation.get('backend', 'unknown')}, {len(run.scores)} scored rows; {role}"
         )
         lines += [f"   {line}" for line in caveats_markdown(run.caveats()).splitlines()]
+    lines += ["", rendered_by()]
     if data_note:
         lines += ["", data_note]
     return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Notebooks executed by real papermill on a real python3 kernel, and the HTML reports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from charactereval_lib import report, runs
+from charactereval_lib.data import load_official_data
+from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
+
+NOTEBOOKS = ["analyse.ipynb", "compare.ipynb", "generate.ipynb", "score.ipynb"]
+PNG = "data:image/png;base64,"
+
+
+@pytest.fixture(scope="module")
+def synthetic_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reports")
+    data_dir = write_synthetic_data(root / "data", 120, seed=7)
+    data = load_official_data(data_dir, verify=False)
+    a = write_synthetic_run(root / "model-a", data, seed=1, failed_ids=[data.samples[4].id])
+    b = write_synthetic_run(root / "model-b", data, seed=2, shift=0.5, rm_label="BaichuanCharRM", backend="openai")
+    return data_dir, a, b
+
+
+def sections(html: str) -> dict[str, str]:
+    """HTML split at each <h2>/<h3> heading: heading text -> the HTML up to the next heading."""
+    parts = re.split(r"<h[23][^>]*>", html)
+    result = {}
+    for part in parts[1:]:
+        heading = re.sub(r"<[^>]+>", "", part.split("</h", 1)[0]).replace("¶", "").strip()
+        result[heading] = part
+    return result
+
+
+def cell_problems(notebook: Path) -> list[str]:
+    """Errors and anything written to stderr by the executed notebook's cells."""
+    node = nbformat.read(str(notebook), as_version=4)
+    problems = []
+    for cell in node.cells:
+        for output in cell.get("outputs", []):
+            if output.output_type == "error" or (output.output_type == "stream" and output.name == "stderr"):
+                problems.append(str(output.get("text") or output.get("ename")))
+    return problems
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebooks_are_clean_and_thin(name):
+    node = nbformat.read(str(report.NOTEBOOKS_DIR / name), as_version=4)
+    nbformat.validate(node)
+    assert node.metadata.kernelspec.name == "python3"
+    tagged = [c for c in node.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0].cell_type == "code"
+    for cell in node.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{name}: committed outputs"
+            # Logic lives in the library: notebooks define no functions or classes.
+            assert not re.search(r"^\s*(def|class) ", cell.source, re.M), f"{name}: defines code"
+
+
+def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch):
+    data_dir, run_a, _ = synthetic_runs
+    # From another directory, the kernel must still import this package (not another install).
+    monkeypatch.chdir(tmp_path)
+    notebook, html_path = report.report(run_a, data_dir=str(data_dir), verify_data=False, n_boot=200)
+    assert notebook == run_a / "report.ipynb" and html_path == run_a / "report.html"
+    assert cell_problems(notebook) == []
+    html = html_path.read_text(encoding="utf-8")
+    parts = sections(html)
+    assert parts["Radar charts"].count(PNG) == 2
+    assert parts["Score grid (bf16)"].count(PNG) == 1 and "off_grid" in parts["Score grid (bf16)"]
+    sample_size = parts["Sample size"]
+    assert "<table" in sample_size and "ci_half_width" in sample_size and "mdd" in sample_size
+    assert sample_size.count(PNG) == 1
+    assert parts["Score vs context length"].count(PNG) == 1
+    assert parts["Failures and warning signs"].count(PNG) == 1 and "APITimeoutError" in html
+    # Plain caveats for the offline backend and the tiny reward model, and MBTI not as a number.
+    assert "offline backend" in html and "tiny, randomly initialised reward model" in html
+    assert "not reproduced: the MBTI questionnaire" in html
+    # Code is hidden, figures are inline, and the kernel imported this very package.
+    assert "load_run(" not in html and "<img src=\"http" not in html and 'src="/' not in html
+    assert f"at commit <code>{runs.git_commit()}</code>" in html
+    assert "<title>CharacterEval report: model-a</title>" in html
+
+
+def test_report_can_show_code(synthetic_runs, tmp_path):
+    data_dir, run_a, _ = synthetic_runs
+    notebook = run_a / "report.ipynb"
+    if not notebook.exists():
+        report.report(run_a, data_dir=str(data_dir), verify_data=False, n_boot=50)
+    html = report.to_html(notebook, tmp_path / "with-code.html", show_code=True).read_text(encoding="utf-8")
+    assert "load_run" in html
+
+
+def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
+    data_dir, run_a, run_b = synthetic_runs
+    notebook, html_path = report.compare([run_a, run_b], tmp_path / "cmp", data_dir=str(data_dir), verify_data=False,
+                                         baselines=["GPT-4"], n_boot=200)
+    assert cell_problems(notebook) == []
+    html = html_path.read_text(encoding="utf-8")
+    parts = sections(html)
+    assert parts["Radar charts"].count(PNG) == 2
+    assert "Wilcoxon p" in parts["model-b − model-a"]
+    assert parts["Paired differences"].count(PNG) + parts["model-b − model-a"].count(PNG) == 1
+    assert "<table" in parts["vs GPT-4"] and "Δ model-b" in parts["vs GPT-4"]
+    # Run A's offline caveat is shown; run B (a real backend and reward model) has none of its own.
+    assert html.count("offline backend") == 1
+    assert "not reproduced" in html
+
+
+def test_compare_needs_two_runs(synthetic_runs, tmp_path):
+    _, run_a, _ = synthetic_runs
+    with pytest.raises(report.ReportError, match="at least two runs"):
+        report.compare([run_a], tmp_path / "cmp")
+
+
+def test_report_errors_name_the_run(tmp_path):
+    with pytest.raises(report.ReportError, match=r"empty: no rows\.jsonl"):
+        report.report(tmp_path / "empty")
+
+
+def test_failed_cell_is_reported_in_one_line(synthetic_runs, tmp_path):
+    data_dir, run_a, _ = synthetic_runs
+    # An unknown baseline fails inside the notebook: the error names the cell and the reason.
+    with pytest.raises(report.ReportError, match=r"report\.ipynb: cell \d+ of analyse\.ipynb failed: ReferenceError: "
+                                                 r"unknown paper model\(s\) \['GPT-9'\]"):
+        report.report(run_a, data_dir=str(data_dir), verify_data=False, baselines=["GPT-9"], n_boot=20)
+
+
+def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
+    run = tmp_path / "dry"
+    output = tmp_path / "generate.ipynb"
+    report.execute("generate.ipynb", output, {"run_dir": str(run), "backend": "offline", "model": "demo",
+                                              "limit": 3, "dry_run": True, "data_dir": str(official_dir)})
+    assert cell_problems(output) == []
+    assert len(runs.read_jsonl(run / runs.REQUESTS).records) == 3
+    text = nbformat.read(str(output), as_version=4).cells[-1].outputs[-1]["data"]["text/plain"]
+    assert re.search(r"requests\.jsonl \(dry run payloads\)\s+3", text)
