@@ -133,7 +133,7 @@ def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
     scoring = manifest.get("scoring", {})
     if generation.get("backend") == OFFLINE_BACKEND:
         caveats.append(OFFLINE_CAVEAT)
-    if TINY_MARKER in str(scoring.get("rm_label", "")).lower():
+    if any(TINY_MARKER in label.lower() for label in checkpoint_labels(scoring)):
         caveats.append(TINY_RM_CAVEAT)
     counts = manifest.get("transform", {}).get("counts", {})
     if counts.get("missing"):
@@ -145,6 +145,15 @@ def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
             f"The run was made under protocol {manifest['protocol_version']}, this workbench is {PROTOCOL_VERSION}."
         )
     return caveats
+
+
+def checkpoint_labels(scoring: dict[str, Any]) -> list[str]:
+    """Labels the scorer recorded for its reward-model checkpoint(s): ``scoring.rm_label``, or
+    ``scoring.checkpoint.label`` for the whole run and for each shard (``rm make-tiny`` labels
+    its checkpoints as tiny)."""
+    sections = [scoring, *scoring.get("shards", {}).values()]
+    labels = [s.get("rm_label") for s in sections] + [(s.get("checkpoint") or {}).get("label") for s in sections]
+    return [str(label) for label in labels if label]
 
 
 def rendered_by() -> str:

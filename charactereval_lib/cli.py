@@ -65,6 +65,18 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_data_subset(args: argparse.Namespace) -> int:
+    from .subsets import stratified_subset, write_ids
+
+    ids = stratified_subset(load_official_data(args.data_dir), args.size)
+    if args.out:
+        write_ids(Path(args.out), ids, comment=f"stratified subset of {args.size} samples")
+        print(f"{args.out}: {len(ids)} sample id(s)")
+    else:
+        print("\n".join(str(i) for i in ids))
+    return 0
+
+
 # --- doctor ----------------------------------------------------------------------------------
 
 
@@ -203,6 +215,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from .batch import check_commands, load_config, run_batch, summary_lines
+
+    config = load_config(Path(args.config))
+    check_commands(config)
+    print(f"batch {config.path}: {len(config.models)} model(s) -> {config.output_dir}", flush=True)
+    outcome = run_batch(config)
+    print("\n".join(summary_lines(outcome)))
+    return 1 if outcome.failures else 0
+
+
 # --- official format -------------------------------------------------------------------------
 
 
@@ -249,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=func)
+
+    p = data_sub.add_parser("subset", help="a deterministic metric-stratified subset of sample ids")
+    p.add_argument("size", type=int, metavar="N", help="number of samples")
+    p.add_argument("--out", metavar="FILE", help="write the ids here (one per line) instead of printing them")
+    _data_dir_option(p, "--dir")
+    p.set_defaults(func=cmd_data_subset)
 
     p = sub.add_parser("doctor", help="protocol self-check on the full official data")
     _data_dir_option(p)
@@ -299,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
         _data_dir_option(p)
         p.set_defaults(func=func)
+
+    p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
+    p.add_argument("config", metavar="CONFIG.yaml")
+    p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
     p.add_argument("file", metavar="FILE")

@@ -8,6 +8,7 @@ A step that fails raises StepError with a one-line reason.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -23,25 +24,43 @@ class StepError(RuntimeError):
     """A pipeline step that did not finish; the message says which and why."""
 
 
-def run_command(argv: Sequence[str]) -> None:
-    """Run one ``charactereval`` command in this process; raise StepError unless it succeeds."""
-    from .cli import USER_ERRORS, build_parser
+def parse_command(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse one ``charactereval`` command line without running it; StepError if invalid."""
+    from .cli import build_parser
 
     argv = [str(a) for a in argv]
-    label = f"charactereval {' '.join(argv[:2])}"
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            args = build_parser().parse_args(argv)
+            return build_parser().parse_args(argv)
     except SystemExit:
         lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
-        raise StepError(f"{label}: {lines[-1] if lines else 'invalid arguments'}") from None
+        raise StepError(f"{_label(argv)}: {lines[-1] if lines else 'invalid arguments'}") from None
+
+
+def run_command(argv: Sequence[str]) -> None:
+    """Run one ``charactereval`` command in this process; raise StepError unless it succeeds."""
+    from .cli import USER_ERRORS
+
+    args = parse_command(argv)
     try:
         code = int(args.func(args) or 0)
     except USER_ERRORS as exc:
-        raise StepError(f"{label}: {exc}") from exc
+        raise StepError(f"{_label(argv)}: {exc}") from exc
     if code != 0:
-        raise StepError(f"{label}: exited with status {code}")
+        raise StepError(f"{_label(argv)}: exited with status {code}")
+
+
+def _label(argv: Sequence[str]) -> str:
+    return f"charactereval {' '.join(str(a) for a in argv[:2])}"
+
+
+def generate_argv(run: str | os.PathLike[str], *, backend: str, model: str, **options: Any) -> list[str]:
+    return ["generate", os.fspath(run), "--backend", backend, "--model", model, *_flags(**options)]
+
+
+def score_argv(run: str | os.PathLike[str], *, rm: str | os.PathLike[str], **options: Any) -> list[str]:
+    return ["score", os.fspath(run), "--rm", os.fspath(rm), *_flags(**options)]
 
 
 def _flags(**options: Any) -> list[str]:
@@ -59,7 +78,7 @@ def generate(run: str | os.PathLike[str], *, backend: str, model: str, **options
     """``charactereval generate RUN --backend B --model M [options]``; options are the command's
     flags in snake case (base_url, concurrency, max_tokens, temperature, top_p, seed, limit,
     ids, dry_run, data_dir)."""
-    run_command(["generate", os.fspath(run), "--backend", backend, "--model", model, *_flags(**options)])
+    run_command(generate_argv(run, backend=backend, model=model, **options))
 
 
 def transform(run: str | os.PathLike[str], *, data_dir: str | None = None) -> None:
@@ -68,7 +87,7 @@ def transform(run: str | os.PathLike[str], *, data_dir: str | None = None) -> No
 
 def score(run: str | os.PathLike[str], *, rm: str | os.PathLike[str], **options: Any) -> None:
     """``charactereval score RUN --rm DIR [--device D] [--mode M] [--shard I/N] [--dry-run]``."""
-    run_command(["score", os.fspath(run), "--rm", os.fspath(rm), *_flags(**options)])
+    run_command(score_argv(run, rm=rm, **options))
 
 
 def summarize(run: str | os.PathLike[str], *, data_dir: str | None = None, n_boot: int | None = None,

@@ -1,0 +1,134 @@
+"""Batch configs, pipeline steps through the CLI parser, and stratified subsets."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from charactereval_lib import batch, steps
+from charactereval_lib.cli import main
+from charactereval_lib.data import DataError
+from charactereval_lib.generation.requests import read_ids_file
+from charactereval_lib.protocol import METRICS
+from charactereval_lib.subsets import stratified_subset
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "batch.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+MINIMAL = """
+output_dir: {out}
+defaults: {{backend: offline, rm: models/tiny-rm}}
+models:
+  - {{name: a, model: m-a, subset: 20, seed: 3}}
+  - {{name: b, model: m-b, limit: 5, generate: {{concurrency: 2}}, score: {{mode: fast}}}}
+"""
+
+
+def test_config_defaults_and_flags(tmp_path):
+    config = batch.load_config(write_config(tmp_path, MINIMAL.format(out=tmp_path / "out")))
+    a, b = config.models
+    assert (a.name, a.backend, a.model, a.rm, a.subset) == ("a", "offline", "m-a", "models/tiny-rm", 20)
+    assert a.generate == {"seed": 3} and b.generate == {"limit": 5, "concurrency": 2}
+    assert b.score == {"mode": "fast"}
+    assert config.comparison_dir == tmp_path / "out" / "comparison" and config.n_boot == 1000
+
+
+def test_a_bare_list_of_models_is_a_config(tmp_path):
+    config = batch.load_config(write_config(tmp_path, "- {name: x, backend: offline, model: m, rm: r}\n"))
+    assert [m.name for m in config.models] == ["x"] and config.output_dir == Path("outputs")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("models: []\n", "'models' must be a non-empty list"),
+        ("modles: []\n", r"unknown key\(s\) \['modles'\]"),
+        ("- {name: x, backend: offline, model: m}\n", r"model 'x': 'rm' is required"),
+        ("- {name: x, backend: offline, model: m, rm: r, temprature: 1}\n", r"model 'x': unknown key\(s\) \['temprature'\]"),
+        ("- {name: x, backend: offline, model: m, rm: r}\n- {name: x, backend: offline, model: n, rm: r}\n",
+         r"duplicate model name\(s\) \['x'\]"),
+        ("- {name: ../x, backend: offline, model: m, rm: r}\n", "name must be letters"),
+        ("- {name: x, backend: offline, model: m, rm: r, subset: 10, limit: 3}\n", r"choose one of subset, ids, limit"),
+        ("- {name: x, backend: offline, model: m, rm: r, subset: -1}\n", "'subset' must be a positive integer"),
+        ("- {name: x, backend: offline, model: m, rm: r, generate: [1]}\n", "'generate' must be a mapping"),
+        ("models:\n  - {name: x\n", r"malformed YAML at line \d+ column \d+"),
+        ("n_boot: 0\nmodels: [{name: x, backend: offline, model: m, rm: r}]\n", "'n_boot' must be a positive integer"),
+    ],
+)
+def test_config_errors_name_the_file_and_entry(tmp_path, text, message):
+    path = write_config(tmp_path, text)
+    with pytest.raises(batch.BatchError, match=message) as caught:
+        batch.load_config(path)
+    assert str(path) in str(caught.value)
+
+
+def test_shipped_configs_load():
+    demo = batch.load_config(ROOT / "configs" / "demo.yaml")
+    assert [m.backend for m in demo.models] == ["offline", "offline"]
+    assert all(m.subset == 200 and m.rm == "models/tiny-rm" for m in demo.models)
+    assert len({m.model for m in demo.models}) == 2
+    example = batch.load_config(ROOT / "configs" / "example.yaml")
+    assert {m.backend for m in example.models} == {"openai", "hf"}
+
+
+def test_flag_typos_are_caught_before_anything_runs(tmp_path):
+    text = "- {name: x, backend: offline, model: m, rm: r, generate: {concurency: 4}}\n"
+    with pytest.raises(batch.BatchError, match=r"model 'x': charactereval generate .*unrecognized arguments: --concurency 4"):
+        batch.check_commands(batch.load_config(write_config(tmp_path, text)))
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_steps_report_failures_in_one_line(tmp_path):
+    with pytest.raises(steps.StepError, match=r"charactereval transform .*no generations to transform"):
+        steps.transform(tmp_path / "empty-run")
+    with pytest.raises(steps.StepError, match=r"invalid choice: 'nope'"):
+        steps.generate(tmp_path / "r", backend="nope", model="m")
+
+
+def test_steps_build_flags_from_options():
+    argv = steps.generate_argv("run", backend="openai", model="m", base_url="http://h/v1", temperature=0.0,
+                               dry_run=True, seed=None, trust_remote_code=False)
+    assert argv == ["generate", "run", "--backend", "openai", "--model", "m", "--base-url", "http://h/v1",
+                    "--temperature", "0.0", "--dry-run"]
+
+
+def test_stratified_subset_covers_every_metric(official_data):
+    ids = stratified_subset(official_data, 200)
+    assert len(ids) == len(set(ids)) == 200
+    rows = Counter(m for i in ids for m, _ in official_data.id2metric[str(i)])
+    assert set(rows) == {m.metric_en for m in METRICS}
+    assert min(rows.values()) >= 200 // 12
+    # Deterministic, in test-file order, and another salt gives another subset.
+    assert ids == stratified_subset(official_data, 200)
+    order = {s.id: k for k, s in enumerate(official_data.samples)}
+    assert ids == sorted(ids, key=order.__getitem__)
+    assert ids != stratified_subset(official_data, 200, salt="other")
+    with pytest.raises(DataError, match="between 1 and 4531"):
+        stratified_subset(official_data, 5000)
+
+
+def test_data_subset_command_writes_an_ids_file(official_dir, tmp_path, capsys):
+    out = tmp_path / "ids.txt"
+    assert main(["data", "subset", "24", "--out", str(out), "--dir", str(official_dir)]) == 0
+    assert len(read_ids_file(out)) == 24
+    assert "24 sample id(s)" in capsys.readouterr().out
+
+
+def test_batch_summary_lines_name_failures():
+    outcome = batch.BatchResult(
+        models=[batch.ModelResult("a", "outputs/a", report="outputs/a/report.html", seconds=3.0),
+                batch.ModelResult("b", "outputs/b", status="failed", failed_step="score", error="no checkpoint")],
+        comparison_error="skipped: 1 model(s) finished, a comparison needs two",
+    )
+    lines = batch.summary_lines(outcome)
+    assert lines[1] == "FAILED  b: at score: no checkpoint"
+    assert lines[-1] == "1/2 model(s) finished; failed: b"
+    assert lines[-2] == "comparison: skipped: 1 model(s) finished, a comparison needs two"
