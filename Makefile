@@ -27,4 +27,5 @@ demo: setup
 	$(BIN)/charactereval data fetch
 	$(BIN)/charactereval data verify
 	$(BIN)/charactereval doctor
-	$(BIN)/charactereval generate demo-dry-run --backend offline --model demo --dry-run --limit 200
+	test -f models/tiny-rm/config.json || $(BIN)/charactereval rm make-tiny models/tiny-rm
+	$(BIN)/charactereval batch configs/demo.yaml
