@@ -137,7 +137,10 @@ def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
         caveats.append(TINY_RM_CAVEAT)
     counts = manifest.get("transform", {}).get("counts", {})
     if counts.get("missing"):
-        caveats.append(f"Generation is incomplete: {counts['missing']} test sample(s) have no reply yet.")
+        caveats.append(
+            f"{counts['missing']} test sample(s) have no reply (a subset run, or generation is unfinished): "
+            "the means rest on fewer rows than the paper's and are not directly comparable with its table."
+        )
     if unscored:
         caveats.append(f"Scoring is incomplete: {unscored} row(s) have no score yet; means use scored rows only.")
     if manifest.get("protocol_version") not in (None, PROTOCOL_VERSION):
@@ -169,19 +172,24 @@ def caveats_markdown(caveats: Sequence[str]) -> str:
 
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
-    """Two-column table of the settings that produced the run (generation and scoring
-    parameters, versions); long id lists are left out."""
+    """Two-column table of the settings that produced the run: versions, then the generation
+    and scoring sections flattened to dotted keys; long lists are summarised by their length."""
     fields = [("protocol version", manifest.get("protocol_version")),
               ("package version", manifest.get("package_version")),
               ("git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring"):
-        for key, value in manifest.get(section, {}).items():
-            if isinstance(value, (list, dict)) and len(value) > 8:
-                continue
-            fields.append((f"{section}.{key}", value))
-    counts = manifest.get("transform", {}).get("counts", {})
-    fields += [(f"transform.{k}", v) for k, v in counts.items()]
-    return pd.DataFrame(fields, columns=["setting", "value"]).astype({"value": str}).set_index("setting")
+        fields += _flatten(manifest.get(section, {}), section)
+    fields += [(f"transform.{k}", v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
+    # str() of every value (None included): pandas' astype(str) would keep None as a missing value.
+    return pd.DataFrame([(k, str(v)) for k, v in fields], columns=["setting", "value"]).set_index("setting")
+
+
+def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [item for key, inner in value.items() for item in _flatten(inner, f"{prefix}.{key}")]
+    if isinstance(value, list) and len(value) > 8:
+        return [(prefix, f"[{len(value)} items]")]
+    return [(prefix, value)]
 
 
 def _fmt(value: float, digits: int = 3) -> str:
