@@ -13,6 +13,7 @@ installed copy) rather than whichever copy its working directory or site-package
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -99,7 +100,11 @@ def to_html(notebook: Path, html: Path, *, show_code: bool = False, title: str |
     import nbformat
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True)
+    # nbconvert warns about every figure without alt text, then gives it a generic one: that is
+    # fine for these reports, so its warnings go to a quiet logger of our own.
+    quiet = logging.getLogger("charactereval.nbconvert")
+    quiet.setLevel(logging.ERROR)
+    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True, log=quiet)
     node = nbformat.read(str(notebook), as_version=4)
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
     runs.write_text_atomic(Path(html), body)
