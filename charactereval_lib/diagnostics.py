@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .aggregate import METRIC_ORDER, Statistics, minimum_detectable_difference
+from .aggregate import Statistics, minimum_detectable_difference
 from .data import OfficialData
 from .protocol import COLON, ERROR_OUTPUT, METRICS
 
@@ -208,7 +208,3 @@ def binned_means(frame: pd.DataFrame, x: str, y: str = "score", bins: int = 8) -
         }
     )
 
-
-def metric_order_index(metric_en: pd.Series) -> pd.Series:
-    """Sort key placing metrics in protocol order."""
-    return metric_en.map({name: i for i, name in enumerate(METRIC_ORDER)})
