@@ -54,11 +54,6 @@ def load_paper_table(path: Path = PAPER_TABLE4) -> pd.DataFrame:
     return table.set_index("model")
 
 
-def paper_models(table: pd.DataFrame | None = None) -> list[str]:
-    table = load_paper_table() if table is None else table
-    return list(table.index)
-
-
 def paper_cells(models: Sequence[str] | None = None, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy published cells: one row per (model, metric or dimension) with kind, key, name,
     abbr and value. MBTI is left out: it has no counterpart a run can produce."""
