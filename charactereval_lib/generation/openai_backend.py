@@ -1,0 +1,196 @@
+"""The OpenAI-compatible backend: any chat-completions endpoint (OpenAI, vLLM, API providers).
+
+The ``openai`` package's async client is used with its own retries disabled, so the policy of
+``retry.py`` is the only one. The API key is read from the environment here and never leaves
+this object: it is not in the manifest, the records, the error messages or the logs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload, redact
+from .retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Statuses worth another attempt besides 429 and 5xx: request timeout, conflict (lock timeouts).
+_RETRYABLE_4XX = {408, 409}
+
+
+def read_api_key(env_name: str, base_url: str | None) -> str:
+    """The key from the named environment variable. A local server (``--base-url``) often needs
+    none, so a placeholder is sent there; the official OpenAI endpoint requires one."""
+    if not _ENV_NAME.match(env_name):
+        # Do not echo the value: users sometimes pass the key itself here.
+        raise ConfigError("--api-key-env takes the NAME of an environment variable (letters, digits, _), not a key")
+    key = os.environ.get(env_name)
+    if key:
+        return key
+    if base_url:
+        return "no-key"
+    raise ConfigError(f"the API key variable {env_name} is not set (set it, or name another one with --api-key-env)")
+
+
+class OpenAIBackend(RetryingBackend):
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        params: DecodingParams,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        concurrency: int = 32,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        import openai
+
+        super().__init__(concurrency=concurrency, policy=policy or RetryPolicy())
+        self.model = model
+        self.params = params
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self._key = read_api_key(api_key_env, base_url)
+        self._client = openai.AsyncOpenAI(
+            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s
+        )
+        self._openai = openai
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model, "parameters": self.params.as_dict()}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "concurrency": self.concurrency,
+            "retry_policy": self.policy.as_dict(),
+            "sent_parameters": self.params.sent(),
+        }
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        return build_payload(self.model, request.messages, self.params)
+
+    async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
+        openai = self._openai
+        try:
+            response = await self._client.chat.completions.create(**payload)
+        except openai.APIStatusError as exc:
+            raise self._classify_status(exc) from None
+        except openai.APITimeoutError:
+            raise TransientError("APITimeoutError", f"no answer within {self.policy.timeout_s:g} s") from None
+        except openai.APIConnectionError as exc:
+            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
+        except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+            raise TransientError("MalformedResponse", self._clean(f"unparsable response: {exc}")) from None
+        return self._result(request, response)
+
+    def _result(self, request: GenerationRequest, response: Any) -> GenerationResult:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise TransientError("MalformedResponse", "the response has no choices")
+        choice = choices[0]
+        message = choice.message
+        refusal_text = getattr(message, "refusal", None)
+        usage = response.usage.model_dump(exclude_none=True) if getattr(response, "usage", None) else None
+        if choice.finish_reason == "content_filter":
+            # A filtered reply is a failed call, not the model's answer (seed 001 row 11).
+            raise PermanentError(
+                "ContentFilterError", "the provider's content filter stopped the reply (finish_reason content_filter)",
+                content_filter=True, finish_reason="content_filter", usage=usage, model=response.model,
+                extra={"filtered_output": message.content},
+            )
+        # Only the reply text counts; reasoning models' thinking is not part of it (seed 001 row 10).
+        content = message.content if message.content is not None else ""
+        return GenerationResult(
+            id=request.id,
+            status=STATUS_OK,
+            model_output=content,
+            request_sha256="",
+            finish_reason=choice.finish_reason,
+            usage=usage,
+            model=response.model,
+            refusal=refusal_text is not None,
+            extra={"refusal_text": refusal_text} if refusal_text is not None else {},
+        )
+
+    def _classify_status(self, exc: Any) -> Exception:
+        status = exc.status_code
+        error_class = type(exc).__name__
+        message = self._clean(_api_message(exc))
+        if status == 429:
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
+                                  throttled=True)
+        if status >= 500 or status in _RETRYABLE_4XX:
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers))
+        if _is_content_filter(exc):
+            return PermanentError("ContentFilterError", message, status=status, content_filter=True)
+        return PermanentError(error_class, message, status=status)
+
+    def _clean(self, text: str) -> str:
+        return redact(text, self._key)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _api_message(exc: Any) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+    return str(getattr(exc, "message", "") or exc)
+
+
+def _describe_cause(exc: BaseException) -> str:
+    """``Connection error.`` alone says little; name the underlying transport error."""
+    cause = exc.__cause__ or exc.__context__
+    return f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
+
+
+def _is_content_filter(exc: Any) -> bool:
+    """OpenAI and Azure mark filtered prompts with code ``content_filter`` (Azure also
+    ``content_policy_violation``); some servers only say so in the message."""
+    codes = {str(exc.code or "").lower()}
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    inner = body.get("error", body) if isinstance(body, Mapping) else {}
+    if isinstance(inner, Mapping):
+        codes.add(str(inner.get("code") or "").lower())
+    if codes & {"content_filter", "content_policy_violation"}:
+        return True
+    return "content management policy" in _api_message(exc).lower()
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a server asks us to wait: ``retry-after-ms``, else ``Retry-After`` as seconds or as
+    an HTTP date; None when absent or unreadable."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
