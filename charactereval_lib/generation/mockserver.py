@@ -69,6 +69,9 @@ class MockServer:
     actions: Counter = field(default_factory=Counter)
     authorizations: set[str] = field(default_factory=set)
     keep_payloads: bool = True
+    # Requests being answered right now, and the most ever at once (checks client concurrency).
+    in_flight: int = 0
+    max_in_flight: int = 0
 
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
@@ -87,6 +90,14 @@ class MockServer:
         return steps[min(attempt, len(steps)) - 1]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             payload = await request.json()
         except json.JSONDecodeError:

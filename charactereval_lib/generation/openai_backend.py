@@ -60,8 +60,7 @@ class OpenAIBackend(RetryingBackend):
         self.api_key_env = api_key_env
         self._key = read_api_key(api_key_env, base_url)
         self._client = openai.AsyncOpenAI(
-            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s,
-            http_client=openai.DefaultAioHttpClient(timeout=self.policy.timeout_s),
+            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s
         )
         self._openai = openai
 
