@@ -172,8 +172,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, run_dir, samples, data, params)
     backend = make_backend(args.backend, args.model, params, _backend_options(args))
-    if args.backend == "offline":
-        print("note: offline backend: replies are deterministic placeholders and mean nothing", file=sys.stderr)
     progress = not args.no_progress and sys.stderr.isatty()
     try:
         summary = run_generation(run_dir, data, samples, backend, retry_errors=args.retry_errors, progress=progress)
@@ -183,6 +181,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
               "re-run the same command to resume", file=sys.stderr)
         return 130
     print(summary.line())
+    if args.backend == "offline":
+        print("note: offline backend: replies are deterministic placeholders and mean nothing", file=sys.stderr)
     state = run_state(run_dir, data)
     print(f"{run_dir / runs.GENERATIONS}: {state['ok']} ok, {state['error']} error, "
           f"{state['missing']} of {len(data.samples)} test samples not generated")
