@@ -10,6 +10,7 @@ memory) comes first. Greedy decoding unless a temperature/top_p (or a preset) as
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import hashlib
 import threading
@@ -61,6 +62,9 @@ class HFBackend:
         ).to(device)
         self.model.eval()
         self._stop = threading.Event()
+        # Always the same worker thread: torch keeps per-thread state (its intra-op thread pool),
+        # and hopping between executor threads made each batch many times slower.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model_name, "parameters": self.params.as_dict(), "dtype": self.dtype}
@@ -110,7 +114,7 @@ class HFBackend:
         try:
             for start in range(0, len(prompts), self.batch_size):
                 batch = prompts[start : start + self.batch_size]
-                results = await asyncio.to_thread(self._generate_batch, batch)
+                results = await asyncio.get_running_loop().run_in_executor(self._executor, self._generate_batch, batch)
                 if self._stop.is_set():
                     return
                 for result in results:
@@ -167,3 +171,4 @@ class HFBackend:
 
     async def aclose(self) -> None:
         self._stop.set()
+        self._executor.shutdown(wait=True)
