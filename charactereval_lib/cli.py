@@ -122,39 +122,15 @@ def _backend_options(args: argparse.Namespace):
 
 
 def _dry_run(args: argparse.Namespace, run_dir: Path, samples: list, data, params) -> int:
-    from .generation.base import make_requests
-    from .generation.engine import plan_run
-    from .generation.estimate import estimate_cost
-    from .generation.requests import write_requests
+    from .generation.engine import dry_run
 
-    count = write_requests(run_dir, samples, data)
-    plan = plan_run(run_dir, samples, retry_errors=args.retry_errors)
-    estimate = estimate_cost(
-        make_requests(plan.pending, data), params.max_tokens, price_in=args.price_in, price_out=args.price_out
-    )
-    runs.update_manifest(
-        run_dir,
-        dry_run={
-            "backend": args.backend,
-            "model": args.model,
-            "base_url": args.base_url,
-            "parameters": params.as_dict(),
-            "sent_parameters": params.sent(),
-            "requests": count,
-            "pending": len(plan.pending),
-            "estimate": {
-                "method": "character-based",
-                "input_tokens": estimate.input_tokens,
-                "output_tokens_typical": estimate.output_tokens_typical,
-                "output_tokens_max": estimate.output_tokens_max,
-            },
-            "data_sha256": data.sha256,
-        },
-    )
-    print(f"{run_dir / runs.REQUESTS}: {count} request(s) written; nothing was sent")
-    if plan.already_ok or plan.errors_kept:
-        print(f"{plan.already_ok} already ok and {plan.errors_kept} earlier error(s) in this run would be skipped")
-    for line in estimate.lines():
+    result = dry_run(run_dir, data, samples, params, backend=args.backend, model=args.model, base_url=args.base_url,
+                     retry_errors=args.retry_errors, price_in=args.price_in, price_out=args.price_out)
+    print(f"{run_dir / runs.REQUESTS}: {result.requests_written} request(s) written; nothing was sent")
+    if result.plan.already_ok or result.plan.errors_kept:
+        print(f"{result.plan.already_ok} already ok and {result.plan.errors_kept} earlier error(s) in this run "
+              "would be skipped")
+    for line in result.estimate.lines():
         print(line)
     return 0
 

@@ -107,13 +107,14 @@ def test_sigkill_several_times_then_resume_equals_an_uninterrupted_run(official_
     assert len(runs.load_manifest(run)["generation"]["sessions"]) == 1  # only the clean finish got to write one
 
 
-def test_sigint_stops_cleanly_and_the_run_resumes(official_dir, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_stops_cleanly_and_the_run_resumes(stop, official_dir, tmp_path):
     count = 30
     run = tmp_path / "run"
     with MockServer(latency_s=0.2) as server:
         options = ["--backend", "openai", "--base-url", server.base_url, "--limit", str(count), "--concurrency", "2"]
         proc = start_and_wait_for(generate_cmd(run, official_dir, *options), run, 4)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
         assert "interrupted after" in out and "re-run the same command to resume" in err

@@ -149,6 +149,10 @@ class Backend(Protocol):
 
     def stream(self, requests: Sequence[GenerationRequest]) -> AsyncIterator[GenerationResult]: ...
 
+    def stats(self) -> dict[str, Any]:
+        """Operational figures of the last stream (e.g. how concurrency adapted), for run.json."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

@@ -25,7 +25,9 @@ from typing import Any
 from .. import runs
 from ..data import OfficialData, Sample
 from ..protocol import PROTOCOL_VERSION
-from .base import STATUS_OK, Backend, GenerationResult, make_requests
+from .base import STATUS_OK, Backend, DecodingParams, GenerationResult, make_requests
+from .estimate import CostEstimate, estimate_cost
+from .requests import write_requests
 
 LOCK_FILE = ".generate.lock"
 
@@ -238,7 +240,7 @@ async def generate_async(
             await _drive(run_dir, plan, data, backend, summary, progress)
         finally:
             summary.elapsed_s = time.monotonic() - started
-            summary.concurrency = getattr(backend, "retry_stats", lambda: {})().get("concurrency")
+            summary.concurrency = backend.stats().get("concurrency")
             _finish_manifest(run_dir, data, summary, started_at)
     if summary.interrupted:
         raise GenerationInterrupted(summary)
@@ -323,3 +325,55 @@ def run_generation(
 
     return asyncio.run(main())
 
+
+
+@dataclass
+class DryRun:
+    requests_written: int
+    plan: RunPlan
+    # For the requests a real run would still send (ids already ok are skipped).
+    estimate: CostEstimate
+
+
+def dry_run(
+    run_dir: Path | str,
+    data: OfficialData,
+    samples: Sequence[Sample],
+    params: DecodingParams,
+    *,
+    backend: str,
+    model: str,
+    base_url: str | None = None,
+    retry_errors: bool = False,
+    price_in: float | None = None,
+    price_out: float | None = None,
+) -> DryRun:
+    """Send nothing: write ``requests.jsonl`` with the exact messages, estimate tokens and cost of
+    what is still pending, and record both (and the parameters that would be sent) in run.json."""
+    run_dir = Path(run_dir)
+    written = write_requests(run_dir, list(samples), data)
+    plan = plan_run(run_dir, samples, retry_errors=retry_errors)
+    estimate = estimate_cost(make_requests(plan.pending, data), params.max_tokens, price_in=price_in,
+                             price_out=price_out)
+    runs.update_manifest(
+        run_dir,
+        dry_run={
+            "backend": backend,
+            "model": model,
+            "base_url": base_url,
+            "parameters": params.as_dict(),
+            "sent_parameters": params.sent(),
+            "requests": written,
+            "pending": len(plan.pending),
+            "estimate": {
+                "method": "character-based",
+                "input_tokens": estimate.input_tokens,
+                "output_tokens_typical": estimate.output_tokens_typical,
+                "output_tokens_max": estimate.output_tokens_max,
+                "price_in_usd_per_m": price_in,
+                "price_out_usd_per_m": price_out,
+            },
+            "data_sha256": data.sha256,
+        },
+    )
+    return DryRun(written, plan, estimate)

@@ -57,7 +57,7 @@ class CostEstimate:
 
     def lines(self) -> list[str]:
         out = [
-            f"estimate (character-based, no tokenizer, about ±50%): {self.requests} request(s), "
+            f"estimate (character-based, no tokenizer, about ±50%) for the {self.requests} request(s) to send: "
             f"~{self.input_tokens:,} input tokens, ~{self.output_tokens_typical:,} output tokens at "
             f"{TYPICAL_OUTPUT_TOKENS} per reply (at most {self.output_tokens_max:,} at max_tokens)"
         ]

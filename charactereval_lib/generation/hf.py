@@ -169,6 +169,9 @@ class HFBackend:
             )
         return results
 
+    def stats(self) -> dict[str, Any]:
+        return {}
+
     async def aclose(self) -> None:
         self._stop.set()
         self._executor.shutdown(wait=True)

@@ -206,7 +206,7 @@ class RetryingBackend(ABC):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def retry_stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         return {"concurrency": self.limiter.stats() if self.limiter else None}
 
     async def aclose(self) -> None:
