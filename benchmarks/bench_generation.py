@@ -7,8 +7,8 @@ Measures, in one run and against one server process:
                   (a few dozen requests, extrapolated).
 Prints requests/s, ours/raw, ours/sequential, the fraction of the ideal concurrency/latency rate
 and the client CPU time per request. Times include each client's setup and, for ours, building
-the S3 messages, the manifest and every record written; module imports are done beforehand. Uses the real S3 messages when CHARACTEREVAL_DATA_DIR is
-set, synthetic ones otherwise.
+the S3 messages, the manifest and every record written; module imports are done beforehand.
+Uses the real S3 messages when CHARACTEREVAL_DATA_DIR is set, synthetic ones otherwise.
 
     python benchmarks/bench_generation.py [--requests 3000] [--concurrency 64] [--latency 0.2]
 """
@@ -43,7 +43,8 @@ MODEL = "bench-model"
 def synthetic_data(count: int) -> OfficialData:
     """Samples shaped like the real ones (a profile, a dozen dialogue lines), none of their text."""
     profile = {"姓名": "甲", "性别": "男", "经历": "一段虚构的经历。" * 40}
-    lines = [("乙" if i % 2 else "甲") + "：" + "这是一句合成的台词。" * 3 for i in range(12)] + ["乙：最后一句？"]
+    lines = [("乙" if i % 2 else "甲") + "：" + "这是一句合成的台词。" * 3 for i in range(12)]
+    lines.append("乙：最后一句？")
     samples = [Sample(i, "甲", "合成小说", "\n".join(lines)) for i in range(count)]
     return OfficialData(Path("synthetic"), samples, {"甲": profile}, {})
 

@@ -28,7 +28,8 @@ def synthetic_data(count: int) -> OfficialData:
             lines.append(f"{role}：回答{turn}")
         lines.append(f"{other}：最后一句{i}")
         samples.append(Sample(1000 + i, role, "合成小说", "\n".join(lines)))
-    return OfficialData(Path("synthetic"), samples, PROFILES, {str(s.id): (("Fluency", "对话流利度"),) for s in samples})
+    id2metric = {str(s.id): (("Fluency", "对话流利度"),) for s in samples}
+    return OfficialData(Path("synthetic"), samples, PROFILES, id2metric)
 
 
 def keys_by_id(data: OfficialData) -> dict[int, str]:

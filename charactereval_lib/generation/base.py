@@ -124,7 +124,14 @@ class GenerationResult:
 
 
 def error_result(
-    request_id: int, sha: str, error_class: str, message: str, *, attempts: int, status_code: int | None = None, **fields: Any
+    request_id: int,
+    sha: str,
+    error_class: str,
+    message: str,
+    *,
+    attempts: int,
+    status_code: int | None = None,
+    **fields: Any,
 ) -> GenerationResult:
     """A permanent failure: ``model_output`` null so that S5 drops the sample and reports count it."""
     error: dict[str, Any] = {"class": error_class, "message": message}

@@ -289,7 +289,11 @@ def _cancel_on_sigterm() -> Any:
 def _finish_manifest(run_dir: Path, data: OfficialData, summary: SessionSummary, started_at: str) -> None:
     previous = runs.load_manifest(run_dir).get("generation") or {}
     state = run_state(run_dir, data)
-    status = "interrupted" if summary.interrupted else "complete" if state["ok"] + state["error"] == len(data.samples) else "partial"
+    # complete: every test sample has a record (state says how many are errors).
+    if summary.interrupted:
+        status = "interrupted"
+    else:
+        status = "complete" if state["ok"] + state["error"] == len(data.samples) else "partial"
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
     runs.update_manifest(
         run_dir,

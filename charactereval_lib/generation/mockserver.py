@@ -142,7 +142,8 @@ class MockServer:
         if name == "malformed":
             return web.Response(status=200, text='{"id": "x", "choices": [', content_type="application/json")
         if name == "filter400":
-            return _error(400, "content_filter", "The response was filtered due to the prompt triggering content management policy.")
+            return _error(400, "content_filter",
+                          "The response was filtered due to the prompt triggering content management policy.")
         if name == "bad400":
             return _error(400, "invalid_request_error", "Invalid request: context too long")
         if name == "401":

@@ -109,7 +109,8 @@ class OpenAIBackend(RetryingBackend):
             if not isinstance(content, (str, type(None))):
                 raise TypeError(f"message content is {type(content).__name__}")
         except (TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise TransientError("MalformedResponse", self._clean(f"not a chat completion ({type(exc).__name__}: {exc})")) from None
+            detail = f"not a chat completion ({type(exc).__name__}: {exc})"
+            raise TransientError("MalformedResponse", self._clean(detail)) from None
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
         model = response.get("model")
         finish_reason = choice.get("finish_reason")
