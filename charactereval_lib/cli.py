@@ -262,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=32,
                    help="most requests in flight (openai/offline; lowered on 429s, default 32)")
     p.add_argument("--max-tokens", type=int, default=1024, help="reply length limit sent with every request (default 1024)")
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--temperature", type=float, help="sent only when given (default: the provider's/model's)")
+    p.add_argument("--top-p", type=float, help="sent only when given (default: the provider's/model's)")
+    p.add_argument("--seed", type=int, help="sent only when given")
     p.add_argument("--limit", type=int, help="only the first N samples (test-file order)")
     p.add_argument("--ids", metavar="FILE", help="only the sample ids listed in FILE, one per line")
     p.add_argument("--dry-run", action="store_true",
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
     p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
-    g = p.add_argument_group("openai backend")
+    g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
     g.add_argument("--max-attempts", type=int, default=8, help="attempts per request, first one included (default 8)")
@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("hf backend")
     g.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
-    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
     g = p.add_argument_group("offline backend (replies mean nothing)")
     g.add_argument("--offline-latency", type=float, default=0.0, metavar="S", help="simulated seconds per request")

@@ -8,7 +8,7 @@ decoding parameters, protocol version) form the run's *identity*, which a resume
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -154,7 +154,7 @@ class Backend(Protocol):
         """Everything recorded in run.json (operational settings included); never secrets."""
         ...
 
-    def stream(self, requests: Sequence[GenerationRequest]) -> AsyncIterator[GenerationResult]: ...
+    def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]: ...
 
     def stats(self) -> dict[str, Any]:
         """Operational figures of the last stream (e.g. how concurrency adapted), for run.json."""

@@ -15,7 +15,7 @@ import copy
 import hashlib
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from .base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
@@ -105,7 +105,7 @@ class HFBackend:
         # The template already wrote any BOS it wants.
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+    async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
         self._stop.clear()
         if self.params.seed is not None:
             self._torch.manual_seed(self.params.seed)

@@ -20,7 +20,7 @@ import asyncio
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -188,7 +188,7 @@ class RetryingBackend(ABC):
             status_code=last.status, elapsed_s=_seconds(time.monotonic() - started),
         )
 
-    async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+    async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
         """Run every request concurrently (bounded by the limiter); yield results as they finish.
         Closing the iterator cancels whatever is still in flight."""
         self.limiter = AdaptiveLimiter(self.concurrency)
