@@ -125,3 +125,14 @@ def test_sampling_with_a_seed_is_reproducible(model_dirs, tmp_path):
     _, _, second = generate(model_dirs["random"], tmp_path / "b", data, batch_size=2, params=params)
     assert {i: r["model_output"] for i, r in first.items()} == {i: r["model_output"] for i, r in second.items()}
     assert runs.load_manifest(tmp_path / "a")["generation"]["decoding"] == "sampling"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_runs_on_cuda_in_bfloat16(model_dirs, tmp_path):
+    data = synthetic_data(5)
+    backend = make_backend("hf", str(model_dirs["random"]), DecodingParams.resolve(max_tokens=MAX_TOKENS),
+                           BackendOptions(batch_size=2, dtype="bfloat16", device="cuda"))
+    summary = run_generation(tmp_path / "run", data, data.samples, backend, progress=False)
+    assert summary.ok == 5 and not summary.errors
+    generation = runs.load_manifest(tmp_path / "run")["generation"]
+    assert generation["loaded_dtype"] == "bfloat16" and generation["device"] == "cuda"
