@@ -4,6 +4,7 @@ offline replies, estimates, resume planning."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -15,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from charactereval_lib import runs
-from charactereval_lib.generation.base import ConfigError, DecodingParams, build_payload, redact
+from charactereval_lib.generation.base import ConfigError, DecodingParams, GenerationResult, build_payload, redact
 from charactereval_lib.generation.engine import check_resume, plan_run
 from charactereval_lib.generation.estimate import estimate_cost, estimate_tokens
 from charactereval_lib.generation.offline import offline_reply
@@ -94,21 +95,21 @@ def test_limiter_halves_once_per_epoch_and_recovers_additively():
         assert limiter.in_flight == 8
         # A burst of 429s from requests sent under the same limit lowers it once.
         for epoch in epochs[:5]:
-            await limiter.release(epoch, throttled=True)
+            limiter.release(epoch, throttled=True)
         assert limiter.limit == 4 and limiter.decreases == 1
         # A 429 from a request sent after the decrease counts again.
         epoch = await limiter.acquire()
-        await limiter.release(epoch, throttled=True)
+        limiter.release(epoch, throttled=True)
         assert limiter.limit == 2 and limiter.decreases == 2
         for epoch in epochs[5:]:
-            await limiter.release(epoch, success=True)
+            limiter.release(epoch, success=True)
         # Additive increase: +1/limit per success (about +1 per limit's worth), capped at the maximum.
         expected = 2.0
         for _ in epochs[5:]:
             expected += 1 / expected
         assert limiter.limit == pytest.approx(expected)
         for _ in range(200):
-            await limiter.release(await limiter.acquire(), success=True)
+            limiter.release(await limiter.acquire(), success=True)
         assert limiter.limit == 8 and limiter.lowest == 2
 
     asyncio.run(scenario())
@@ -118,16 +119,40 @@ def test_limiter_never_goes_below_one_and_bounds_in_flight():
     async def scenario() -> None:
         limiter = AdaptiveLimiter(4)
         for _ in range(10):
-            await limiter.release(await limiter.acquire(), throttled=True)
+            limiter.release(await limiter.acquire(), throttled=True)
         assert limiter.limit == 1.0 and limiter.slots == 1
         first = await limiter.acquire()
         waiter = asyncio.create_task(limiter.acquire())
         await asyncio.sleep(0.01)
         assert not waiter.done()  # one slot only
-        await limiter.release(first, success=True)
+        limiter.release(first, success=True)
         await asyncio.wait_for(waiter, 1)
 
     asyncio.run(scenario())
+
+
+def test_limiter_passes_on_a_slot_whose_waiter_was_cancelled():
+    async def scenario() -> None:
+        limiter = AdaptiveLimiter(1)
+        held = await limiter.acquire()
+        first = asyncio.create_task(limiter.acquire())
+        second = asyncio.create_task(limiter.acquire())
+        third = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        third.cancel()  # gives up while waiting
+        limiter.release(held)  # hands the slot to `first`...
+        first.cancel()  # ...which no longer wants it, so `second` must get it
+        await asyncio.gather(first, third, return_exceptions=True)
+        await asyncio.wait_for(second, 1)
+        assert limiter.in_flight == 1 and not limiter._waiters
+
+    asyncio.run(scenario())
+
+
+def test_records_carry_every_result_field():
+    result = GenerationResult(7, "ok", "甲：好", "ab" * 32, extra={"batch_size": 2})
+    field_names = {f.name for f in dataclasses.fields(GenerationResult)} - {"extra"}
+    assert set(result.to_record()) == field_names | {"batch_size"}
 
 
 # --- secrets -------------------------------------------------------------------------------------

@@ -118,9 +118,23 @@ class GenerationResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
-        record = asdict(self)
-        extra = record.pop("extra")
-        return {**record, **extra}
+        # Built by hand: dataclasses.asdict deep-copies every value, a visible cost per request.
+        return {
+            "id": self.id,
+            "status": self.status,
+            "model_output": self.model_output,
+            "request_sha256": self.request_sha256,
+            "attempts": self.attempts,
+            "error": self.error,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+            "latency_s": self.latency_s,
+            "elapsed_s": self.elapsed_s,
+            "model": self.model,
+            "refusal": self.refusal,
+            "content_filter": self.content_filter,
+            **self.extra,
+        }
 
 
 def error_result(

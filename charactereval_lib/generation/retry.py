@@ -17,6 +17,8 @@ Policy (recorded in run.json with every run):
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import random
 import time
 from abc import ABC, abstractmethod
@@ -83,7 +85,8 @@ class PermanentError(Exception):
 
 
 class AdaptiveLimiter:
-    """A semaphore whose size follows AIMD (see the module docstring)."""
+    """A FIFO semaphore whose size follows AIMD (see the module docstring). Lock-free: it lives
+    on one event loop, and a release hands its slot straight to the oldest waiter."""
 
     def __init__(self, max_limit: int, *, decrease_factor: float = 0.5) -> None:
         if max_limit < 1:
@@ -95,7 +98,7 @@ class AdaptiveLimiter:
         self.epoch = 0
         self.decreases = 0
         self.lowest = float(max_limit)
-        self._cond = asyncio.Condition()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
     def slots(self) -> int:
@@ -103,24 +106,39 @@ class AdaptiveLimiter:
 
     async def acquire(self) -> int:
         """Wait for a free slot; returns the epoch the request is sent in."""
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.in_flight < self.slots)
+        if self.in_flight < self.slots and not self._waiters:
             self.in_flight += 1
             return self.epoch
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # _wake counted the slot as ours before resolving the future
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(self.epoch)  # handed a slot we no longer want: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+        return self.epoch
 
-    async def release(self, epoch: int, *, success: bool = False, throttled: bool = False) -> None:
-        async with self._cond:
-            self.in_flight -= 1
-            if throttled and epoch == self.epoch:
-                self.limit = max(1.0, self.limit * self.decrease_factor)
-                self.epoch += 1
-                self.decreases += 1
-                self.lowest = min(self.lowest, self.limit)
-            elif success and self.limit < self.max_limit:
-                self.limit = min(float(self.max_limit), self.limit + 1.0 / self.limit)
-            free = self.slots - self.in_flight
-            if free > 0:
-                self._cond.notify(free)
+    def release(self, epoch: int, *, success: bool = False, throttled: bool = False) -> None:
+        self.in_flight -= 1
+        if throttled and epoch == self.epoch:
+            self.limit = max(1.0, self.limit * self.decrease_factor)
+            self.epoch += 1
+            self.decreases += 1
+            self.lowest = min(self.lowest, self.limit)
+        elif success and self.limit < self.max_limit:
+            self.limit = min(float(self.max_limit), self.limit + 1.0 / self.limit)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < self.slots:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
 
     def stats(self) -> dict[str, Any]:
         return {"max": self.max_limit, "final": round(self.limit, 2), "lowest": round(self.lowest, 2),
@@ -173,7 +191,7 @@ class RetryingBackend(ABC):
                     elapsed_s=_seconds(time.monotonic() - started), **exc.fields,
                 )
             finally:
-                await self.limiter.release(epoch, **outcome)
+                self.limiter.release(epoch, **outcome)
             if outcome.get("success"):
                 result.request_sha256 = sha
                 result.attempts = attempt
