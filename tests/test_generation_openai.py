@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from charactereval_lib import runs
+from charactereval_lib.generation import openai_backend
 from charactereval_lib.generation.backends import BackendOptions, make_backend
 from charactereval_lib.generation.base import DecodingParams
 from charactereval_lib.generation.engine import run_generation, writer_lock
@@ -66,10 +67,15 @@ SCENARIOS = {
     "404": (["404"], "error", "NotFoundError", 1),
     "always_500": (["500"], "error", "InternalServerError", MAX_ATTEMPTS),
     "always_reset": (["reset"], "error", "APIConnectionError", MAX_ATTEMPTS),
+    "always_timeout": (["timeout"], "error", "APITimeoutError", MAX_ATTEMPTS),
 }
 
 
-def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(server, tmp_path, capfd):
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transport, server, tmp_path, capfd,
+                                                                          monkeypatch):
+    if transport == "httpx":  # the fallback when aiohttp is not installed
+        monkeypatch.setattr(openai_backend, "_http_client", lambda openai, timeout_s: ("httpx", None))
     names = list(SCENARIOS)
     data = synthetic_data(2 * len(names))
     keys = keys_by_id(data)
@@ -108,6 +114,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(server
     assert sum(v is None for v in outputs.values()) == sum(SCENARIOS[n][1] == "error" for n in scenario.values())
     assert summary.ok + sum(summary.errors.values()) == len(data.samples)
     assert summary.errors["ContentFilterError"] == 4 and summary.refusals == 2 and summary.empty == 4
+    assert summary.errors["APITimeoutError"] == 2 and summary.errors["APIConnectionError"] == 2
 
     # The key went out as a bearer token but was written nowhere and printed nowhere.
     assert server.authorizations == {f"Bearer {FAKE_KEY}"}
@@ -115,6 +122,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(server
     out, err = capfd.readouterr()
     assert FAKE_KEY not in out + err
     manifest = runs.load_manifest(run)
+    assert manifest["generation"]["http_transport"] == transport
     assert manifest["generation"]["api_key_env"] == "OPENAI_API_KEY"
     assert manifest["generation"]["retry_policy"]["max_attempts"] == MAX_ATTEMPTS
 
