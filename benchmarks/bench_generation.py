@@ -4,7 +4,9 @@ Measures, in one run and against one server process:
   (a) ours:       the openai backend through the engine (records written to a run directory);
   (b) raw:        a minimal aiohttp client with the same concurrency (the ceiling here);
   (c) sequential: one request at a time with the openai client, like the official script
-                  (a few dozen requests, extrapolated).
+                  (a few dozen requests, extrapolated);
+  (d) engine only: the same engine with the offline backend sleeping the same latency, no HTTP
+                  (how much of the gap to (b) is the engine and how much the HTTP client).
 Prints requests/s, ours/raw, ours/sequential, the fraction of the ideal concurrency/latency rate
 and the client CPU time per request. Times include each client's setup and, for ours, building
 the S3 messages, the manifest and every record written; module imports are done beforehand.
@@ -33,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from charactereval_lib import runs  # noqa: E402
 from charactereval_lib.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data  # noqa: E402
 from charactereval_lib.generation.base import DecodingParams, build_payload, make_requests  # noqa: E402
-from charactereval_lib.generation.engine import generate_async  # noqa: E402
+from charactereval_lib.generation.engine import generate_async, run_generation  # noqa: E402
+from charactereval_lib.generation.offline import OfflineBackend  # noqa: E402
 from charactereval_lib.generation.openai_backend import OpenAIBackend  # noqa: E402
 from charactereval_lib.generation.retry import RetryPolicy  # noqa: E402
 
@@ -95,6 +98,13 @@ def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
         return sum(1 for r in records if r["status"] == "ok")
 
 
+def run_engine_only(data: OfficialData, concurrency: int, latency: float) -> int:
+    backend = OfflineBackend(MODEL, DecodingParams.resolve(), concurrency=concurrency, latency_s=latency)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_generation(Path(tmp), data, data.samples, backend, progress=False)
+        return sum(1 for r in runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
+
+
 def run_raw(base_url: str, payloads: list[dict], concurrency: int) -> int:
     async def main() -> int:
         limit = asyncio.Semaphore(concurrency)
@@ -141,6 +151,8 @@ def main() -> None:
             measure("raw aiohttp client", lambda: run_raw(base_url, payloads, args.concurrency), args.requests),
             measure("sequential (official-style loop)", lambda: run_sequential(base_url, payloads[: args.sequential]),
                     args.sequential),
+            measure("engine only (offline backend, no HTTP)",
+                    lambda: run_engine_only(data, args.concurrency, args.latency), args.requests),
         ]
     finally:
         server.terminate()
@@ -150,9 +162,9 @@ def main() -> None:
     print(f"{args.requests} requests ({source}), concurrency {args.concurrency}, server latency "
           f"{args.latency * 1000:.0f} ms, ideal {ideal:.0f} req/s, {os.cpu_count()} CPU cores, server in its own process")
     for r in results:
-        print(f"  {r['label']:<34} {r['rate']:8.1f} req/s  wall {r['wall_s']:6.1f} s  "
+        print(f"  {r['label']:<40} {r['rate']:8.1f} req/s  wall {r['wall_s']:6.1f} s  "
               f"{r['rate'] / ideal:6.1%} of ideal  client CPU {r['cpu_ms']:.2f} ms/request")
-    ours, raw, sequential = (r["rate"] for r in results)
+    ours, raw, sequential, _ = (r["rate"] for r in results)
     print(f"ours / raw        = {ours / raw:.3f}  (target >= 0.9)")
     print(f"ours / sequential = {ours / sequential:.1f}x  (target >= 50x; sequential extrapolated from "
           f"{args.sequential} requests)")
