@@ -335,7 +335,9 @@ def load_run_scores(run_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         score = latest.get((row["id"], row["metric_en"]))
         if score is not None:
             scored.append({**row, **score})
-    frame = scores_frame(scored)
+    # With nothing scored yet the table still has the rows' columns (role, novel_name, ...), so
+    # breakdowns of an unscored run are empty rather than errors.
+    frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
     return frame, {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored)}
 
 

@@ -111,6 +111,20 @@ def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     assert "not reproduced" in html
 
 
+def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
+    data_dir, _, _ = synthetic_runs
+    data = load_official_data(data_dir, verify=False)
+    run = write_synthetic_run(tmp_path / "unscored", data, unscored=10**6)
+    assert runs.read_jsonl(run / runs.SCORES).records == []
+    notebook, html_path = report.report(run, data_dir=str(data_dir), verify_data=False, n_boot=20)
+    assert cell_problems(notebook) == []
+    html = html_path.read_text(encoding="utf-8")
+    rows = len(runs.read_jsonl(run / runs.ROWS).records)
+    assert f"Scoring is incomplete: {rows} row(s)" in html and f"0 scored rows of {rows}" in html
+    # Every section still renders: figures say there is nothing to show instead of failing.
+    assert sections(html)["Score grid (bf16)"].count(PNG) == 1
+
+
 def test_compare_needs_two_runs(synthetic_runs, tmp_path):
     _, run_a, _ = synthetic_runs
     with pytest.raises(report.ReportError, match="at least two runs"):
