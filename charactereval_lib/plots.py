@@ -240,7 +240,9 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
     palette = sns.color_palette(RUN_PALETTE)
     for ax, dimension, color in zip(axes, DIMENSIONS, palette):
         part = frame[frame["dimension"] == dimension.name]
-        ax.scatter(part["context_chars"], part["score"], s=4, alpha=0.25, color=color, linewidths=0)
+        # Fainter points for bigger runs, so both 100 and 3,000 rows stay readable.
+        alpha = float(np.clip(200 / max(len(part), 1), 0.15, 0.7))
+        ax.scatter(part["context_chars"], part["score"], s=8, alpha=alpha, color=color, linewidths=0)
         means = binned_means(part, "context_chars", bins=bins)
         ax.plot(means["x_mid"], means["mean"], color="black", marker="o", markersize=3, label="binned mean")
         ax.set_xscale("log")
