@@ -24,7 +24,7 @@ from .diagnostics import binned_means, grid_bins, grid_check, grid_step, on_bf16
 from .protocol import DIMENSIONS, METRICS
 
 RUN_PALETTE = "deep"
-BASELINE_PALETTE = "muted"
+BASELINE_PALETTE = "Dark2"
 # Where the score grid's step changes (sigmoid crosses a power of two), within typical scores.
 GRID_STEP_BOUNDARIES = (1.5, 2.0, 3.0)
 
@@ -60,13 +60,13 @@ def radar(values: pd.DataFrame, axes: Sequence[str], *, title: str) -> Figure:
         return _message_figure(f"{title}: nothing to plot")
     angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False)
     closed = np.append(angles, angles[0])
-    fig = new_figure(7, 6.5)
+    fig = new_figure(7, 7.5)
     ax = fig.add_subplot(projection="polar")
     ax.set_theta_offset(np.pi / 2)
     ax.set_theta_direction(-1)
     kinds = values.groupby("series", sort=False)["kind"].first()
     run_colors = iter(sns.color_palette(RUN_PALETTE, max(1, (kinds == "run").sum())))
-    paper_colors = iter(sns.color_palette(BASELINE_PALETTE, max(1, (kinds == "paper").sum()) + 3)[3:])
+    paper_colors = iter(sns.color_palette(BASELINE_PALETTE, max(1, (kinds == "paper").sum())))
     for series, kind in kinds.items():
         part = values[values["series"] == series].set_index("axis").reindex(list(axes))
         ring = np.append(part["value"].to_numpy(float), part["value"].iloc[0])
@@ -85,8 +85,10 @@ def radar(values: pd.DataFrame, axes: Sequence[str], *, title: str) -> Figure:
         ax.set_ylim(max(1.0, math.floor((finite.min() - 0.25) * 2) / 2), min(5.0, math.ceil((finite.max() + 0.25) * 2) / 2))
     ax.set_xticks(angles)
     ax.set_xticklabels(list(axes))
-    ax.set_title(title)
-    ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize="small")
+    # Radial scale between the first two spokes, clear of the axis labels and the first values.
+    ax.set_rlabel_position(float(np.degrees(angles[1] / 2)))
+    ax.set_title(title, pad=24)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, fontsize="small", frameon=False)
     return fig
 
 
