@@ -20,13 +20,15 @@ from matplotlib.figure import Figure
 
 from . import reference
 from .aggregate import PairedComparison, Statistics
-from .diagnostics import binned_means, grid_bins, grid_check, grid_step, on_bf16_grid, sample_size_table
+from .diagnostics import binned_means, grid_bins, grid_check, grid_step, on_bf16_grid, sample_size_table, score_grid
 from .protocol import DIMENSIONS, METRICS
 
 RUN_PALETTE = "deep"
 BASELINE_PALETTE = "Dark2"
 # Where the score grid's step changes (sigmoid crosses a power of two), within typical scores.
 GRID_STEP_BOUNDARIES = (1.5, 2.0, 3.0)
+# Above this many grid values in the plotted range, minor ticks would merge into a bar.
+MAX_GRID_TICKS = 300
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -144,6 +146,10 @@ def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figur
     checks = grid_check(scores).set_index("metric_en")
     fig = new_figure(16, 10)
     axes = fig.subplots(3, 4, sharex=True)
+    grid = score_grid(edges[0], edges[-1])
+    if len(grid) <= MAX_GRID_TICKS:
+        # Minor ticks on every grid value: the gaps between bars are the grid, not missing data.
+        axes[-1, 0].set_xticks(grid, minor=True)
     color = sns.color_palette(RUN_PALETTE)[0]
     for ax, metric in zip(axes.ravel(), METRICS):
         part = scores.loc[scores["metric_en"] == metric.metric_en, "score"].to_numpy(float)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
@@ -9,6 +10,7 @@ from matplotlib.figure import Figure
 from charactereval_lib import analysis, diagnostics, plots
 from charactereval_lib.aggregate import paired_comparison
 from charactereval_lib.data import load_official_data
+from charactereval_lib.diagnostics import on_bf16_grid
 from charactereval_lib.protocol import METRICS
 from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
 
@@ -93,3 +95,13 @@ def test_failure_breakdown_plot_uses_ascii_labels():
     labels = [t.get_text() for t in plots.failure_figure(table).axes[0].get_yticklabels()]
     assert any("role:" in label for label in labels)
     assert all("\uff1a" not in label for label in labels)
+
+
+def test_grid_values_are_marked_when_few_enough():
+    scores = pd.DataFrame({"id": [1, 2, 3], "metric_en": ["Fluency", "Empathy", "Empathy"],
+                           "score": [3.015625, 3.5, 3.25]})
+    ticks = plots.score_grid_histograms(scores).axes[0].get_xticks(minor=True)
+    # Every grid value from the lowest to the highest score (matplotlib drops the minor tick that
+    # would sit on the major tick at 3.5).
+    assert on_bf16_grid(ticks).all() and (np.diff(ticks) == 2**-6).all()
+    assert ticks[0] == 3.015625 and ticks[-1] == 3.484375
