@@ -258,9 +258,197 @@ def to_score(sigmoid: float) -> float:
 # --- faithful mode --------------------------------------------------------------------------
 
 
+def check_ids(model: BaichuanCharRM, ids: Sequence[int]) -> None:
+    if not ids:
+        raise ValueError("empty input: an RM input always ends with the eos id")
+    vocab = model.config.vocab_size
+    bad = next((i for i in ids if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} is outside the model's vocabulary (size {vocab}); tokenizer and checkpoint do not match")
+
+
 def sigmoid_faithful(model: BaichuanCharRM, ids: Sequence[int]) -> float:
-    """S8 (faithful): one sequence, batch 1, the official arithmetic; returns the sigmoid."""
+    """S8 (faithful): one sequence, batch 1, no padding, the official arithmetic; returns the
+    bf16 sigmoid as a Python float (``to_score`` turns it into the official score)."""
+    check_ids(model, ids)
     device = model.score.weight.device
     with strict_numerics(device):
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
         return model(input_ids).item()
+
+
+# --- fast mode ------------------------------------------------------------------------------
+#
+# What may change and what may not. Right padding keeps every real token at its absolute
+# position (the ALiBi bias uses absolute key positions; left padding would change how
+# slope * j rounds in bf16), and under the causal mask no real token sees a pad, so no padding
+# mask is needed. The linear layers then run on the padded batch at once. Attention, however,
+# is computed per row at the row's OWN length: a bf16 softmax sums its row in an order that
+# depends on the row length (vector chunks vs tail), so a row padded to the batch width can
+# round differently; per row, the score, softmax and value products have exactly the faithful
+# shapes. The final layer is only evaluated at each row's last position, where the score is
+# read. Rows that share a token prefix (the metrics of one sample) can reuse the keys and values
+# of that prefix from one full row of their group; their prefix was computed at the lead row's
+# length, the one approximation of this mode: ``verify`` measures it.
+
+
+@dataclass(frozen=True)
+class FastOptions:
+    # Upper bound on padded tokens per batch (rows x longest row); bounds activation memory.
+    token_budget: int = 16384
+    max_batch: int = 64
+    # Reuse the keys/values of the token prefix shared by the rows of one group (the metrics
+    # of one sample differ only in the dimension name at the very end).
+    reuse_prefix: bool = True
+    # A shared prefix shorter than this is not worth keeping keys/values for.
+    min_prefix: int = 16
+
+
+@dataclass
+class _Item:
+    """Work for one row in a batch: ``tokens`` at absolute positions start, start + 1, ...
+    after ``past`` (per layer (k, v) of positions [0, start)), or from position 0."""
+
+    tokens: Sequence[int]
+    start: int = 0
+    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Keep this row's keys/values of positions [0, keep) (for rows that lend their prefix).
+    keep: int = 0
+
+
+def _probs_inplace(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``attention_probs`` with the elementwise steps done in place: the same operations on the
+    same values (the tests check bitwise equality), without three large temporaries."""
+    scores = torch.matmul(q, k.transpose(2, 3))
+    scores.div_(math.sqrt(q.shape[-1]))
+    scores.add_(mask)
+    scores.clamp_min_(torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
+
+
+def _row_kv(item: _Item, layer: int, k: torch.Tensor, v: torch.Tensor, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row ``row``'s keys/values over all its positions: cached prefix + its own new tokens."""
+    n = len(item.tokens)
+    k_row, v_row = k[row : row + 1, :, :n], v[row : row + 1, :, :n]
+    if item.past is not None:
+        k_row = torch.cat([item.past[layer][0], k_row], dim=2)
+        v_row = torch.cat([item.past[layer][1], v_row], dim=2)
+    return k_row, v_row
+
+
+def _run_items(model: BaichuanCharRM, items: Sequence[_Item]) -> tuple[list[float], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """One right-padded batch: returns each row's sigmoid and, for rows with ``keep``, their
+    per-layer keys/values of positions [0, keep)."""
+    device = model.score.weight.device
+    width = max(len(it.tokens) for it in items)
+    ids = torch.zeros((len(items), width), dtype=torch.long)
+    for row, it in enumerate(items):
+        ids[row, : len(it.tokens)] = torch.tensor(list(it.tokens), dtype=torch.long)
+    mask = model.alibi(max(it.start + len(it.tokens) for it in items))
+    x = model.model.embed_tokens(ids.to(device))
+    kept: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in items]
+    layers = model.model.layers
+    for index, layer in enumerate(layers):
+        attn = layer.self_attn
+        q, k, v = attn.qkv(layer.input_layernorm(x))
+        final = index == len(layers) - 1
+        out = q.new_zeros((len(items), q.shape[1], 1 if final else width, q.shape[3]))
+        for row, it in enumerate(items):
+            k_row, v_row = _row_kv(it, index, k, v, row)
+            if it.keep:
+                kept[row].append((k_row[:, :, : it.keep].clone(), v_row[:, :, : it.keep].clone()))
+            end = it.start + len(it.tokens)
+            # The final layer only matters at the last position: one query row there.
+            first = len(it.tokens) - 1 if final else 0
+            q_row = q[row : row + 1, :, first : len(it.tokens)]
+            probs = _probs_inplace(q_row, k_row, mask[:, it.start + first : end, :end])
+            out[row : row + 1, :, : q_row.shape[2]] = torch.matmul(probs, v_row)
+        if final:
+            rows = torch.arange(len(items), device=device)
+            last = torch.tensor([len(it.tokens) - 1 for it in items], device=device)
+            x = x[rows, last].unsqueeze(1)
+        x = x + attn.merge(out)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return _finish(model, x), kept
+
+
+def _finish(model: BaichuanCharRM, h_last: torch.Tensor) -> list[float]:
+    """Final norm, score head and sigmoid per row, on (1, H) slices: the exact shapes of the
+    faithful path's tail."""
+    out = []
+    for row in h_last.reshape(-1, h_last.shape[-1]).split(1):
+        out.append(torch.sigmoid(model.score(model.model.norm(row)).squeeze()).item())
+    return out
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _batches(items: list[_Item], options: FastOptions) -> Iterator[list[int]]:
+    """Length-bucketed batches: indices sorted longest first, cut so that rows x longest row
+    stays within the token budget."""
+    order = sorted(range(len(items)), key=lambda i: -len(items[i].tokens))
+    batch: list[int] = []
+    for i in order:
+        longest = len(items[batch[0]].tokens) if batch else 0
+        if batch and ((len(batch) + 1) * longest > options.token_budget or len(batch) >= options.max_batch):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def sigmoids_fast(
+    model: BaichuanCharRM,
+    seqs: Sequence[Sequence[int]],
+    groups: Sequence[Hashable] | None = None,
+    options: FastOptions = FastOptions(),
+) -> list[float]:
+    """S8 (fast): the sigmoid of every sequence, in right-padded, length-bucketed batches.
+    With ``groups`` (and ``options.reuse_prefix``), the first row of each group is computed in
+    full and the others only past their common token prefix, reusing its keys and values."""
+    for seq in seqs:
+        check_ids(model, seq)
+    device = model.score.weight.device
+    out: list[float | None] = [None] * len(seqs)
+    # Lead rows (computed in full) and, per lead, the followers that reuse its prefix.
+    leads: list[tuple[int, int, list[int]]] = []  # (row, prefix length, follower rows)
+    if groups is not None and options.reuse_prefix:
+        members: dict[Hashable, list[int]] = {}
+        for i, key in enumerate(groups):
+            members.setdefault(key, []).append(i)
+        for idx in members.values():
+            # Keep at least one token per follower after the prefix: its score is read there.
+            prefix = min(_common_prefix([seqs[i] for i in idx]), min(len(seqs[i]) for i in idx) - 1)
+            if len(idx) > 1 and prefix >= options.min_prefix:
+                leads.append((idx[0], prefix, idx[1:]))
+            else:
+                leads.extend((i, 0, []) for i in idx)
+    else:
+        leads = [(i, 0, []) for i in range(len(seqs))]
+    with strict_numerics(device):
+        first = [_Item(seqs[row], keep=prefix) for row, prefix, _ in leads]
+        followers: list[tuple[int, _Item]] = []
+        for batch in _batches(first, options):
+            values, kept = _run_items(model, [first[j] for j in batch])
+            for j, value, kv in zip(batch, values, kept):
+                row, prefix, rest = leads[j]
+                out[row] = value
+                followers += [(i, _Item(seqs[i][prefix:], start=prefix, past=kv)) for i in rest]
+            # Followers run as soon as their prefixes exist, so few caches are alive at once.
+            items = [it for _, it in followers]
+            for fbatch in _batches(items, options):
+                values, _ = _run_items(model, [items[j] for j in fbatch])
+                for j, value in zip(fbatch, values):
+                    out[followers[j][0]] = value
+            followers = []
+    return [float(v) for v in out]  # type: ignore[arg-type]
