@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import CheckpointError
 from .model import DTYPE, BaichuanCharRM, RMConfig
 
 CONFIG = "config.json"
@@ -32,10 +33,6 @@ BIN_SINGLE = "pytorch_model.bin"
 ST_INDEX = "model.safetensors.index.json"
 ST_SINGLE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory, file or tensor that cannot be used as it is."""
 
 
 # --- config ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 import sentencepiece as spm
 
 from ..protocol import RM_EOS_ID, RM_MAX_TOKENS
+from .errors import TokenizerError
 
 TOKENIZER_MODEL = "tokenizer.model"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -50,10 +51,6 @@ SPECIAL_ATTRIBUTES = (
 )
 # Baichuan's tokenizer class defaults when a file does not name the token at all.
 DEFAULT_LITERALS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-
-
-class TokenizerError(ValueError):
-    """A tokenizer directory that cannot be used as it is."""
 
 
 @dataclass(frozen=True)
