@@ -105,7 +105,8 @@ def find_layout(model_dir: str | Path) -> Layout:
         index = model_dir / index_name
         if index.exists():
             weight_map = _read_index(index)
-            files = tuple(dict.fromkeys(weight_map.values()))
+            # Shard names sort in shard order; read them in that order.
+            files = tuple(sorted(set(weight_map.values())))
             return Layout(kind, index, files, weight_map)
         if (model_dir / single).exists():
             return Layout(kind, None, (single,), None)
@@ -151,51 +152,55 @@ def _raise_first(problems: list[str]) -> None:
 # --- reading tensors ------------------------------------------------------------------------
 
 
-def _open_bin(path: Path) -> dict[str, torch.Tensor]:
+def _open_bin(path: Path) -> tuple[dict[str, torch.Tensor], bool]:
+    """The state dict of one ``.bin`` file and whether its tensors are views of a private
+    memory map of the file (``mmap=True``; legacy non-zip files are read into memory)."""
     try:
         try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            obj, mapped = torch.load(path, map_location="cpu", weights_only=True, mmap=True), True
         except RuntimeError as exc:
-            # Files in the legacy (pre-zip) format cannot be memory-mapped; read them plainly.
             if "mmap" not in str(exc) and "zip" not in str(exc).lower():
                 raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            obj, mapped = torch.load(path, map_location="cpu", weights_only=True), False
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle is a bad file
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path.name}: unreadable weights file ({detail[:200]})") from None
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise CheckpointError(f"{path.name}: not a state dict of tensors")
-    return obj
+    return obj, mapped
 
 
-def _iter_file(path: Path, kind: str) -> Iterator[tuple[str, torch.Tensor]]:
+def _iter_file(path: Path, kind: str) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """(key, tensor, mapped) for one weight file; ``mapped`` marks views of a private file
+    mapping, whose pages can be dropped once copied elsewhere."""
     if kind == "bin":
-        state = _open_bin(path)
+        state, mapped = _open_bin(path)
         while state:
             # Pop as we go so each source tensor can be released as soon as it is copied.
             key = next(iter(state))
-            yield key, state.pop(key)
+            yield key, state.pop(key), mapped
         return
-    from safetensors import safe_open
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for key in f.keys():
-                yield key, f.get_tensor(key)
+                yield key, f.get_tensor(key), False
     except SafetensorError as exc:
         raise CheckpointError(f"{path.name}: unreadable safetensors file ({str(exc)[:200]})") from None
 
 
-def iter_checkpoint(model_dir: str | Path, expected: dict[str, tuple[int, ...]]) -> Iterator[tuple[str, str, torch.Tensor]]:
-    """(file, key, tensor) for every tensor, file by file, each checked against the index and
+def iter_checkpoint(
+    model_dir: str | Path, expected: dict[str, tuple[int, ...]]
+) -> Iterator[tuple[str, str, torch.Tensor, bool]]:
+    """(file, key, tensor, mapped) for every tensor, file by file, each checked against the index and
     the expected shapes; after the last one, checks that nothing expected was missing."""
     model_dir = Path(model_dir)
     layout = find_layout(model_dir)
     check_index(layout, expected, model_dir)
     seen: set[str] = set()
     for name in layout.files:
-        for key, tensor in _iter_file(model_dir / name, layout.kind):
+        for key, tensor, mapped in _iter_file(model_dir / name, layout.kind):
             where = f"in {name}"
             if key not in expected:
                 raise CheckpointError(f"{key}: unexpected tensor {where}")
@@ -208,7 +213,7 @@ def iter_checkpoint(model_dir: str | Path, expected: dict[str, tuple[int, ...]])
             if not tensor.is_floating_point():
                 raise CheckpointError(f"{key}: dtype {tensor.dtype} {where}, expected floating point")
             seen.add(key)
-            yield name, key, tensor
+            yield name, key, tensor, mapped
         if layout.weight_map is not None:
             absent = [k for k, f in layout.weight_map.items() if f == name and k not in seen]
             _raise_first([f"{k}: missing from {name} (the index puts it there)" for k in absent])
@@ -217,27 +222,24 @@ def iter_checkpoint(model_dir: str | Path, expected: dict[str, tuple[int, ...]])
 
 
 def _release_pages(tensor: torch.Tensor) -> None:
-    """Drop a copied source tensor's pages from this process (Linux, private file mapping):
-    they are unmodified, so the kernel can re-read them from the file if ever touched again.
-    Keeps the resident set at one copy of the weights while they move to another device or
-    dtype. Best effort: does nothing where madvise is unavailable."""
-    if not hasattr(mmap, "MADV_DONTNEED") or tensor.device.type != "cpu":
+    """Drop the pages of a source tensor that has been copied elsewhere from this process's
+    resident set. Only for views of a private file mapping that is only read (torch.load with
+    mmap=True): such pages are unmodified, so dropping them loses nothing (the kernel would
+    re-read them from the file). Only pages wholly inside the tensor are dropped. Keeps the
+    resident set near one copy of the weights while they move to a GPU or change dtype.
+    Best effort: nothing happens where madvise is unavailable."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
         return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return
     page = mmap.PAGESIZE
-    start = tensor.data_ptr() // page * page
-    end = tensor.data_ptr() + tensor.untyped_storage().nbytes()
-    length = (end - start + page - 1) // page * page
-    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), mmap.MADV_DONTNEED)
-
-
-def _is_file_backed(tensor: torch.Tensor) -> bool:
-    # Storages made by torch.load(mmap=True) have a filename; ordinary ones do not.
-    filename = getattr(tensor.untyped_storage(), "filename", None)
-    return bool(filename)
+    begin = tensor.data_ptr()
+    start = -(-begin // page) * page
+    end = (begin + tensor.numel() * tensor.element_size()) // page * page
+    if end > start:
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
 def _set_parameter(model: nn.Module, key: str, tensor: torch.Tensor) -> None:
@@ -253,11 +255,11 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> Bai
     device = torch.device(device)
     with torch.device("meta"):
         model = BaichuanCharRM(config)
-    for _name, key, tensor in iter_checkpoint(model_dir, expected_shapes(config)):
+    for _name, key, tensor, mapped in iter_checkpoint(model_dir, expected_shapes(config)):
         # Same rounding as from_pretrained(torch_dtype=bfloat16) for a non-bf16 file; a bf16
         # tensor bound for the CPU is used in place (still backed by the mapped file).
         moved = tensor.to(device=device, dtype=DTYPE)
-        if moved.data_ptr() != tensor.data_ptr() and _is_file_backed(tensor):
+        if mapped and moved.data_ptr() != tensor.data_ptr():
             _release_pages(tensor)
         _set_parameter(model, key, moved)
     return model.eval()
