@@ -35,8 +35,7 @@ def _private_digest_cache(tmp_path, monkeypatch):
 
 def write_checkpoint(path: Path, *, kind: str = "bin", shards: int = 3, state=None, dtype=torch.bfloat16) -> Path:
     state = state if state is not None else {k: v.to(dtype) for k, v in random_state(CONFIG, seed=1).items()}
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    save_checkpoint(state, path, kind=kind, max_shard_bytes=None if shards == 1 else -(-total // shards))
+    save_checkpoint(state, path, kind=kind, shards=shards)
     (path / "config.json").write_text(json.dumps(config_json(CONFIG)), encoding="utf-8")
     return path
 
@@ -53,7 +52,7 @@ def test_round_trip(tmp_path, kind, shards):
     state = random_state(CONFIG, seed=2)
     write_checkpoint(tmp_path, kind=kind, shards=shards, state=state)
     layout = find_layout(tmp_path)
-    assert layout.kind == kind and (len(layout.files) == 1) == (shards == 1)
+    assert layout.kind == kind and len(layout.files) == shards
     model = load_model(tmp_path)
     loaded = model.state_dict()
     assert set(loaded) == set(state)
@@ -86,6 +85,19 @@ def test_bf16_weights_on_cpu_stay_memory_mapped(tmp_path):
     for key, param in model.state_dict().items():
         inside = [name for lo, hi, name in regions if lo <= param.data_ptr() < hi]
         assert inside == [weight_map[key]], key
+
+
+def test_size_capped_shards(tmp_path):
+    state = random_state(CONFIG, seed=4)
+    paths = save_checkpoint(state, tmp_path, max_shard_bytes=2000)
+    (tmp_path / "config.json").write_text(json.dumps(config_json(CONFIG)), encoding="utf-8")
+    weights = [p for p in paths if p.suffix == ".bin"]
+    # Only a tensor larger than the cap may exceed it, alone in its shard.
+    for p in weights:
+        shard = torch.load(p, weights_only=True)
+        assert len(shard) == 1 or sum(t.numel() * 2 for t in shard.values()) <= 2000
+    assert len(weights) > 3
+    assert all(torch.equal(load_model(tmp_path).state_dict()[k], v) for k, v in state.items())
 
 
 def test_golden_official_layout_loads():

@@ -268,36 +268,60 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> Bai
 # --- writing (tiny checkpoints, tests, conversions) -----------------------------------------
 
 
+def _split_evenly(sizes: list[int], n: int) -> list[int]:
+    """Shard index of each tensor (in order) for exactly ``n`` non-empty shards of about equal
+    bytes."""
+    if not 1 <= n <= len(sizes):
+        raise ValueError(f"cannot split {len(sizes)} tensors into {n} shards")
+    total = sum(sizes)
+    out, shard, done = [], 0, 0
+    for i, size in enumerate(sizes):
+        left = len(sizes) - i
+        # Move on when this shard reached its share, or when the remaining tensors are just
+        # enough to give every remaining shard one; never leave a shard empty.
+        if out and out[-1] == shard and shard < n - 1 and (done >= total * (shard + 1) / n or left == n - 1 - shard):
+            shard += 1
+        out.append(shard)
+        done += size
+    return out
+
+
 def save_checkpoint(
     state: dict[str, torch.Tensor],
     out_dir: str | Path,
     *,
     kind: str = "bin",
     max_shard_bytes: int | None = None,
+    shards: int | None = None,
 ) -> list[Path]:
-    """Write a state dict in the Hugging Face layout: one file, or shards of at most
-    ``max_shard_bytes`` (a tensor larger than that gets a shard of its own) with an index."""
+    """Write a state dict in the Hugging Face layout: one file, shards of at most
+    ``max_shard_bytes`` (a larger tensor gets a shard of its own), or exactly ``shards``
+    shards; with an index whenever there is more than one file."""
     if kind not in ("bin", "safetensors"):
         raise ValueError(f"kind must be 'bin' or 'safetensors', got {kind!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for key, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if max_shard_bytes is not None and shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][key] = tensor.detach().contiguous()
-        size += nbytes
-    n = len(shards)
+    sizes = [t.numel() * t.element_size() for t in state.values()]
+    if shards is not None:
+        assignment = _split_evenly(sizes, shards)
+    else:
+        assignment, size, current = [], 0, 0
+        for nbytes in sizes:
+            if max_shard_bytes is not None and assignment and size + nbytes > max_shard_bytes:
+                current, size = current + 1, 0
+            assignment.append(current)
+            size += nbytes
+    shards_out: list[dict[str, torch.Tensor]] = [{} for _ in range(max(assignment, default=0) + 1)]
+    for (key, tensor), index in zip(state.items(), assignment):
+        shards_out[index][key] = tensor.detach().contiguous()
+    n = len(shards_out)
     stem, ext = ("pytorch_model", "bin") if kind == "bin" else ("model", "safetensors")
     if n == 1:
         names = [f"{stem}.{ext}"]
     else:
         names = [f"{stem}-{i + 1:05d}-of-{n:05d}.{ext}" for i in range(n)]
     paths = []
-    for name, shard in zip(names, shards):
+    for name, shard in zip(names, shards_out):
         path = out_dir / name
         if kind == "bin":
             torch.save(shard, path)
@@ -310,7 +334,7 @@ def save_checkpoint(
         total = sum(t.numel() * t.element_size() for t in state.values())
         index = {
             "metadata": {"total_size": total},
-            "weight_map": {k: name for name, shard in zip(names, shards) for k in sorted(shard)},
+            "weight_map": {k: name for name, shard in zip(names, shards_out) for k in sorted(shard)},
         }
         index_path = out_dir / (BIN_INDEX if kind == "bin" else ST_INDEX)
         index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")

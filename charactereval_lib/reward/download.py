@@ -58,9 +58,14 @@ def download_rm(dest: str | Path = DEFAULT_RM_DIR, *, endpoint: str | None = Non
     files), then check that everything scoring needs is there. Raises DownloadError with one
     line that says what failed and what to do."""
     from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.utils import logging as hub_logging
 
     dest = Path(dest)
     where = f"{RM_REPO}@{RM_REVISION[:7]}"
+    # The client retries failed requests by itself; its per-retry warnings would bury the one
+    # line that says what finally went wrong.
+    verbosity = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()
     try:
         snapshot_download(
             RM_REPO,
@@ -79,6 +84,8 @@ def download_rm(dest: str | Path = DEFAULT_RM_DIR, *, endpoint: str | None = Non
             f"{where}: download into {dest} failed ({_one_line(exc)}); {hint}; a partial download "
             f"resumes when re-run, or copy the files in by hand and run `charactereval rm check {dest}`"
         ) from None
+    finally:
+        hub_logging.set_verbosity(verbosity)
     problems = check_rm_dir(dest)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -23,6 +23,7 @@ import torch
 
 from ..protocol import METRICS, RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
 from .checkpoint import CONFIG, expected_shapes, save_checkpoint
+from .errors import CheckpointError
 from .model import DTYPE, RMConfig
 
 TINY_LABEL = "TINY RANDOM CHECKPOINT: its scores are meaningless (demos and tests only)"
@@ -90,30 +91,39 @@ def train_sentencepiece(lines: Iterable[str], out_path: str | Path, vocab_size: 
             for line in lines:
                 f.write(line.replace("\n", " ") + "\n")
         prefix = Path(tmp) / "sp"
-        spm.SentencePieceTrainer.train(
-            input=str(corpus),
-            model_prefix=str(prefix),
-            model_type="bpe",
-            vocab_size=vocab_size,
-            byte_fallback=True,
-            add_dummy_prefix=False,
-            normalization_rule_name="identity",
-            remove_extra_whitespaces=False,
-            split_digits=True,
-            character_coverage=0.9995,
-            hard_vocab_limit=False,
-            max_sentence_length=1 << 16,
-            input_sentence_size=seed_sentences,
-            shuffle_input_sentence=True,
-            unk_id=0,
-            bos_id=1,
-            eos_id=2,
-            pad_id=-1,
-            num_threads=2,
-            minloglevel=2,
-        )
+        try:
+            _train(spm, corpus, prefix, vocab_size, seed_sentences)
+        except RuntimeError as exc:
+            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"{out_path}: sentencepiece training failed ({detail[:300]})") from None
         out_path.write_bytes((Path(tmp) / "sp.model").read_bytes())
     return out_path
+
+
+def _train(spm, corpus: Path, prefix: Path, vocab_size: int, seed_sentences: int) -> None:
+    """The trainer call with Baichuan's options (fixed here, not by the caller)."""
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(prefix),
+        model_type="bpe",
+        vocab_size=vocab_size,
+        byte_fallback=True,
+        add_dummy_prefix=False,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        character_coverage=0.9995,
+        hard_vocab_limit=False,
+        max_sentence_length=1 << 16,
+        input_sentence_size=seed_sentences,
+        shuffle_input_sentence=True,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=2,
+        minloglevel=2,
+    )
 
 
 def write_tokenizer_files(out_dir: Path, model_max_length: int = 4096) -> None:
@@ -206,8 +216,7 @@ def make_tiny(
         model_max_length=model_max_length,
     )
     state = random_state(config, seed=seed)
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    save_checkpoint(state, out_dir, kind="bin", max_shard_bytes=None if shards <= 1 else -(-total // shards))
+    save_checkpoint(state, out_dir, kind="bin", shards=shards)
     (out_dir / CONFIG).write_text(json.dumps(config_json(config), indent=2) + "\n", encoding="utf-8")
     write_tokenizer_files(out_dir, model_max_length)
     source = "the official data's text" if data_dir is not None and tokenizer_lines is None else "synthetic text"
