@@ -265,7 +265,7 @@ def cmd_import_official(args: argparse.Namespace) -> int:
     run_dir = runs.resolve_run_dir(args.run)
     kind, result = import_official(Path(args.file), run_dir, _load_data(args))
     c = result.counts()
-    print(f"{run_dir}: imported a {kind} file: {c['rows']} rows, {c['failed']} failed generation(s)")
+    print(f"{run_dir}: imported an official {kind} file: {c['rows']} rows, {c['failed']} failed generation(s)")
     return 0
 
 

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .protocol import METRIC_BY_EN
+from .runs import write_bytes_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_MANIFEST = PROJECT_ROOT / "data" / "upstream.json"
@@ -179,7 +179,7 @@ def fetch(
         url = upstream.url(spec, mirror)
         data = _download(url, timeout=timeout, progress=progress, label=spec.name)
         check_digests(Path(url), data, spec)
-        _write_bytes_atomic(target, data)
+        write_bytes_atomic(target, data)
         fetched.append(target)
     return fetched
 
@@ -204,20 +204,6 @@ def _download(url: str, *, timeout: float, progress: bool, label: str) -> bytes:
             f"{url}: download failed ({reason}); are you offline? Copy the files into the data "
             f"directory by hand or set {DATA_DIR_ENV}"
         ) from None
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 # --- parse (S1) ------------------------------------------------------------------------------

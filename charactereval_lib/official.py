@@ -31,14 +31,18 @@ class OfficialFormatError(DataError):
     """An official-format file that cannot be imported as it is."""
 
 
-def detect_kind(records: list[dict[str, Any]], path: Path) -> str:
+def detect_kind(records: list[Any], path: Path) -> str:
+    """The file's kind from all its records: per-metric rows have ``metric_en``; evaluation rows
+    also a value under that name. A record that does not fit the rest is reported by
+    ``_check_record``."""
     if not records:
         raise OfficialFormatError(f"{path}: empty array, nothing to import")
-    first = records[0]
-    if "metric_en" not in first:
+    objects = [r for r in records if isinstance(r, dict)]
+    if not any("metric_en" in r for r in objects):
         return GENERATION
-    metric = first["metric_en"]
-    return EVALUATION if isinstance(metric, str) and metric in first else GENERATION_TRANS
+    if any(isinstance(r.get("metric_en"), str) and r["metric_en"] in r for r in objects):
+        return EVALUATION
+    return GENERATION_TRANS
 
 
 def _check_record(record: Any, index: int, path: Path, data_by_id: dict, kind: str) -> None:

@@ -1,0 +1,76 @@
+"""Shared fixtures: the real official data (when configured) and synthetic data directories."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from charactereval_lib.data import DATA_DIR_ENV, OfficialData, load_official_data
+
+NO_DATA_REASON = (
+    f"official data not configured: set {DATA_DIR_ENV} to a directory with test_data.jsonl, "
+    "character_profiles.json and id2metric.jsonl (CI always sets it)"
+)
+
+
+def real_data_dir() -> Path | None:
+    value = os.environ.get(DATA_DIR_ENV)
+    return Path(value) if value else None
+
+
+@pytest.fixture(scope="session")
+def official_dir() -> Path:
+    path = real_data_dir()
+    if path is None:
+        pytest.skip(NO_DATA_REASON)
+    return path
+
+
+@pytest.fixture(scope="session")
+def official_data(official_dir: Path) -> OfficialData:
+    return load_official_data(official_dir)
+
+
+def write_data_dir(
+    path: Path,
+    samples: list[dict[str, Any]],
+    profiles: dict[str, Any],
+    id2metric: dict[str, Any],
+) -> Path:
+    """A synthetic data directory in the official file formats (whole JSON documents)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "test_data.jsonl").write_text(json.dumps(samples, ensure_ascii=False, indent=4), encoding="utf-8")
+    (path / "character_profiles.json").write_text(json.dumps(profiles, ensure_ascii=False, indent=4), encoding="utf-8")
+    (path / "id2metric.jsonl").write_text(json.dumps(id2metric, ensure_ascii=False, indent=4), encoding="utf-8")
+    return path
+
+
+SYNTHETIC_PROFILES = {
+    "甲乙": {"姓名": "甲乙", "性格": "it's \"quoted\"", "经历": ["一", {"嵌套": "值"}]},
+    "丙": {"姓名": "丙", "身份": "掌柜"},
+}
+SYNTHETIC_SAMPLES = [
+    {"id": 1, "role": "甲乙", "novel_name": "书一", "context": "丙：你好\n甲乙：嗯：好\n丙：再见 "},
+    {"id": 2, "role": "丙", "novel_name": "书二", "context": "丙：我先说\n甲乙：请讲"},
+    {"id": 3, "role": "甲乙", "novel_name": "书一", "context": "丙：只有一行"},
+    {"id": 4, "role": "丙", "novel_name": "书二", "context": "甲乙：没有指标"},
+]
+SYNTHETIC_ID2METRIC = {
+    "1": [["Fluency", "对话流利度"], ["Empathy", "共情度"]],
+    "2": [["Accuracy", "知识准确率"]],
+    "3": [["Exposure", "知识曝光度"], ["Diversity", "表现多样性"], ["Coherence", "对话连贯性"]],
+}
+
+
+@pytest.fixture
+def synthetic_dir(tmp_path: Path) -> Path:
+    return write_data_dir(tmp_path / "data", SYNTHETIC_SAMPLES, SYNTHETIC_PROFILES, SYNTHETIC_ID2METRIC)
+
+
+@pytest.fixture
+def synthetic_data(synthetic_dir: Path) -> OfficialData:
+    return load_official_data(synthetic_dir, verify=False)

@@ -1,0 +1,89 @@
+"""Run directories: atomic writes, torn JSON Lines, manifest stamping."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from charactereval_lib import runs
+from charactereval_lib.protocol import PROTOCOL_VERSION
+
+
+def test_bare_name_goes_under_outputs_and_paths_stay_paths():
+    assert runs.resolve_run_dir("m1") == Path("outputs/m1")
+    assert runs.resolve_run_dir("./m1") == Path("./m1")
+    assert runs.resolve_run_dir("/tmp/x/m1") == Path("/tmp/x/m1")
+
+
+def test_appender_writes_one_flushed_line_per_record(tmp_path):
+    path = tmp_path / "g.jsonl"
+    with runs.JsonlAppender(path) as out:
+        out.write({"id": 1, "model_output": "甲：好"})
+        # Visible to another reader before close: one line per record, flushed.
+        assert path.read_text(encoding="utf-8") == '{"id":1,"model_output":"甲：好"}\n'
+        out.write({"id": 2})
+    assert [r["id"] for r in runs.read_jsonl(path).records] == [1, 2]
+
+
+def test_torn_last_line_is_reported_and_cut_before_appending(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_bytes(b'{"id":1}\n{"id":2}\n{"id":3,"model_out')
+    read = runs.read_jsonl(path)
+    assert [r["id"] for r in read.records] == [1, 2]
+    assert read.torn_line == 3 and "torn last line" in read.warnings[0]
+    with runs.JsonlAppender(path) as out:
+        assert "removed a torn last line" in out.repair_message
+        out.write({"id": 3})
+    assert path.read_bytes() == b'{"id":1}\n{"id":2}\n{"id":3}\n'
+
+
+def test_torn_utf8_sequence_is_a_torn_line(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_bytes(b'{"id":1}\n' + '{"x":"甲'.encode()[:-1])
+    assert runs.read_jsonl(path).torn_line == 2
+
+
+def test_complete_but_unterminated_last_line_is_kept_and_terminated(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_bytes(b'{"id":1}\n{"id":2}')
+    assert [r["id"] for r in runs.read_jsonl(path).records] == [1, 2]
+    with runs.JsonlAppender(path) as out:
+        out.write({"id": 3})
+    assert [r["id"] for r in runs.read_jsonl(path).records] == [1, 2, 3]
+
+
+def test_corrupt_line_in_the_middle_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_bytes(b'{"id":1}\nnot json\n{"id":3}\n')
+    with pytest.raises(runs.RunError, match=r"g.jsonl:2: not a JSON record"):
+        runs.read_jsonl(path)
+
+
+def test_atomic_write_leaves_no_temp_file_and_keeps_old_content_on_failure(tmp_path):
+    path = tmp_path / "s.json"
+    runs.write_json_atomic(path, {"a": 1})
+
+    class Boom:
+        pass
+
+    with pytest.raises(TypeError):
+        runs.write_json_atomic(path, {"a": Boom()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert os.listdir(tmp_path) == ["s.json"]
+
+
+def test_manifest_is_stamped_and_merged(tmp_path):
+    runs.update_manifest(tmp_path, generation={"model": "m", "max_tokens": 1024})
+    manifest = runs.update_manifest(tmp_path, generation={"concurrency": 8}, transform={"counts": {"rows": 3}})
+    assert manifest["protocol_version"] == PROTOCOL_VERSION
+    assert manifest["generation"] == {"model": "m", "max_tokens": 1024, "concurrency": 8}
+    assert manifest["created_at"] <= manifest["updated_at"]
+    assert runs.load_manifest(tmp_path) == manifest
+
+
+def test_latest_by_key_keeps_the_last_record():
+    latest = runs.latest_by_key([{"id": 1, "v": 1}, {"id": 2, "v": 2}, {"id": 1, "v": 3}], "id")
+    assert latest == {(1,): {"id": 1, "v": 3}, (2,): {"id": 2, "v": 2}}
