@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from _reward_support import tiny_checkpoint
 from charactereval_lib.cli import main
 from charactereval_lib.reward.checkpoint import load_model

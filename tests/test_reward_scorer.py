@@ -137,6 +137,16 @@ def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
     assert sorted(latest_records(run_dir / runs.SCORES), key=key) == sorted(latest_records(reference_dir / runs.SCORES), key=key)
 
 
+def test_a_second_writer_is_refused(setup, rm_dir):
+    data, _, run_dir, _ = setup
+    with scorer.writer_lock(run_dir / runs.SCORES):
+        with pytest.raises(runs.RunError, match="another scorer is writing it"):
+            scorer.score_run(run_dir, rm_dir, data, settings())
+    # A shard has its own file and lock.
+    with scorer.writer_lock(run_dir / runs.SCORES):
+        assert scorer.score_run(run_dir, rm_dir, data, settings(shard=(1, 2))).scored > 0
+
+
 def test_dry_run_writes_inputs_without_a_model(setup, rm_dir, monkeypatch):
     data, _, run_dir, rows = setup
     monkeypatch.setattr("charactereval_lib.reward.checkpoint.load_model", lambda *a, **k: 1 / 0)

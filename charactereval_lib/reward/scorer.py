@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -223,6 +224,24 @@ def merge_shards(run_dir: Path, warnings: list[str]) -> int:
 # --- scoring --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def writer_lock(path: Path):
+    """One writer per scores file: two scorers appending to the same file would both score
+    the same rows. The lock is released when the process ends, however it ends."""
+    import fcntl
+
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise runs.RunError(
+                f"{path}: another scorer is writing it (lock {lock_path.name}); wait for it, or split the work with --shard"
+            ) from None
+        yield
+
+
 @dataclass(frozen=True)
 class ScorerSettings:
     mode: str = FAITHFUL
@@ -334,7 +353,6 @@ def select_rows(inputs: Sequence[RowInput], shard: tuple[int, int] | None) -> li
 def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerSettings) -> ScoringReport:
     """Score the rows of ``run_dir`` that are not scored yet under this checkpoint and mode."""
     from .checkpoint import checkpoint_identity
-    from .tiny import tiny_label
 
     if settings.mode not in MODES:
         raise runs.RunError(f"--mode {settings.mode!r}: expected one of {', '.join(MODES)}")
@@ -343,9 +361,26 @@ def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerS
     inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), settings.shard)
     report.rows = len(inputs)
     identity = checkpoint_identity(rm_dir)
-    ckpt_sha = identity["sha256"]
     out_path = shard_path(run_dir, settings.shard)
     report.output = str(out_path)
+    with writer_lock(out_path):
+        _score_locked(run_dir, rm_dir, settings, inputs, identity, out_path, report)
+    return report
+
+
+def _score_locked(
+    run_dir: Path,
+    rm_dir: Path,
+    settings: ScorerSettings,
+    inputs: Sequence[RowInput],
+    identity: dict[str, Any],
+    out_path: Path,
+    report: ScoringReport,
+) -> None:
+    """The body of ``score_run`` while holding the output file's lock."""
+    from .tiny import tiny_label
+
+    ckpt_sha = identity["sha256"]
     if settings.shard is None:
         report.merged_from_shards = merge_shards(run_dir, report.warnings)
     done = done_identities(out_path, report.warnings)
@@ -381,7 +416,6 @@ def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerS
         report.seconds = time.perf_counter() - start
     summary = {k: v for k, v in asdict(report).items() if k != "warnings"}
     _record_manifest(run_dir, settings, {**parameters, **summary, "finished_at": runs.utc_now()})
-    return report
 
 
 def _record_manifest(run_dir: Path, settings: ScorerSettings, section: dict[str, Any]) -> None:
