@@ -117,6 +117,21 @@ def test_special_tokens_map_overrides_tokenizer_config(tmp_path, sp):
     assert tok.encode_ids("a<s>") == plain(sp, "a<s>")
 
 
+def test_added_tokens_decoder_flags_win(tmp_path, sp):
+    out = _copy_with_flags(tmp_path, single_word=True)
+    path = out / "tokenizer_config.json"
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["added_tokens_decoder"] = {"2": {"content": "</s>", "single_word": False, "lstrip": False, "rstrip": False}}
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    tok = load_tokenizer(out)
+    assert tok.encode_ids("a</s>") == plain(sp, "a") + [2]  # no longer single_word
+    assert tok.encode_ids("a<s>") == plain(sp, "a<s>")  # the others keep their flags
+    raw["added_tokens_decoder"] = {"5": {"content": "</s>"}}
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(TokenizerError, match=r"'</s>' has id 2 in tokenizer.model, not 5"):
+        load_tokenizer(out)
+
+
 def test_pad_token_string_does_not_override_eos_flags(tok):
     # Baichuan's special_tokens_map has pad_token "</s>" as a bare string (no flags); eos comes
     # first, so "</s>" keeps single_word.

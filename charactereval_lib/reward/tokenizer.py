@@ -211,6 +211,19 @@ def read_literals(model_dir: Path, sp: spm.SentencePieceProcessor) -> tuple[Spec
         if spec is not None:
             specs.append((*spec, f"{model_dir}: additional_special_tokens"))
     literals: dict[str, SpecialLiteral] = {}
+    # Newer tokenizer files list their added tokens with ids and flags; transformers registers
+    # those first, so their flags win over the special-token attributes for the same text.
+    decoder = config.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise TokenizerError(f"{model_dir / TOKENIZER_CONFIG}: added_tokens_decoder is not an object")
+    for key in sorted(decoder, key=lambda k: int(k)):
+        where = f"{model_dir / TOKENIZER_CONFIG}: added_tokens_decoder[{key}]"
+        spec = _literal_spec(decoder[key], where)
+        if spec is None or not spec[0]:
+            continue
+        if sp.piece_to_id(spec[0]) != int(key):
+            raise TokenizerError(f"{where}: {spec[0]!r} has id {sp.piece_to_id(spec[0])} in {TOKENIZER_MODEL}, not {key}")
+        literals.setdefault(spec[0], SpecialLiteral(spec[0], int(key), **spec[1]))
     for content, flags, where in specs:
         if content in literals or not content:
             continue
