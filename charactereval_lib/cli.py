@@ -173,6 +173,7 @@ def _scorer_settings(args: argparse.Namespace):
         shard=parse_shard(args.shard) if args.shard else None,
         fast_token_budget=args.batch_tokens,
         fast_reuse_prefix=not args.no_prefix_reuse,
+        fast_causal_block=args.causal_block,
         progress=not args.quiet,
     )
 
@@ -343,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", type=int, metavar="K", help="score about K rows both ways and report equality; writes nothing to scores.jsonl")
     p.add_argument("--batch-tokens", type=int, default=16384, metavar="N", help="fast mode: padded tokens per batch")
     p.add_argument("--no-prefix-reuse", action="store_true", help="fast mode: do not share a sample's prefix keys/values")
+    p.add_argument(
+        "--causal-block",
+        type=int,
+        metavar="N",
+        help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _data_dir_option(p)
     p.set_defaults(func=cmd_score)

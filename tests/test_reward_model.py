@@ -17,6 +17,7 @@ from charactereval_lib.reward.model import (
     FastOptions,
     RMConfig,
     _probs_inplace,
+    _row_attention,
     alibi_slopes,
     attention_probs,
     build_alibi_mask,
@@ -168,10 +169,29 @@ def test_fast_mode_equals_faithful_on_grouped_rows():
             seqs.append(prefix + [rng.randrange(3, 300) for _ in range(rng.randrange(1, 4))] + [2])
             groups.append(g)
     faithful = [sigmoid_faithful(model, s) for s in seqs]
-    for options in (FastOptions(reuse_prefix=False, token_budget=600), FastOptions(reuse_prefix=True, min_prefix=4)):
+    for options in (
+        FastOptions(reuse_prefix=False, token_budget=600, causal_block=0),
+        FastOptions(reuse_prefix=True, min_prefix=4, causal_block=0),
+        FastOptions(reuse_prefix=True, min_prefix=4, causal_block=16),
+    ):
         fast = sigmoids_fast(model, seqs, groups, options)
         stats = compare_modes(faithful, fast)
         assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1, (options, stats)
+
+
+@pytest.mark.parametrize("length", [70, 300, 1300])
+def test_causal_blocks_give_the_faithful_attention_on_cpu(length):
+    """Queries in blocks against keys up to the (aligned) block end, softmax over that width,
+    value product over all keys: equal to the faithful attention on this CPU (a property of
+    its kernels that the fast mode relies on and therefore checks here)."""
+    gen = torch.Generator().manual_seed(length)
+    q, k, v = ((torch.randn(1, 8, length, 32, generator=gen) * 2).to(DTYPE) for _ in range(3))
+    mask = build_alibi_mask(8, length)
+    faithful = torch.matmul(attention_probs(q, k, mask), v)
+    assert torch.equal(_row_attention(q, k, v, mask, 0, 64), faithful)
+    # Queries that continue a prefix (absolute positions start at 100).
+    tail = _row_attention(q[:, :, 100:], k, v, mask, 100, 64)
+    assert torch.equal(tail, faithful[:, :, 100:])
 
 
 def test_fast_mode_handles_duplicates_and_single_rows():

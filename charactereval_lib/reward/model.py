@@ -289,7 +289,16 @@ def sigmoid_faithful(model: BaichuanCharRM, ids: Sequence[int]) -> float:
 # shapes. The final layer is only evaluated at each row's last position, where the score is
 # read. Rows that share a token prefix (the metrics of one sample) can reuse the keys and values
 # of that prefix from one full row of their group; their prefix was computed at the lead row's
-# length, the one approximation of this mode: ``verify`` measures it.
+# length. Optionally (on CPU by default) the scores and softmax skip the fully masked upper
+# blocks: queries in blocks, each against keys up to its end rounded up to a multiple of
+# CAUSAL_ALIGN, and the block holding the last partial chunk of rows against all keys; the
+# value product still runs over all keys. A softmax row then differs from the faithful one only
+# by exact zeros, all in whole vector chunks, which on the CPU kernels measured here gives
+# identical sums; that is a property of the kernels, not a guarantee. Prefix reuse and causal
+# blocks are why this mode must be verified on the device it runs on (``scorer.verify_run``).
+
+# Multiple of every CPU/GPU reduction vector width in use (16/32 lanes).
+CAUSAL_ALIGN = 64
 
 
 @dataclass(frozen=True)
@@ -302,6 +311,8 @@ class FastOptions:
     reuse_prefix: bool = True
     # A shared prefix shorter than this is not worth keeping keys/values for.
     min_prefix: int = 16
+    # Query block size for skipping masked attention blocks; 0 = off, None = on CPU only.
+    causal_block: int | None = None
 
 
 @dataclass
@@ -326,6 +337,39 @@ def _probs_inplace(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torc
     return torch.softmax(scores, dim=-1)
 
 
+def _row_attention(
+    q_row: torch.Tensor,
+    k_row: torch.Tensor,
+    v_row: torch.Tensor,
+    mask: torch.Tensor,
+    first: int,
+    block: int,
+) -> torch.Tensor:
+    """Attention output (1, heads, queries, head_dim) for queries at absolute positions
+    first, first + 1, ... over all keys of one row (faithful shapes when ``block`` is 0)."""
+    end = k_row.shape[2]
+    n = q_row.shape[2]
+    if not block or n <= block:
+        return torch.matmul(_probs_inplace(q_row, k_row, mask[:, first : first + n, :end]), v_row)
+    aligned = end // CAUSAL_ALIGN * CAUSAL_ALIGN
+    out = q_row.new_empty(q_row.shape)
+    for a in range(0, n, block):
+        b = min(a + block, n)
+        width = -(-(first + b) // CAUSAL_ALIGN) * CAUSAL_ALIGN
+        if width > aligned:
+            width = end  # rows in the last partial chunk: exactly the faithful width
+        probs = _probs_inplace(q_row[:, :, a:b], k_row[:, :, :width], mask[:, first + a : first + b, :width])
+        if width < end:
+            # The value product runs over ALL keys, the skipped ones with probability 0: a
+            # matrix product's summation order can depend on its inner length, so the inner
+            # length stays the faithful one.
+            full = probs.new_zeros((*probs.shape[:3], end))
+            full[..., :width] = probs
+            probs = full
+        out[:, :, a:b] = torch.matmul(probs, v_row)
+    return out
+
+
 def _row_kv(item: _Item, layer: int, k: torch.Tensor, v: torch.Tensor, row: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row ``row``'s keys/values over all its positions: cached prefix + its own new tokens."""
     n = len(item.tokens)
@@ -336,7 +380,9 @@ def _row_kv(item: _Item, layer: int, k: torch.Tensor, v: torch.Tensor, row: int)
     return k_row, v_row
 
 
-def _run_items(model: BaichuanCharRM, items: Sequence[_Item]) -> tuple[list[float], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+def _run_items(
+    model: BaichuanCharRM, items: Sequence[_Item], block: int = 0
+) -> tuple[list[float], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
     """One right-padded batch: returns each row's sigmoid and, for rows with ``keep``, their
     per-layer keys/values of positions [0, keep)."""
     device = model.score.weight.device
@@ -357,12 +403,10 @@ def _run_items(model: BaichuanCharRM, items: Sequence[_Item]) -> tuple[list[floa
             k_row, v_row = _row_kv(it, index, k, v, row)
             if it.keep:
                 kept[row].append((k_row[:, :, : it.keep].clone(), v_row[:, :, : it.keep].clone()))
-            end = it.start + len(it.tokens)
             # The final layer only matters at the last position: one query row there.
             first = len(it.tokens) - 1 if final else 0
             q_row = q[row : row + 1, :, first : len(it.tokens)]
-            probs = _probs_inplace(q_row, k_row, mask[:, it.start + first : end, :end])
-            out[row : row + 1, :, : q_row.shape[2]] = torch.matmul(probs, v_row)
+            out[row : row + 1, :, : q_row.shape[2]] = _row_attention(q_row, k_row, v_row, mask, it.start + first, block)
         if final:
             rows = torch.arange(len(items), device=device)
             last = torch.tensor([len(it.tokens) - 1 for it in items], device=device)
@@ -435,11 +479,14 @@ def sigmoids_fast(
                 leads.extend((i, 0, []) for i in idx)
     else:
         leads = [(i, 0, []) for i in range(len(seqs))]
+    block = options.causal_block
+    if block is None:
+        block = 256 if device.type == "cpu" else 0
     with strict_numerics(device):
         first = [_Item(seqs[row], keep=prefix) for row, prefix, _ in leads]
         followers: list[tuple[int, _Item]] = []
         for batch in _batches(first, options):
-            values, kept = _run_items(model, [first[j] for j in batch])
+            values, kept = _run_items(model, [first[j] for j in batch], block)
             for j, value, kv in zip(batch, values, kept):
                 row, prefix, rest = leads[j]
                 out[row] = value
@@ -447,7 +494,7 @@ def sigmoids_fast(
             # Followers run as soon as their prefixes exist, so few caches are alive at once.
             items = [it for _, it in followers]
             for fbatch in _batches(items, options):
-                values, _ = _run_items(model, [items[j] for j in fbatch])
+                values, _ = _run_items(model, [items[j] for j in fbatch], block)
                 for j, value in zip(fbatch, values):
                     out[followers[j][0]] = value
             followers = []

@@ -22,14 +22,17 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import runs
 from ..data import OfficialData
 from ..protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from .inputs import build_rm_text
+
+if TYPE_CHECKING:  # the model module imports torch; the scorer imports it only when scoring
+    from .model import FastOptions
 
 FAITHFUL = "faithful"
 FAST = "fast"
@@ -48,10 +51,6 @@ class RowInput:
     metric_en: str
     text: str
     input_sha256: str
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return (self.id, self.metric_en)
 
 
 @dataclass
@@ -117,7 +116,8 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def row_inputs(rows: Sequence[dict[str, Any]], data: OfficialData, rows_path: Path | str = runs.ROWS) -> list[RowInput]:
-    """S6 text of every row, joined with the official context and profile by sample id."""
+    """S6 (text) for every row of a run: the row's reply and metric joined with the official
+    context and profile of its sample; rows that cannot be scored faithfully are refused."""
     samples = data.by_id()
     out = []
     seen: set[tuple[int, str]] = set()
@@ -249,7 +249,16 @@ class ScorerSettings:
     shard: tuple[int, int] | None = None
     fast_token_budget: int = 16384
     fast_reuse_prefix: bool = True
+    # Query block for skipping masked attention blocks in fast mode; 0 off, None: CPU only.
+    fast_causal_block: int | None = None
     progress: bool = True
+
+    def fast_options(self) -> FastOptions:
+        from .model import FastOptions
+
+        return FastOptions(
+            token_budget=self.fast_token_budget, reuse_prefix=self.fast_reuse_prefix, causal_block=self.fast_causal_block
+        )
 
 
 def _record(row: RowInput, sigmoid: float, n_tokens: int, n_full: int, truncated: bool, mode: str, ckpt: str) -> dict[str, Any]:
@@ -296,8 +305,7 @@ def score_rows(
     exists. Returns (tokens seen by the model, rows truncated)."""
     from tqdm.auto import tqdm
 
-    from .model import FastOptions, sigmoid_faithful, sigmoids_fast
-
+    from .model import sigmoid_faithful, sigmoids_fast
     from .tokenizer import truncate_left
 
     encoded = []
@@ -316,7 +324,7 @@ def score_rows(
                 emit(_record(row, sigmoid, len(ids), n_full, truncated, FAITHFUL, ckpt_sha))
                 bar.update(1)
         else:
-            options = FastOptions(token_budget=settings.fast_token_budget, reuse_prefix=settings.fast_reuse_prefix)
+            options = settings.fast_options()
             lengths = [len(ids) for ids, _, _ in encoded]
             for chunk in _chunks_by_sample(pending, lengths, 8 * options.token_budget):
                 seqs = [encoded[i][0] for i in chunk]
@@ -392,9 +400,7 @@ def _score_locked(
         "device": settings.device,
         "protocol_version": PROTOCOL_VERSION,
         "checkpoint": {"path": str(rm_dir), "sha256": ckpt_sha, "format": identity["format"], "label": label},
-        "fast": {"token_budget": settings.fast_token_budget, "reuse_prefix": settings.fast_reuse_prefix}
-        if settings.mode == FAST
-        else None,
+        "fast": asdict(settings.fast_options()) if settings.mode == FAST else None,
     }
     _record_manifest(run_dir, settings, {**parameters, "started_at": runs.utc_now(), "rows": len(inputs)})
     if pending:
@@ -469,7 +475,7 @@ def verify_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: Scorer
     """Score about ``k`` rows of the run both ways (nothing is written to scores.jsonl) and
     write ``rm_verify.json`` with the equality statistics and both timings."""
     from .checkpoint import checkpoint_identity, load_model
-    from .model import FastOptions, sigmoid_faithful, sigmoids_fast
+    from .model import sigmoid_faithful, sigmoids_fast
     from .tokenizer import load_tokenizer
 
     run_dir = Path(run_dir)
@@ -480,7 +486,7 @@ def verify_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: Scorer
     start = time.perf_counter()
     faithful = [sigmoid_faithful(model, s) for s in seqs]
     t_faithful = time.perf_counter() - start
-    options = FastOptions(token_budget=settings.fast_token_budget, reuse_prefix=settings.fast_reuse_prefix)
+    options = settings.fast_options()
     start = time.perf_counter()
     fast = sigmoids_fast(model, seqs, [r.id for r in rows], options)
     t_fast = time.perf_counter() - start
