@@ -11,7 +11,8 @@ What it measures, in one run (ratios are what to compare across machines):
    sentencepiece tokenizer trained on the data's text stands in for BaichuanCharRM: its scores
    are meaningless, its arithmetic is the real one.
 2. On a fixed subset of whole samples (about ``--rows`` rows; ``--all`` for every row): the
-   faithful mode (batch 1) and the fast mode (with and without prefix reuse) on the same rows:
+   faithful mode (batch 1) and the fast mode (as shipped; without prefix reuse; and without
+   prefix reuse or causal blocks) on the same rows, interleaved, best of ``--repeat``:
    tokens/s, rows/s, speed ratio, exact-equal fraction, max difference in bf16 grid steps.
 3. Peak resident memory while loading a checkpoint of a few hundred MB (written to a temporary
    directory) vs its size on disk, in fresh subprocesses: bf16 shards (the official format),
@@ -96,6 +97,10 @@ def time_scoring(args, rm_dir: Path, seqs, groups) -> dict:
         "fast": lambda: sigmoids_fast(model, seqs, groups, FastOptions(token_budget=args.batch_tokens, reuse_prefix=True)),
         "fast_no_prefix_reuse": lambda: sigmoids_fast(
             model, seqs, groups, FastOptions(token_budget=args.batch_tokens, reuse_prefix=False)
+        ),
+        # Batching, per-row attention, last-position final layer only.
+        "fast_no_reuse_no_causal_blocks": lambda: sigmoids_fast(
+            model, seqs, groups, FastOptions(token_budget=args.batch_tokens, reuse_prefix=False, causal_block=0)
         ),
     }
     # Interleaved repetitions, best time kept: on a shared machine other processes slow
@@ -272,7 +277,9 @@ def main() -> int:
         f"fast {s['fast']['rows_per_s']:.2f} rows/s ({s['fast']['speedup_vs_faithful']:.2f}x), "
         f"equal {100 * s['fast']['exact_equal_fraction']:.2f}%, max {s['fast']['max_diff_grid_steps']} step(s) | "
         f"fast without prefix reuse {s['fast_no_prefix_reuse']['speedup_vs_faithful']:.2f}x, "
-        f"equal {100 * s['fast_no_prefix_reuse']['exact_equal_fraction']:.2f}%"
+        f"equal {100 * s['fast_no_prefix_reuse']['exact_equal_fraction']:.2f}% | "
+        f"without reuse or causal blocks {s['fast_no_reuse_no_causal_blocks']['speedup_vs_faithful']:.2f}x, "
+        f"equal {100 * s['fast_no_reuse_no_causal_blocks']['exact_equal_fraction']:.2f}%"
     )
     if "loading" in results:
         for key in ("bf16_load", "bf16_forward", "float32_load"):
