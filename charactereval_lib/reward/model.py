@@ -353,6 +353,11 @@ def _row_attention(
         return torch.matmul(_probs_inplace(q_row, k_row, mask[:, first : first + n, :end]), v_row)
     aligned = end // CAUSAL_ALIGN * CAUSAL_ALIGN
     out = q_row.new_empty(q_row.shape)
+    # The value product runs over ALL keys, the skipped ones with probability 0: a matrix
+    # product's summation order can depend on its inner length, so that length stays the
+    # faithful one. One zeroed buffer serves every block: widths only grow from block to
+    # block, so the columns past a block's width were never written.
+    padded = q_row.new_zeros((1, q_row.shape[1], min(block, n), end))
     for a in range(0, n, block):
         b = min(a + block, n)
         width = -(-(first + b) // CAUSAL_ALIGN) * CAUSAL_ALIGN
@@ -360,12 +365,8 @@ def _row_attention(
             width = end  # rows in the last partial chunk: exactly the faithful width
         probs = _probs_inplace(q_row[:, :, a:b], k_row[:, :, :width], mask[:, first + a : first + b, :width])
         if width < end:
-            # The value product runs over ALL keys, the skipped ones with probability 0: a
-            # matrix product's summation order can depend on its inner length, so the inner
-            # length stays the faithful one.
-            full = probs.new_zeros((*probs.shape[:3], end))
-            full[..., :width] = probs
-            probs = full
+            padded[:, :, : b - a, :width] = probs
+            probs = padded[:, :, : b - a]
         out[:, :, a:b] = torch.matmul(probs, v_row)
     return out
 
