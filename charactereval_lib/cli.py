@@ -229,7 +229,8 @@ def cmd_rm_download(args: argparse.Namespace) -> int:
 def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
     from .reward.tiny import TINY_LABEL, make_tiny
 
-    data_dir = locate_data_dir(args.data_dir) if args.from_data else None
+    # Train the tokenizer on the data's text when asked to, or when a data directory is named.
+    data_dir = locate_data_dir(args.data_dir) if args.from_data or args.data_dir else None
     path = make_tiny(
         args.dir,
         data_dir=data_dir,
@@ -365,7 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rm_check)
     p = rm_sub.add_parser("make-tiny", help="write a tiny random checkpoint (meaningless scores) for demos and tests")
     p.add_argument("dir", metavar="DIR")
-    p.add_argument("--from-data", action="store_true", help="train its tokenizer on the official data's text")
+    p.add_argument(
+        "--from-data",
+        action="store_true",
+        help="train its tokenizer on the official data's text (implied by --data-dir; default: synthetic text)",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--heads", type=int, default=8)
