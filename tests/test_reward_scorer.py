@@ -214,7 +214,7 @@ CHILD = textwrap.dedent(
     write = runs.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
-        time.sleep(0.03)  # widen the window in which the parent kills us
+        time.sleep(0.05)  # widen the window in which the parent kills us
     runs.JsonlAppender.write = slow_write
     from charactereval_lib.data import load_official_data
     from charactereval_lib.reward.scorer import ScorerSettings, score_run
