@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import __version__, runs
 from .data import DataError, locate_data_dir, load_official_data
+from .generation.base import ConfigError
 from .prompts import ProtocolError
 from .protocol import PROTOCOL_VERSION
 from .reward.errors import REWARD_ERRORS
@@ -19,6 +20,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     runs.RunError,
     ProtocolError,
     FileNotFoundError,
+    ConfigError,
     *REWARD_ERRORS,
 )
 
@@ -93,35 +95,81 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # --- generate --------------------------------------------------------------------------------
 
 
-def _generation_parameters(args: argparse.Namespace) -> dict:
-    return {
-        "backend": args.backend,
-        "model": args.model,
-        "base_url": args.base_url,
-        "concurrency": args.concurrency,
-        "max_tokens": args.max_tokens,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "seed": args.seed,
-    }
+def _decoding_parameters(args: argparse.Namespace):
+    from .generation.base import DecodingParams
+
+    return DecodingParams.resolve(
+        preset=args.preset, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+    )
+
+
+def _backend_options(args: argparse.Namespace):
+    from .generation.backends import BackendOptions
+    from .generation.retry import RetryPolicy
+
+    policy = RetryPolicy(
+        max_attempts=args.max_attempts,
+        base_delay_s=args.retry_base_delay,
+        max_delay_s=args.retry_max_delay,
+        timeout_s=args.timeout,
+    )
+    return BackendOptions(
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        policy=policy,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        trust_remote_code=args.trust_remote_code,
+        offline_latency_s=args.offline_latency,
+        offline_fault_rate=args.offline_fault_rate,
+    )
+
+
+def _dry_run(args: argparse.Namespace, run_dir: Path, samples: list, data, params) -> int:
+    from .generation.engine import dry_run
+
+    result = dry_run(run_dir, data, samples, params, backend=args.backend, model=args.model, base_url=args.base_url,
+                     retry_errors=args.retry_errors, price_in=args.price_in, price_out=args.price_out)
+    print(f"{run_dir / runs.REQUESTS}: {result.requests_written} request(s) written; nothing was sent")
+    if result.plan.already_ok or result.plan.errors_kept:
+        print(f"{result.plan.already_ok} already ok and {result.plan.errors_kept} earlier error(s) in this run "
+              "would be skipped")
+    for line in result.estimate.lines():
+        print(line)
+    return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generation.requests import read_ids_file, select_samples, write_requests
+    from .generation.backends import make_backend
+    from .generation.engine import GenerationInterrupted, run_generation, run_state
+    from .generation.requests import read_ids_file, select_samples
 
     data = _load_data(args)
     ids = read_ids_file(args.ids) if args.ids else None
     samples = select_samples(data, limit=args.limit, ids=ids)
     run_dir = runs.resolve_run_dir(args.run)
+    params = _decoding_parameters(args)
     if args.dry_run:
-        count = write_requests(run_dir, samples, data)
-        runs.update_manifest(
-            run_dir,
-            dry_run={"parameters": _generation_parameters(args), "requests": count, "data_sha256": data.sha256},
-        )
-        print(f"{run_dir / runs.REQUESTS}: {count} request(s) written; nothing was sent")
-        return 0
-    raise runs.RunError("only --dry-run is available in this build")
+        return _dry_run(args, run_dir, samples, data, params)
+    backend = make_backend(args.backend, args.model, params, _backend_options(args))
+    progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        summary = run_generation(run_dir, data, samples, backend, retry_errors=args.retry_errors, progress=progress)
+    except GenerationInterrupted as exc:
+        print(exc.summary.line())
+        print(f"interrupted: everything received is saved in {run_dir / runs.GENERATIONS}; "
+              "re-run the same command to resume", file=sys.stderr)
+        return 130
+    print(summary.line())
+    if args.backend == "offline":
+        print("note: offline backend: replies are deterministic placeholders and mean nothing", file=sys.stderr)
+    state = run_state(run_dir, data)
+    print(f"{run_dir / runs.GENERATIONS}: {state['ok']} ok, {state['error']} error, "
+          f"{state['missing']} of {len(data.samples)} test samples not generated")
+    # Nothing succeeded but something failed: a bad key, model or URL; scripts should notice.
+    return 1 if summary.ok == 0 and summary.errors else 0
 
 
 # --- transform / summarize -------------------------------------------------------------------
@@ -314,14 +362,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--concurrency", type=int, default=32,
+                   help="most requests in flight (openai/offline; lowered on 429s, default 32)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="reply length limit sent with every request (default 1024)")
+    p.add_argument("--temperature", type=float, help="sent only when given (default: the provider's/model's)")
+    p.add_argument("--top-p", type=float, help="sent only when given (default: the provider's/model's)")
+    p.add_argument("--seed", type=int, help="sent only when given")
     p.add_argument("--limit", type=int, help="only the first N samples (test-file order)")
     p.add_argument("--ids", metavar="FILE", help="only the sample ids listed in FILE, one per line")
-    p.add_argument("--dry-run", action="store_true", help="write RUN/requests.jsonl and send nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write RUN/requests.jsonl, print a token/cost estimate and send nothing")
+    p.add_argument("--preset", choices=["chatglm3"],
+                   help="chatglm3: sample with temperature 0.8, top_p 0.8 (ChatGLM3 chat() defaults); flags win")
+    p.add_argument("--retry-errors", action="store_true", help="also retry ids whose latest record is an error")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
+    p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
+    g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    g.add_argument("--max-attempts", type=int, default=8, help="attempts per request, first one included (default 8)")
+    g.add_argument("--retry-base-delay", type=float, default=1.0, metavar="S",
+                   help="first back-off in seconds, doubled per attempt, with jitter (default 1)")
+    g.add_argument("--retry-max-delay", type=float, default=60.0, metavar="S", help="longest back-off (default 60)")
+    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+    g = p.add_argument_group("hf backend")
+    g.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
+    g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
+    g = p.add_argument_group("offline backend (replies mean nothing)")
+    g.add_argument("--offline-latency", type=float, default=0.0, metavar="S", help="simulated seconds per request")
+    g.add_argument("--offline-fault-rate", type=float, default=0.0, metavar="P",
+                   help="simulated transient failure probability per attempt")
     _data_dir_option(p)
     p.set_defaults(func=cmd_generate)
 

@@ -1,0 +1,174 @@
+"""Generation throughput against a local OpenAI-compatible server with a fixed latency.
+
+Measures, in one run and against one server process:
+  (a) ours:       the openai backend through the engine (records written to a run directory);
+  (b) raw:        a minimal aiohttp client with the same concurrency (the ceiling here);
+  (c) sequential: one request at a time with the openai client, like the official script
+                  (a few dozen requests, extrapolated);
+  (d) engine only: the same engine with the offline backend sleeping the same latency, no HTTP
+                  (how much of the gap to (b) is the engine and how much the HTTP client).
+Prints requests/s, ours/raw, ours/sequential, the fraction of the ideal concurrency/latency rate
+and the client CPU time per request. Times include each client's setup and, for ours, building
+the S3 messages, the manifest and every record written; module imports are done beforehand.
+Uses the real S3 messages when CHARACTEREVAL_DATA_DIR is set, synthetic ones otherwise.
+
+    python benchmarks/bench_generation.py [--requests 3000] [--concurrency 64] [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from charactereval_lib import runs  # noqa: E402
+from charactereval_lib.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data  # noqa: E402
+from charactereval_lib.generation.base import DecodingParams, build_payload, make_requests  # noqa: E402
+from charactereval_lib.generation.engine import generate_async, run_generation  # noqa: E402
+from charactereval_lib.generation.offline import OfflineBackend  # noqa: E402
+from charactereval_lib.generation.openai_backend import OpenAIBackend  # noqa: E402
+from charactereval_lib.generation.retry import RetryPolicy  # noqa: E402
+
+MODEL = "bench-model"
+
+
+def synthetic_data(count: int) -> OfficialData:
+    """Samples shaped like the real ones (a profile, a dozen dialogue lines), none of their text."""
+    profile = {"姓名": "甲", "性别": "男", "经历": "一段虚构的经历。" * 40}
+    lines = [("乙" if i % 2 else "甲") + "：" + "这是一句合成的台词。" * 3 for i in range(12)]
+    lines.append("乙：最后一句？")
+    samples = [Sample(i, "甲", "合成小说", "\n".join(lines)) for i in range(count)]
+    return OfficialData(Path("synthetic"), samples, {"甲": profile}, {})
+
+
+def load_data(count: int) -> tuple[OfficialData, str]:
+    """``count`` samples, cycling through the test set if it is shorter, each with its own id."""
+    if not os.environ.get(DATA_DIR_ENV):
+        return synthetic_data(count), "synthetic messages"
+    real = load_official_data()
+    samples = [Sample(i, s.role, s.novel_name, s.context) for i, s in zip(range(count), itertools.cycle(real.samples))]
+    return OfficialData(real.data_dir, samples, real.profiles, real.id2metric, real.sha256), "real S3 messages"
+
+
+def start_server(latency: float) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "charactereval_lib.generation.mockserver", "--latency", str(latency)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
+    )
+    line = process.stdout.readline()
+    if not line.startswith("listening on "):
+        process.kill()
+        raise RuntimeError(f"mock server did not start: {line!r}")
+    return process, line.split()[-1]
+
+
+def measure(label: str, func, count: int) -> dict:
+    cpu, wall = time.process_time(), time.perf_counter()
+    done = func()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if done != count:
+        raise RuntimeError(f"{label}: {done} of {count} requests completed")
+    return {"label": label, "requests": count, "wall_s": wall, "rate": count / wall, "cpu_ms": 1000 * cpu / count}
+
+
+def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
+    backend = OpenAIBackend(MODEL, DecodingParams.resolve(), base_url=base_url, concurrency=concurrency,
+                            policy=RetryPolicy(max_attempts=3))
+
+    async def main(run_dir: Path) -> None:
+        try:
+            await generate_async(run_dir, data, data.samples, backend, progress=False)
+        finally:
+            await backend.aclose()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(main(Path(tmp)))
+        records = runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records
+        return sum(1 for r in records if r["status"] == "ok")
+
+
+def run_engine_only(data: OfficialData, concurrency: int, latency: float) -> int:
+    backend = OfflineBackend(MODEL, DecodingParams.resolve(), concurrency=concurrency, latency_s=latency)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_generation(Path(tmp), data, data.samples, backend, progress=False)
+        return sum(1 for r in runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
+
+
+def run_raw(base_url: str, payloads: list[dict], concurrency: int) -> int:
+    async def main() -> int:
+        limit = asyncio.Semaphore(concurrency)
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def one(payload: dict) -> bool:
+                async with limit:
+                    async with session.post(f"{base_url}/chat/completions", json=payload,
+                                            headers={"Authorization": "Bearer bench"}) as response:
+                        body = await response.json()
+                        return response.status == 200 and isinstance(body["choices"][0]["message"]["content"], str)
+
+            return sum(await asyncio.gather(*(one(p) for p in payloads)))
+
+    return asyncio.run(main())
+
+
+def run_sequential(base_url: str, payloads: list[dict]) -> int:
+    client = openai.OpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    done = 0
+    for payload in payloads:
+        response = client.chat.completions.create(**payload)
+        done += isinstance(response.choices[0].message.content, str)
+    client.close()
+    return done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--sequential", type=int, default=40, help="requests for the sequential loop")
+    args = parser.parse_args()
+
+    data, source = load_data(args.requests)
+    params = DecodingParams.resolve()
+    payloads = [build_payload(MODEL, r.messages, params) for r in make_requests(data.samples, data)]
+    server, base_url = start_server(args.latency)
+    try:
+        results = [
+            measure("ours (engine + openai backend)", lambda: run_ours(base_url, data, args.concurrency),
+                    args.requests),
+            measure("raw aiohttp client", lambda: run_raw(base_url, payloads, args.concurrency), args.requests),
+            measure("sequential (official-style loop)", lambda: run_sequential(base_url, payloads[: args.sequential]),
+                    args.sequential),
+            measure("engine only (offline backend, no HTTP)",
+                    lambda: run_engine_only(data, args.concurrency, args.latency), args.requests),
+        ]
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    ideal = args.concurrency / args.latency
+    print(f"{args.requests} requests ({source}), concurrency {args.concurrency}, server latency "
+          f"{args.latency * 1000:.0f} ms, ideal {ideal:.0f} req/s, {os.cpu_count()} CPU cores, server in its own process")
+    for r in results:
+        print(f"  {r['label']:<40} {r['rate']:8.1f} req/s  wall {r['wall_s']:6.1f} s  "
+              f"{r['rate'] / ideal:6.1%} of ideal  client CPU {r['cpu_ms']:.2f} ms/request")
+    ours, raw, sequential, _ = (r["rate"] for r in results)
+    print(f"ours / raw        = {ours / raw:.3f}  (target >= 0.9)")
+    print(f"ours / sequential = {ours / sequential:.1f}x  (target >= 50x; sequential extrapolated from "
+          f"{args.sequential} requests)")
+
+
+if __name__ == "__main__":
+    main()
