@@ -12,10 +12,16 @@ from .data import DataError, locate_data_dir, load_official_data
 from .generation.base import ConfigError
 from .prompts import ProtocolError
 from .protocol import PROTOCOL_VERSION
+from .reward.errors import REWARD_ERRORS
 
 # Errors a user can cause with bad input: reported as one line, no traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    DataError, runs.RunError, ProtocolError, FileNotFoundError, ConfigError
+    DataError,
+    runs.RunError,
+    ProtocolError,
+    FileNotFoundError,
+    ConfigError,
+    *REWARD_ERRORS,
 )
 
 
@@ -274,6 +280,102 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print("\n".join(summary_lines(outcome)))
     return 1 if outcome.failures else 0
 
+# --- score / rm ------------------------------------------------------------------------------
+
+
+def _scorer_settings(args: argparse.Namespace):
+    from .reward.scorer import ScorerSettings, parse_shard, resolve_device
+
+    return ScorerSettings(
+        mode=args.mode,
+        device=resolve_device(args.device) if not args.dry_run else (args.device or "none"),
+        shard=parse_shard(args.shard) if args.shard else None,
+        fast_token_budget=args.batch_tokens,
+        fast_reuse_prefix=not args.no_prefix_reuse,
+        fast_causal_block=args.causal_block,
+        progress=not args.quiet,
+    )
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .reward import scorer
+
+    run_dir = runs.resolve_run_dir(args.run)
+    settings = _scorer_settings(args)
+    data = _load_data(args)
+    if args.dry_run:
+        count = scorer.dry_run(run_dir, data, Path(args.rm) if args.rm else None, settings.shard)
+        counted = "with token counts" if args.rm else "without token counts (no --rm given)"
+        print(f"{run_dir / scorer.RM_INPUTS}: {count} reward-model input(s) {counted}; no model was run")
+        return 0
+    if not args.rm:
+        raise runs.RunError("--rm DIR is required (a reward-model checkpoint directory; see `charactereval rm download`)")
+    from .reward.tiny import tiny_label
+
+    label = tiny_label(args.rm)
+    if label:
+        print(f"warning: {args.rm}: {label}", file=sys.stderr)
+    if args.verify:
+        report = scorer.verify_run(run_dir, Path(args.rm), data, settings, args.verify)
+        print(
+            f"verify on {report['rows']} row(s), {settings.device}: fast == faithful for "
+            f"{report['exact_equal']}/{report['rows']} ({100 * (report['exact_equal_fraction'] or 0):.2f}%), "
+            f"max difference {report['max_diff_grid_steps']} bf16 step(s) "
+            f"({report['max_abs_diff_score']:.6g} score); speed-up {report['speedup']:.2f}x; "
+            f"wrote {run_dir / scorer.VERIFY_REPORT}"
+        )
+        return 0
+    report = scorer.score_run(run_dir, Path(args.rm), data, settings)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    rate = f", {report.scored / report.seconds:.2f} rows/s" if report.seconds else ""
+    merged = f"; merged {report.merged_from_shards} record(s) from shard files" if report.merged_from_shards else ""
+    print(
+        f"{report.output}: scored {report.scored} row(s) ({settings.mode}, {settings.device}{rate}); "
+        f"{report.already_scored} already scored; {report.truncated} truncated to 4096 tokens{merged}"
+    )
+    return 0
+
+
+def cmd_rm_download(args: argparse.Namespace) -> int:
+    from .reward.download import download_rm
+
+    path = download_rm(args.dir, endpoint=args.endpoint)
+    print(f"{path}: BaichuanCharRM ready")
+    return 0
+
+
+def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
+    from .reward.tiny import TINY_LABEL, make_tiny
+
+    # Train the tokenizer on the data's text when asked to, or when a data directory is named.
+    data_dir = locate_data_dir(args.data_dir) if args.from_data or args.data_dir else None
+    path = make_tiny(
+        args.dir,
+        data_dir=data_dir,
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads,
+        vocab_size=args.vocab,
+        seed=args.seed,
+    )
+    print(f"{path}: {TINY_LABEL}")
+    return 0
+
+
+def cmd_rm_check(args: argparse.Namespace) -> int:
+    from .reward.download import check_rm_dir
+    from .reward.tokenizer import load_tokenizer
+
+    problems = check_rm_dir(args.dir, required=("config.json", "tokenizer.model"))
+    if not problems:
+        load_tokenizer(args.dir)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"{args.dir}: config, tokenizer and weight index are consistent")
+    return 1 if problems else 0
+
 
 # --- official format -------------------------------------------------------------------------
 
@@ -377,6 +479,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     _data_dir_option(p)
     p.set_defaults(func=cmd_transform)
+
+    p = sub.add_parser("score", help="score rows.jsonl with the reward model (S6, S8) -> scores.jsonl")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory (optional with --dry-run)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    p.add_argument(
+        "--mode",
+        choices=["faithful", "fast"],
+        default="faithful",
+        help="faithful (default): batch 1, the official arithmetic; fast: batched, verified with --verify",
+    )
+    p.add_argument("--shard", metavar="I/N", help="score only shard I of N (1-based) into scores.shard-I-of-N.jsonl")
+    p.add_argument("--dry-run", action="store_true", help="write RUN/rm_inputs.jsonl and run no model")
+    p.add_argument("--verify", type=int, metavar="K", help="score about K rows both ways and report equality; writes nothing to scores.jsonl")
+    p.add_argument("--batch-tokens", type=int, default=16384, metavar="N", help="fast mode: padded tokens per batch")
+    p.add_argument("--no-prefix-reuse", action="store_true", help="fast mode: do not share a sample's prefix keys/values")
+    p.add_argument(
+        "--causal-block",
+        type=int,
+        metavar="N",
+        help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_score)
+
+    rm = sub.add_parser("rm", help="the reward model: download, check, or make a tiny meaningless one")
+    rm_sub = rm.add_subparsers(dest="rm_command", required=True, metavar="ACTION")
+    p = rm_sub.add_parser("download", help="fetch morecry/BaichuanCharRM at the pinned revision (resumable)")
+    p.add_argument("--dir", default="models/BaichuanCharRM", help="target directory (default: models/BaichuanCharRM)")
+    p.add_argument("--endpoint", help="Hugging Face endpoint or mirror URL (default: $HF_ENDPOINT or the Hub)")
+    p.set_defaults(func=cmd_rm_download)
+    p = rm_sub.add_parser("check", help="check a checkpoint directory's config, tokenizer and weight index")
+    p.add_argument("dir", metavar="DIR")
+    p.set_defaults(func=cmd_rm_check)
+    p = rm_sub.add_parser("make-tiny", help="write a tiny random checkpoint (meaningless scores) for demos and tests")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument(
+        "--from-data",
+        action="store_true",
+        help="train its tokenizer on the official data's text (implied by --data-dir; default: synthetic text)",
+    )
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_rm_make_tiny)
 
     p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
     p.add_argument("run", metavar="RUN")

@@ -86,6 +86,10 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
             papermill.execute_notebook(
                 str(source), str(output), parameters=dict(parameters), kernel_name=KERNEL_NAME,
                 progress_bar=False, log_output=False, request_save_on_cell_execute=False, config=config,
+                # The kernel logs to our stderr; shutdown always interrupts it first, which it
+                # may report as a spurious "KeyboardInterrupt caught in kernel". Cell errors
+                # still surface through papermill.
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
     except PapermillExecutionError as exc:
         raise ReportError(

@@ -1,0 +1,122 @@
+"""Shared builders for the reward-model tests: a sentencepiece model trained here on synthetic
+text, tiny random checkpoints, and a synthetic data directory in the official file formats.
+
+Imported by the ``test_reward_*`` modules (pytest puts ``tests/`` on ``sys.path``). Expensive
+artifacts are built once per session and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.reward.tiny import make_tiny, synthetic_lines, train_sentencepiece, write_tokenizer_files
+
+HERE = Path(__file__).resolve().parent
+GOLDEN_DIR = HERE / "golden" / "official-rm-tiny"
+
+_SESSION_DIR: Path | None = None
+
+
+def session_dir() -> Path:
+    """One temporary directory for the whole test session (removed at interpreter exit)."""
+    global _SESSION_DIR
+    if _SESSION_DIR is None:
+        import atexit
+
+        _SESSION_DIR = Path(tempfile.mkdtemp(prefix="charactereval-reward-tests-"))
+        atexit.register(shutil.rmtree, _SESSION_DIR, True)
+    return _SESSION_DIR
+
+
+@lru_cache(maxsize=None)
+def trained_tokenizer_dir() -> Path:
+    """A tokenizer directory (model + Baichuan's AddedToken files) trained on synthetic text
+    with the options the brief fixes: BPE, byte fallback, no dummy prefix, identity
+    normalization, unk/bos/eos = 0/1/2, no pad."""
+    out = session_dir() / "tokenizer"
+    train_sentencepiece(synthetic_lines(3000, seed=1), out / "tokenizer.model", vocab_size=1200)
+    write_tokenizer_files(out)
+    return out
+
+
+@lru_cache(maxsize=None)
+def tiny_checkpoint(layers: int = 2, hidden: int = 32, heads: int = 4, seed: int = 0, max_len: int = 4096) -> Path:
+    """A tiny random checkpoint in the official layout (3 shards + index)."""
+    out = session_dir() / f"tiny-{layers}-{hidden}-{heads}-{seed}-{max_len}"
+    return make_tiny(
+        out,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab_size=1200,
+        model_max_length=max_len,
+        seed=seed,
+        tokenizer_lines=synthetic_lines(3000, seed=1),
+    )
+
+
+SYNTH_PROFILES: dict[str, dict[str, Any]] = {
+    "甲乙": {"姓名": "甲乙", "性格": "it's \"quoted\"", "经历": ["一", {"嵌套": "值"}]},
+    "丙": {"姓名": "丙", "身份": "掌柜", "口头禅": "</s>不是结束"},
+}
+
+
+def synthetic_samples(n: int) -> list[dict[str, Any]]:
+    """n samples alternating the two roles, contexts of a few lines with full-width colons."""
+    lines = synthetic_lines(4 * n, seed=5)
+    samples = []
+    for i in range(n):
+        role = "甲乙" if i % 2 == 0 else "丙"
+        other = "丙" if role == "甲乙" else "甲乙"
+        context = "\n".join(
+            f"{speaker}\uff1a{lines[4 * i + k]}" for k, speaker in enumerate([other, role, other][: 1 + i % 3])
+        )
+        samples.append({"id": 100 + i, "role": role, "novel_name": "书", "context": context})
+    return samples
+
+
+METRIC_CYCLE = [
+    ["Fluency", "对话流利度"],
+    ["Empathy", "共情度"],
+    ["Accuracy", "知识准确率"],
+    ["Humanlikeness", "类人程度"],
+]
+
+
+def write_data_dir(path: Path, n_samples: int) -> Path:
+    """A synthetic data directory in the official formats (whole JSON documents); sample i
+    gets 1 + i % 3 metrics, and the last sample none."""
+    samples = synthetic_samples(n_samples)
+    id2metric = {str(s["id"]): METRIC_CYCLE[: 1 + i % 3] for i, s in enumerate(samples[:-1])}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "test_data.jsonl").write_text(json.dumps(samples, ensure_ascii=False, indent=4), encoding="utf-8")
+    (path / "character_profiles.json").write_text(json.dumps(SYNTH_PROFILES, ensure_ascii=False, indent=4), encoding="utf-8")
+    (path / "id2metric.jsonl").write_text(json.dumps(id2metric, ensure_ascii=False, indent=4), encoding="utf-8")
+    return path
+
+
+def write_rows(run_dir: Path, data_dir: Path, reply: str = "：嗯，好的。") -> list[dict[str, Any]]:
+    """``rows.jsonl`` for every (sample, metric) of a synthetic data directory."""
+    samples = json.loads((data_dir / "test_data.jsonl").read_text(encoding="utf-8"))
+    id2metric = json.loads((data_dir / "id2metric.jsonl").read_text(encoding="utf-8"))
+    rows = []
+    for s in samples:
+        for en, zh in id2metric.get(str(s["id"]), []):
+            rows.append(
+                {
+                    "id": s["id"],
+                    "role": s["role"],
+                    "novel_name": s["novel_name"],
+                    "metric_en": en,
+                    "metric_zh": zh,
+                    "model_output": s["role"] + reply + str(s["id"]),
+                }
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return rows

@@ -1,0 +1,87 @@
+"""The whole pipeline on the official data: offline replies, the tiny reward model, reports.
+
+``charactereval batch`` with one deliberately failing model must finish the others and say
+which model failed, at which step and why; score.ipynb must score and summarise a run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from charactereval_lib import analysis, batch, report, runs, steps
+from charactereval_lib.cli import main
+from charactereval_lib.generation.requests import read_ids_file
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rm") / "tiny-rm"
+    assert main(["rm", "make-tiny", str(path)]) == 0
+    return path
+
+
+def test_batch_finishes_the_other_models_when_one_fails(official_dir, tiny_rm, tmp_path, capsys):
+    out = tmp_path / "out"
+    config = tmp_path / "batch.yaml"
+    config.write_text(
+        f"""
+output_dir: {out}
+data_dir: {official_dir}
+comparison: cmp
+baselines: [GPT-4]
+n_boot: 200
+defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, mode: fast}}
+models:
+  - {{name: model-a, model: offline-a, subset: 6}}
+  - {{name: broken, model: offline-c, limit: 2, rm: {tmp_path / "no-such-rm"}}}
+  - {{name: model-b, model: offline-b, limit: 6}}
+""",
+        encoding="utf-8",
+    )
+    code = main(["batch", str(config)])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "FAILED  broken: at score: charactereval score" in printed
+    assert "2/3 model(s) finished; failed: broken" in printed
+    for name in ("model-a", "model-b"):
+        html = (out / name / report.REPORT_HTML).read_text(encoding="utf-8")
+        # The real generate and score commands recorded an offline backend and a tiny checkpoint.
+        assert analysis.OFFLINE_CAVEAT.split("**")[0] in html and "tiny, randomly initialised" in html
+        assert len(runs.read_jsonl(out / name / runs.SCORES).records) == len(runs.read_jsonl(out / name / runs.ROWS).records)
+        assert (out / name / runs.SUMMARY).exists()
+    comparison = (out / "cmp" / report.COMPARISON_HTML).read_text(encoding="utf-8")
+    assert "model-b − model-a" in comparison and "<strong>broken</strong>" not in comparison
+    # The subset was written as an ids file and generated exactly.
+    subset = read_ids_file(out / "model-a" / batch.SUBSET_IDS)
+    assert len(subset) == 6 and {r["id"] for r in runs.read_jsonl(out / "model-a" / runs.GENERATIONS).records} == set(subset)
+    summary = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
+    statuses = {m["name"]: (m["status"], m["failed_step"]) for m in summary["models"]}
+    assert statuses == {"model-a": ("ok", None), "broken": ("failed", "score"), "model-b": ("ok", None)}
+    assert "no-such-rm" in summary["models"][1]["error"]
+    assert summary["comparison"].endswith("comparison.html")
+
+
+def test_example_config_command_lines_are_valid():
+    # Every flag the shipped configs use exists in the generate and score commands.
+    for name in ("example.yaml", "demo.yaml"):
+        batch.check_commands(batch.load_config(Path(__file__).resolve().parent.parent / "configs" / name))
+
+
+def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
+    run = tmp_path / "run"
+    steps.generate_run(run, backend="offline", model="offline-n", data_dir=str(official_dir), limit=6)
+    output = tmp_path / "score.ipynb"
+    report.execute("score.ipynb", output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
+                                           "data_dir": str(official_dir)})
+    outputs = [o for c in nbformat.read(str(output), as_version=4).cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    # No progress bars in an executed notebook (the tiny-model warning on stderr is welcome).
+    stderr = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stderr")
+    assert "%|" not in stderr and "\r" not in stderr
+    rows = runs.read_jsonl(run / runs.ROWS).records
+    assert rows and len(runs.read_jsonl(run / runs.SCORES).records) == len(rows)
+    assert json.loads((run / runs.SUMMARY).read_text(encoding="utf-8"))["counts"]["scored_rows"] == len(rows)
