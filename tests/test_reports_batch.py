@@ -87,8 +87,8 @@ def test_flag_typos_are_caught_before_anything_runs(tmp_path):
 
 
 def test_steps_report_failures_in_one_line(tmp_path):
-    with pytest.raises(steps.StepError, match=r"charactereval transform .*no generations to transform"):
-        steps.transform(tmp_path / "empty-run")
+    with pytest.raises(steps.StepError, match=r"charactereval summarize .*empty-run/rows\.jsonl: no rows"):
+        steps.summarize(tmp_path / "empty-run")
     with pytest.raises(steps.StepError, match=r"invalid choice: 'nope'"):
         steps.generate(tmp_path / "r", backend="nope", model="m")
 
