@@ -9,13 +9,15 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo clean-demo
+.PHONY: setup test demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# papermill runs the report notebooks on the kernel named python3: this environment's.
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3
 	touch $(STAMP)
 
 setup: $(STAMP)

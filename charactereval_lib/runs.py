@@ -33,6 +33,11 @@ SUMMARY = "summary.json"
 METRICS_CSV = "metrics.csv"
 
 
+# Read once: os.umask can only be read by setting it.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class RunError(RuntimeError):
     """A run directory or artifact that cannot be used as it is."""
 
@@ -67,6 +72,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp creates 0600; artifacts (reports above all) are meant to be shared.
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -87,3 +87,11 @@ def test_manifest_is_stamped_and_merged(tmp_path):
 def test_latest_by_key_keeps_the_last_record():
     latest = runs.latest_by_key([{"id": 1, "v": 1}, {"id": 2, "v": 2}, {"id": 1, "v": 3}], "id")
     assert latest == {(1,): {"id": 1, "v": 3}, (2,): {"id": 2, "v": 2}}
+
+
+def test_atomic_writes_get_ordinary_permissions(tmp_path):
+    path = tmp_path / "report.html"
+    runs.write_text_atomic(path, "<html></html>")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
