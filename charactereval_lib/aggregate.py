@@ -12,6 +12,7 @@ sample's rows together and gives the dimension averages intervals from the same 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,7 +339,11 @@ def load_run_scores(run_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     # With nothing scored yet the table still has the rows' columns (role, novel_name, ...), so
     # breakdowns of an unscored run are empty rather than errors.
     frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
-    return frame, {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored)}
+    # Published numbers need one scorer mode throughout; a mix (a mode switch left half done) is
+    # shown, not hidden.
+    modes = dict(Counter(str(s.get("mode")) for s in scored))
+    return frame, {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
+                   "scorer_modes": modes}
 
 
 def failed_rows_by_metric(failed_ids: Iterable[int], id2metric: Mapping[str, Sequence[Sequence[str]]]) -> dict[str, int]:

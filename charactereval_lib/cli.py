@@ -41,6 +41,15 @@ def _load_data(args: argparse.Namespace):
 # --- data ------------------------------------------------------------------------------------
 
 
+def _report_problems(problems: list[str], ok_message: str) -> int:
+    """One ``error:`` line per problem on stderr and exit 1, or the OK line and exit 0."""
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        print(ok_message)
+    return 1 if problems else 0
+
+
 def _groups(args: argparse.Namespace) -> list[str]:
     groups = ["required", "guide"]
     if args.with_results:
@@ -55,23 +64,14 @@ def cmd_data_fetch(args: argparse.Namespace) -> int:
 
     data_dir = locate_data_dir(args.data_dir)
     fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=not args.quiet)
-    problems = verify_files(data_dir, _groups(args))
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    print(f"{data_dir}: fetched {len(fetched)} file(s); {'all verified' if not problems else 'verification FAILED'}")
-    return 1 if problems else 0
+    return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: fetched {len(fetched)} file(s); all verified")
 
 
 def cmd_data_verify(args: argparse.Namespace) -> int:
     from .data import verify_files
 
     data_dir = locate_data_dir(args.data_dir)
-    problems = verify_files(data_dir, _groups(args))
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    if not problems:
-        print(f"{data_dir}: all files match the pinned digests")
-    return 1 if problems else 0
+    return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: all files match the pinned digests")
 
 
 def cmd_data_subset(args: argparse.Namespace) -> int:
@@ -233,8 +233,10 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         )
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
-        f"{counts['generation_failures']}; MBTI: {summary['mbti']}"
+        f"{counts['generation_failures']}; scorer modes {counts['scorer_modes']}; MBTI: {summary['mbti']}"
     )
+    if len(counts["scorer_modes"]) > 1:
+        print("warning: the scores mix scorer modes; re-run `charactereval score` with one mode", file=sys.stderr)
     print(f"wrote {run_dir / runs.SUMMARY} and {run_dir / runs.METRICS_CSV}")
     return 0
 
@@ -370,11 +372,7 @@ def cmd_rm_check(args: argparse.Namespace) -> int:
     problems = check_rm_dir(args.dir, required=("config.json", "tokenizer.model"))
     if not problems:
         load_tokenizer(args.dir)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    if not problems:
-        print(f"{args.dir}: config, tokenizer and weight index are consistent")
-    return 1 if problems else 0
+    return _report_problems(problems, f"{args.dir}: config, tokenizer and weight index are consistent")
 
 
 # --- official format -------------------------------------------------------------------------

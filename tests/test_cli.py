@@ -218,3 +218,18 @@ def test_import_of_rows_with_a_newline_or_partial_metrics_is_refused(official_da
     code, _, err = run_cli(capsys, "import-official", str(source), str(tmp_path / "b"), "--data-dir", str(official_dir))
     assert code == 2 and "model_output has a newline; not a transformed file" in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_summarize_shows_scorer_modes_and_warns_on_a_mix(official_data, official_dir, tmp_path, capsys):
+    records = synthetic_evaluation(official_data, every=300)
+    source = tmp_path / "evaluation.jsonl"
+    source.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    run = tmp_path / "run"
+    run_cli(capsys, "import-official", str(source), str(run), "--data-dir", str(official_dir))
+    code, out, err = run_cli(capsys, "summarize", str(run))
+    assert code == 0 and f"scorer modes {{'imported': {len(records)}}}" in out and "mix" not in err
+    first = records[0]
+    with runs.JsonlAppender(run / "scores.jsonl") as out_file:
+        out_file.write({"id": first["id"], "metric_en": first["metric_en"], "score": 3.0, "mode": "fast"})
+    code, out, err = run_cli(capsys, "summarize", str(run))
+    assert code == 0 and "'fast': 1" in out and "the scores mix scorer modes" in err
