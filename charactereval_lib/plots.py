@@ -44,6 +44,14 @@ def save_png(fig: Figure, path: Path | str, *, dpi: int = 120) -> Path:
     return path
 
 
+def keep(fig: Figure, name: str, directory: Path | str | None) -> Figure:
+    """Save ``fig`` as ``directory/name.png`` when a directory is given, and return it for display:
+    reports show each figure inline and leave a PNG beside the HTML for slides and papers."""
+    if directory is not None:
+        save_png(fig, Path(directory) / f"{name}.png")
+    return fig
+
+
 def _message_figure(text: str, width: float = 6, height: float = 2) -> Figure:
     fig = new_figure(width, height)
     ax = fig.add_subplot()

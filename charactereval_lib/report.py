@@ -31,6 +31,8 @@ REPORT_NOTEBOOK = "report.ipynb"
 REPORT_HTML = "report.html"
 COMPARISON_NOTEBOOK = "comparison.ipynb"
 COMPARISON_HTML = "comparison.html"
+# Each report figure is also saved here as PNG, beside the HTML.
+FIGURES_DIR = "figures"
 # Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
 DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
 
@@ -138,6 +140,7 @@ def report(
         "n_boot": n_boot,
         "seed": seed,
         "level": level,
+        "figures_dir": str((run_dir / FIGURES_DIR).resolve()),
     }
     notebook = execute(ANALYSE, run_dir / REPORT_NOTEBOOK, parameters)
     html = to_html(notebook, run_dir / REPORT_HTML, show_code=show_code, title=f"CharacterEval report: {run_dir.name}")
@@ -172,6 +175,7 @@ def compare(
         "n_boot": n_boot,
         "seed": seed,
         "level": level,
+        "figures_dir": str((out_dir / FIGURES_DIR).resolve()),
     }
     notebook = execute(COMPARE, out_dir / COMPARISON_NOTEBOOK, parameters)
     title = "CharacterEval comparison: " + ", ".join(r.name for r in run_dirs)

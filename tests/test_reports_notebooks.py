@@ -84,6 +84,11 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     assert "load_run(" not in html and "<img src=\"http" not in html and 'src="/' not in html
     assert f"at commit <code>{runs.git_commit()}</code>" in html
     assert "<title>CharacterEval report: model-a</title>" in html
+    # Every figure also lands beside the report as a PNG.
+    assert sorted(p.name for p in (run_a / "figures").iterdir()) == [
+        "context_length.png", "failures.png", "radar_dimensions.png", "radar_metrics.png", "sample_size.png",
+        "score_grid.png"]
+    assert all((run_a / "figures" / n).read_bytes().startswith(b"\x89PNG") for n in ("score_grid.png", "failures.png"))
 
 
 def test_report_can_show_code(synthetic_runs, tmp_path):
@@ -106,6 +111,8 @@ def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     assert "Wilcoxon p" in parts["model-b − model-a"]
     assert parts["Paired differences"].count(PNG) + parts["model-b − model-a"].count(PNG) == 1
     assert "<table" in parts["vs GPT-4"] and "Δ model-b" in parts["vs GPT-4"]
+    assert sorted(p.name for p in (tmp_path / "cmp" / "figures").iterdir()) == [
+        "paired_differences.png", "radar_dimensions.png", "radar_metrics.png"]
     # Run A's offline caveat is shown; run B (a real backend and reward model) has none of its own.
     assert html.count("offline backend") == 1
     assert "not reproduced" in html
