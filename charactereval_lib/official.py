@@ -20,7 +20,7 @@ from typing import Any
 
 from . import runs
 from .data import DataError, OfficialData, load_json_document
-from .transform import TransformResult, transform
+from .transform import TransformResult, generation_outputs, transform
 
 GENERATION = "generation"
 GENERATION_TRANS = "generation_trans"
@@ -172,17 +172,13 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     generations = runs.read_jsonl(run_dir / runs.GENERATIONS).records
     if not generations:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to export")
-    latest = runs.latest_by_key(generations, "id")
-    generation_records = []
-    for sample in data.samples:
-        record = latest.get((sample.id,))
-        if record is None:
-            continue
-        output = record.get("model_output") if record.get("status", "ok") == "ok" else None
-        generation_records.append(
-            {"id": sample.id, "role": sample.role, "novel_name": sample.novel_name, "context": sample.context,
-             "model_output": output}
-        )
+    outputs = generation_outputs(generations)
+    generation_records = [
+        {"id": sample.id, "role": sample.role, "novel_name": sample.novel_name, "context": sample.context,
+         "model_output": outputs[sample.id]}
+        for sample in data.samples
+        if sample.id in outputs
+    ]
     _dump_official(out_dir / "generation.jsonl", generation_records)
     written.append(out_dir / "generation.jsonl")
 

@@ -117,6 +117,36 @@ def to_html(notebook: Path, html: Path, *, show_code: bool = False, title: str |
     return Path(html)
 
 
+def _transformed_run(run: str | os.PathLike[str]) -> Path:
+    """The run directory, which must have rows to analyse."""
+    run_dir = runs.resolve_run_dir(run)
+    if not (run_dir / runs.ROWS).exists():
+        raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
+    return run_dir
+
+
+def _analysis_parameters(
+    data_dir: str | None,
+    verify_data: bool,
+    baselines: Sequence[str],
+    n_boot: int,
+    seed: int,
+    level: float,
+    figures_dir: Path,
+) -> dict[str, Any]:
+    """The notebook parameters the report and the comparison share (paths made absolute: the
+    kernel may run elsewhere)."""
+    return {
+        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+        "verify_data": verify_data,
+        "baselines": list(baselines),
+        "n_boot": n_boot,
+        "seed": seed,
+        "level": level,
+        "figures_dir": str(figures_dir.resolve()),
+    }
+
+
 def report(
     run: str | os.PathLike[str],
     *,
@@ -129,18 +159,10 @@ def report(
     show_code: bool = False,
 ) -> tuple[Path, Path]:
     """Render one run's report: ``RUN/report.ipynb`` and ``RUN/report.html``."""
-    run_dir = runs.resolve_run_dir(run)
-    if not (run_dir / runs.ROWS).exists():
-        raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
+    run_dir = _transformed_run(run)
     parameters = {
         "run_dir": str(run_dir.resolve()),
-        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
-        "verify_data": verify_data,
-        "baselines": list(baselines),
-        "n_boot": n_boot,
-        "seed": seed,
-        "level": level,
-        "figures_dir": str((run_dir / FIGURES_DIR).resolve()),
+        **_analysis_parameters(data_dir, verify_data, baselines, n_boot, seed, level, run_dir / FIGURES_DIR),
     }
     notebook = execute(ANALYSE, run_dir / REPORT_NOTEBOOK, parameters)
     html = to_html(notebook, run_dir / REPORT_HTML, show_code=show_code, title=f"CharacterEval report: {run_dir.name}")
@@ -160,22 +182,13 @@ def compare(
     show_code: bool = False,
 ) -> tuple[Path, Path]:
     """Render a comparison of several runs: ``OUT/comparison.ipynb`` and ``OUT/comparison.html``."""
-    run_dirs = [runs.resolve_run_dir(r) for r in run_list]
-    if len(run_dirs) < 2:
+    if len(run_list) < 2:
         raise ReportError("compare needs at least two runs")
-    for run_dir in run_dirs:
-        if not (run_dir / runs.ROWS).exists():
-            raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
+    run_dirs = [_transformed_run(r) for r in run_list]
     out_dir = Path(out_dir)
     parameters = {
         "run_dirs": [str(r.resolve()) for r in run_dirs],
-        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
-        "verify_data": verify_data,
-        "baselines": list(baselines),
-        "n_boot": n_boot,
-        "seed": seed,
-        "level": level,
-        "figures_dir": str((out_dir / FIGURES_DIR).resolve()),
+        **_analysis_parameters(data_dir, verify_data, baselines, n_boot, seed, level, out_dir / FIGURES_DIR),
     }
     notebook = execute(COMPARE, out_dir / COMPARISON_NOTEBOOK, parameters)
     title = "CharacterEval comparison: " + ", ".join(r.name for r in run_dirs)
