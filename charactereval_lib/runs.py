@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -260,11 +260,3 @@ def update_manifest(run_dir: Path, **sections: Any) -> dict[str, Any]:
             manifest[key] = value
     write_json_atomic(run_dir / MANIFEST, manifest)
     return manifest
-
-
-def iter_jsonl_records(path: Path) -> Iterator[Any]:
-    """Records of a JSON Lines artifact; a torn last line is reported on stderr and skipped."""
-    result = read_jsonl(path)
-    for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    yield from result.records
