@@ -32,13 +32,13 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib import runs  # noqa: E402
-from charactereval_lib.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data  # noqa: E402
-from charactereval_lib.generation.base import DecodingParams, build_payload, make_requests  # noqa: E402
-from charactereval_lib.generation.engine import generate_async, run_generation  # noqa: E402
-from charactereval_lib.generation.offline import OfflineBackend  # noqa: E402
-from charactereval_lib.generation.openai_backend import OpenAIBackend  # noqa: E402
-from charactereval_lib.generation.retry import RetryPolicy  # noqa: E402
+from charactereval_lib.engine import runs  # noqa: E402
+from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data  # noqa: E402
+from charactereval_lib.engine.generation.base import DecodingParams, build_payload, make_requests  # noqa: E402
+from charactereval_lib.engine.generation.engine import generate_async, run_generation  # noqa: E402
+from charactereval_lib.engine.generation.offline import OfflineBackend  # noqa: E402
+from charactereval_lib.engine.generation.openai_backend import OpenAIBackend  # noqa: E402
+from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
 
 MODEL = "bench-model"
 
@@ -63,7 +63,7 @@ def load_data(count: int) -> tuple[OfficialData, str]:
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "charactereval_lib.generation.mockserver", "--latency", str(latency)],
+        [sys.executable, "-m", "charactereval_lib.testing.mockserver", "--latency", str(latency)],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
     )
     line = process.stdout.readline()

@@ -43,7 +43,7 @@ FILLER = "嗯，我明白你的意思了，这件事我们慢慢说。"
 
 def build_rows(data) -> list[tuple[int, str, str]]:
     """(id, metric_en, S6 text) for every official row, with the synthetic reply."""
-    from charactereval_lib.reward.inputs import build_rm_text
+    from charactereval_lib.charactereval.reward.inputs import build_rm_text
 
     rows = []
     for sample in data.samples:
@@ -72,9 +72,9 @@ def pick_subset(rows, n: int | None):
 def time_scoring(args, rm_dir: Path, seqs, groups) -> dict:
     import torch
 
-    from charactereval_lib.reward.checkpoint import load_model
-    from charactereval_lib.reward.model import FastOptions, sigmoid_faithful, sigmoids_fast
-    from charactereval_lib.reward.scorer import compare_modes
+    from charactereval_lib.charactereval.reward.checkpoint import load_model
+    from charactereval_lib.charactereval.reward.model import FastOptions, sigmoid_faithful, sigmoids_fast
+    from charactereval_lib.charactereval.reward.scorer import compare_modes
 
     model = load_model(rm_dir, args.device)
     # Warm up kernels and the mask buffer at the longest length.
@@ -134,8 +134,8 @@ def time_scoring(args, rm_dir: Path, seqs, groups) -> dict:
 LOAD_CHILD = r"""
 import json, resource, sys, time
 import torch
-from charactereval_lib.reward.checkpoint import load_model
-from charactereval_lib.reward.model import sigmoid_faithful
+from charactereval_lib.charactereval.reward.checkpoint import load_model
+from charactereval_lib.charactereval.reward.model import sigmoid_faithful
 def rss_mb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -160,9 +160,9 @@ def measure_loading(args) -> dict:
     """Peak RSS (VmHWM) of fresh processes loading a ~``--rss-mb`` MB checkpoint."""
     import torch
 
-    from charactereval_lib.reward.checkpoint import save_checkpoint
-    from charactereval_lib.reward.model import RMConfig
-    from charactereval_lib.reward.tiny import config_json, random_state
+    from charactereval_lib.charactereval.reward.checkpoint import save_checkpoint
+    from charactereval_lib.charactereval.reward.model import RMConfig
+    from charactereval_lib.charactereval.reward.tiny import config_json, random_state
 
     hidden, inter, vocab = 1024, 2816, 8000
     per_layer = 2 * (4 * hidden * hidden + 3 * hidden * inter)
@@ -224,9 +224,9 @@ def main() -> int:
 
     import torch
 
-    from charactereval_lib.data import load_official_data
-    from charactereval_lib.reward.tiny import make_tiny
-    from charactereval_lib.reward.tokenizer import load_tokenizer
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.reward.tiny import make_tiny
+    from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)

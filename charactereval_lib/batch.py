@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import runs, steps
+from charactereval_lib.engine import runs
+from charactereval_lib import steps
 
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
 SCORE_KEYS = ("device", "mode")
@@ -205,9 +206,9 @@ def _step(result: ModelResult, name: str) -> None:
 
 def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
     """All steps for one model; a failure is recorded in the result, never raised."""
-    from . import report
-    from .data import load_official_data
-    from .subsets import stratified_subset, write_ids
+    from charactereval_lib.engine import report
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 
     run_dir = config.output_dir / spec.name
     result = ModelResult(spec.name, str(run_dir))
@@ -244,7 +245,7 @@ def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
 
 def run_batch(config: BatchConfig) -> BatchResult:
     """Every model in turn, then the comparison of those that finished; writes the summary."""
-    from . import report
+    from charactereval_lib.engine import report
 
     outcome = BatchResult()
     for spec in config.models:

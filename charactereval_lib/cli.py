@@ -7,12 +7,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, runs
-from .data import DataError, locate_data_dir, load_official_data
-from .generation.base import ConfigError
-from .prompts import ProtocolError
-from .protocol import PROTOCOL_VERSION
-from .reward.errors import REWARD_ERRORS
+from charactereval_lib.engine import runs
+from charactereval_lib import __version__
+from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
+from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.charactereval.prompts import ProtocolError
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
 
 # Errors a user can cause with bad input: reported as one line, no traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -60,7 +61,7 @@ def _groups(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_data_fetch(args: argparse.Namespace) -> int:
-    from .data import fetch, verify_files
+    from charactereval_lib.charactereval.data import fetch, verify_files
 
     data_dir = locate_data_dir(args.data_dir)
     fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=not args.quiet)
@@ -68,14 +69,14 @@ def cmd_data_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_data_verify(args: argparse.Namespace) -> int:
-    from .data import verify_files
+    from charactereval_lib.charactereval.data import verify_files
 
     data_dir = locate_data_dir(args.data_dir)
     return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: all files match the pinned digests")
 
 
 def cmd_data_subset(args: argparse.Namespace) -> int:
-    from .subsets import stratified_subset, write_ids
+    from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 
     ids = stratified_subset(load_official_data(args.data_dir), args.size)
     if args.out:
@@ -90,7 +91,7 @@ def cmd_data_subset(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_checks
+    from charactereval_lib.charactereval.doctor import run_checks
 
     data = _load_data(args)
     print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {data.data_dir}")
@@ -108,7 +109,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _decoding_parameters(args: argparse.Namespace):
-    from .generation.base import DecodingParams
+    from charactereval_lib.engine.generation.base import DecodingParams
 
     return DecodingParams.resolve(
         preset=args.preset, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
@@ -116,8 +117,8 @@ def _decoding_parameters(args: argparse.Namespace):
 
 
 def _backend_options(args: argparse.Namespace):
-    from .generation.backends import BackendOptions
-    from .generation.retry import RetryPolicy
+    from charactereval_lib.engine.generation.backends import BackendOptions
+    from charactereval_lib.engine.generation.retry import RetryPolicy
 
     policy = RetryPolicy(
         max_attempts=args.max_attempts,
@@ -140,7 +141,7 @@ def _backend_options(args: argparse.Namespace):
 
 
 def _dry_run(args: argparse.Namespace, run_dir: Path, samples: list, data, params) -> int:
-    from .generation.engine import dry_run
+    from charactereval_lib.engine.generation.engine import dry_run
 
     result = dry_run(run_dir, data, samples, params, backend=args.backend, model=args.model, base_url=args.base_url,
                      retry_errors=args.retry_errors, price_in=args.price_in, price_out=args.price_out)
@@ -154,9 +155,9 @@ def _dry_run(args: argparse.Namespace, run_dir: Path, samples: list, data, param
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generation.backends import make_backend
-    from .generation.engine import GenerationInterrupted, run_generation, run_state
-    from .generation.requests import read_ids_file, select_samples
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted, run_generation, run_state
+    from charactereval_lib.charactereval.requests import read_ids_file, select_samples
 
     data = _load_data(args)
     ids = read_ids_file(args.ids) if args.ids else None
@@ -188,7 +189,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_transform(args: argparse.Namespace) -> int:
-    from .transform import transform_run
+    from charactereval_lib.charactereval.transform import transform_run
 
     run_dir = runs.resolve_run_dir(args.run)
     result = transform_run(run_dir, _load_data(args))
@@ -214,7 +215,7 @@ def _fmt(value: float | None) -> str:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from .aggregate import summarize_run
+    from charactereval_lib.charactereval.aggregate import summarize_run
 
     run_dir = runs.resolve_run_dir(args.run)
     summary = summarize_run(run_dir, id2metric=_optional_id2metric(args), n_boot=args.n_boot, seed=args.seed)
@@ -245,7 +246,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _report_options(args: argparse.Namespace) -> dict:
-    from .report import DEFAULT_BASELINES
+    from charactereval_lib.engine.report import DEFAULT_BASELINES
 
     return {
         "data_dir": args.data_dir,
@@ -257,7 +258,7 @@ def _report_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import report
+    from charactereval_lib.engine.report import report
 
     notebook, html = report(args.run, **_report_options(args))
     print(f"wrote {notebook} and {html}")
@@ -265,7 +266,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .report import compare
+    from charactereval_lib.engine.report import compare
 
     notebook, html = compare(args.runs, args.out, **_report_options(args))
     print(f"wrote {notebook} and {html}")
@@ -273,7 +274,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from .batch import check_commands, load_config, run_batch, summary_lines
+    from charactereval_lib.batch import check_commands, load_config, run_batch, summary_lines
 
     config = load_config(Path(args.config))
     check_commands(config)
@@ -286,7 +287,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _scorer_settings(args: argparse.Namespace):
-    from .reward.scorer import ScorerSettings, parse_shard, resolve_device
+    from charactereval_lib.charactereval.reward.scorer import ScorerSettings, parse_shard, resolve_device
 
     return ScorerSettings(
         mode=args.mode,
@@ -300,7 +301,7 @@ def _scorer_settings(args: argparse.Namespace):
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from .reward import scorer
+    from charactereval_lib.charactereval.reward import scorer
 
     run_dir = runs.resolve_run_dir(args.run)
     settings = _scorer_settings(args)
@@ -312,7 +313,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         return 0
     if not args.rm:
         raise runs.RunError("--rm DIR is required (a reward-model checkpoint directory; see `charactereval rm download`)")
-    from .reward.tiny import tiny_label
+    from charactereval_lib.charactereval.reward.tiny import tiny_label
 
     label = tiny_label(args.rm)
     if label:
@@ -340,7 +341,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_rm_download(args: argparse.Namespace) -> int:
-    from .reward.download import download_rm
+    from charactereval_lib.charactereval.reward.download import download_rm
 
     path = download_rm(args.dir, endpoint=args.endpoint)
     print(f"{path}: BaichuanCharRM ready")
@@ -348,7 +349,7 @@ def cmd_rm_download(args: argparse.Namespace) -> int:
 
 
 def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
-    from .reward.tiny import TINY_LABEL, make_tiny
+    from charactereval_lib.charactereval.reward.tiny import TINY_LABEL, make_tiny
 
     # Train the tokenizer on the data's text when asked to, or when a data directory is named.
     data_dir = locate_data_dir(args.data_dir) if args.from_data or args.data_dir else None
@@ -366,8 +367,8 @@ def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_rm_check(args: argparse.Namespace) -> int:
-    from .reward.download import check_rm_dir
-    from .reward.tokenizer import load_tokenizer
+    from charactereval_lib.charactereval.reward.download import check_rm_dir
+    from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
     problems = check_rm_dir(args.dir, required=("config.json", "tokenizer.model"))
     if not problems:
@@ -379,7 +380,7 @@ def cmd_rm_check(args: argparse.Namespace) -> int:
 
 
 def cmd_import_official(args: argparse.Namespace) -> int:
-    from .official import import_official
+    from charactereval_lib.charactereval.official import import_official
 
     run_dir = runs.resolve_run_dir(args.run)
     kind, result = import_official(Path(args.file), run_dir, _load_data(args))
@@ -389,7 +390,7 @@ def cmd_import_official(args: argparse.Namespace) -> int:
 
 
 def cmd_export_official(args: argparse.Namespace) -> int:
-    from .official import export_official
+    from charactereval_lib.charactereval.official import export_official
 
     run_dir = runs.resolve_run_dir(args.run)
     for path in export_official(run_dir, _load_data(args), Path(args.out) if args.out else None):

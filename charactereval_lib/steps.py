@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import runs
+from charactereval_lib.engine import runs
 
 
 class StepError(RuntimeError):
@@ -26,7 +26,7 @@ class StepError(RuntimeError):
 
 def parse_command(argv: Sequence[str]) -> argparse.Namespace:
     """Parse one ``charactereval`` command line without running it; StepError if invalid."""
-    from .cli import build_parser
+    from charactereval_lib.cli import build_parser
 
     argv = [str(a) for a in argv]
     stderr = io.StringIO()
@@ -40,7 +40,7 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
 
 def run_command(argv: Sequence[str]) -> None:
     """Run one ``charactereval`` command in this process; raise StepError unless it succeeds."""
-    from .cli import USER_ERRORS
+    from charactereval_lib.cli import USER_ERRORS
 
     args = parse_command(argv)
     try:

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.reward.tiny import make_tiny, synthetic_lines, train_sentencepiece, write_tokenizer_files
+from charactereval_lib.charactereval.reward.tiny import make_tiny, synthetic_lines, train_sentencepiece, write_tokenizer_files
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden" / "official-rm-tiny"

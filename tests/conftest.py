@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from charactereval_lib.data import DATA_DIR_ENV, OfficialData, load_official_data
+from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
 
 NO_DATA_REASON = (
     f"official data not configured: set {DATA_DIR_ENV} to a directory with test_data.jsonl, "

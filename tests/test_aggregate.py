@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from charactereval_lib.aggregate import dimension_averages, metric_means, scores_frame
-from charactereval_lib.protocol import METRICS
+from charactereval_lib.charactereval.aggregate import dimension_averages, metric_means, scores_frame
+from charactereval_lib.charactereval.protocol import METRICS
 
 
 def frame(rows):

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from charactereval_lib import diagnostics
-from charactereval_lib.aggregate import metric_statistics
-from charactereval_lib.data import load_official_data
-from charactereval_lib.diagnostics import grid_bins, grid_step, on_bf16_grid, score_grid
-from charactereval_lib.synthetic import to_bf16, write_synthetic_data
+from charactereval_lib.charactereval import diagnostics
+from charactereval_lib.charactereval.aggregate import metric_statistics
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.diagnostics import grid_bins, grid_step, on_bf16_grid, score_grid
+from charactereval_lib.testing.synthetic import to_bf16, write_synthetic_data
 
 
 def official_score(sigmoid: torch.Tensor) -> list[float]:

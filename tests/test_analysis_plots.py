@@ -7,12 +7,14 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from charactereval_lib import analysis, diagnostics, plots
-from charactereval_lib.aggregate import paired_comparison
-from charactereval_lib.data import load_official_data
-from charactereval_lib.diagnostics import on_bf16_grid
-from charactereval_lib.protocol import METRICS
-from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
+from charactereval_lib.charactereval import analysis
+from charactereval_lib.charactereval import diagnostics
+from charactereval_lib.engine import plots
+from charactereval_lib.charactereval.aggregate import paired_comparison
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.diagnostics import on_bf16_grid
+from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
 @pytest.fixture(scope="module")

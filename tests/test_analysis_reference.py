@@ -7,9 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from charactereval_lib import reference
-from charactereval_lib.aggregate import metric_statistics
-from charactereval_lib.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS, metrics_of
+from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.charactereval import reference
+from charactereval_lib.charactereval.aggregate import metric_statistics
+from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS, metrics_of
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_published_averages_are_unweighted_means_of_their_metrics(table):
 def test_published_mbti_values_are_fractions_of_216():
     # 54 characters x 4 letters (seed 001 row 20): each accuracy is some k/216, rounded to the
     # decimals printed ("0.62" has two, "0.694" three).
-    printed = pd.read_csv(reference.PAPER_TABLE4, dtype=str).set_index("model")[reference.MBTI_COLUMN].dropna()
+    printed = pd.read_csv(resource_path(reference.PAPER_TABLE4), dtype=str).set_index("model")[reference.MBTI_COLUMN].dropna()
     assert len(printed) == 14
     for model, text in printed.items():
         decimals = len(text.split(".")[1])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from charactereval_lib import analysis, runs
-from charactereval_lib.data import load_official_data
-from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
+from charactereval_lib.charactereval import analysis
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 TINY = "TINY RANDOM CHECKPOINT: its scores are meaningless (demos and tests only)"
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from charactereval_lib import aggregate
-from charactereval_lib.aggregate import (
+from charactereval_lib.charactereval import aggregate
+from charactereval_lib.charactereval.aggregate import (
     METRIC_ORDER,
     bootstrap_means,
     cluster_totals,
@@ -24,8 +24,8 @@ from charactereval_lib.aggregate import (
     resample_counts,
     summarize_run,
 )
-from charactereval_lib.data import load_official_data
-from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
 def frame(rows, **extra):

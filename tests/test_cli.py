@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from charactereval_lib import runs
+from charactereval_lib.engine import runs
 from charactereval_lib.cli import main
-from charactereval_lib.prompts import build_messages
+from charactereval_lib.charactereval.prompts import build_messages
 
 
 def run_cli(capsys, *argv):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from charactereval_lib.doctor import run_checks
-from charactereval_lib.prompts import build_messages
+from charactereval_lib.charactereval.doctor import run_checks
+from charactereval_lib.charactereval.prompts import build_messages
 
 INSTRUCTION_HEAD = "\n现在请你扮演一个角色扮演专家。请你根据上述信息扮演"
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import data as data_mod
-from charactereval_lib.data import DataError, digests, fetch, load_official_data, locate_data_dir, verify_files
+from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.charactereval import data as data_mod
+from charactereval_lib.charactereval.data import DataError, digests, fetch, load_official_data, locate_data_dir, verify_files
 from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_PROFILES, SYNTHETIC_SAMPLES, write_data_dir
 
 
@@ -189,7 +190,7 @@ def test_upstream_manifest_pins_commit_and_all_files():
     assert groups == {"required", "guide", "results", "rm_train"}
     assert sum(f.group == "results" for f in upstream.files) == 5
     assert all(len(f.git_blob_sha1) == 40 for f in upstream.files)
-    raw = json.loads(data_mod.UPSTREAM_MANIFEST.read_text())
+    raw = json.loads(resource_path(data_mod.UPSTREAM_MANIFEST).read_text())
     assert raw["files"][0]["sha256"] == "6d9723a1484f1d2739bcf388c7960abe1933b7a5a1fddae0170cc9ea7c66dcd8"
     url = upstream.url(upstream.file("annotation_guide.pdf"))
     assert url.endswith("/fa232e6a9c3ec5d074240333fbffdf015b79533f/Predefined%20Annotated%20Examples%20of%20CharacterEval.pdf")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import runs
-from charactereval_lib.generation.base import make_requests
-from charactereval_lib.generation.mockserver import MockServer, request_key
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import make_requests
+from charactereval_lib.testing.mockserver import MockServer, request_key
 from tests.generation_support import FAKE_KEY, files_containing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +162,7 @@ def test_dry_run_prints_a_character_based_token_and_cost_estimate(official_data,
     assert "character-based" in dry.stdout and "6 request(s)" in dry.stdout and "estimated cost: ~$" in dry.stdout
     estimate = runs.load_manifest(run)["dry_run"]["estimate"]
     assert estimate["method"] == "character-based" and estimate["output_tokens_max"] == 6 * 1024
-    from charactereval_lib.generation.estimate import estimate_request_tokens
+    from charactereval_lib.engine.generation.estimate import estimate_request_tokens
 
     pending = make_requests(official_data.samples[4:10], official_data)
     assert estimate["input_tokens"] == sum(estimate_request_tokens(r.messages) for r in pending)

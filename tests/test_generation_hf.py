@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-from charactereval_lib import runs  # noqa: E402
-from charactereval_lib.generation.backends import BackendOptions, make_backend  # noqa: E402
-from charactereval_lib.generation.base import DecodingParams, make_requests  # noqa: E402
-from charactereval_lib.generation.engine import run_generation  # noqa: E402
+from charactereval_lib.engine import runs  # noqa: E402
+from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
+from charactereval_lib.engine.generation.base import DecodingParams, make_requests  # noqa: E402
+from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
 from tests.generation_support import expected_sha, synthetic_data  # noqa: E402
 
 # "</s>" first, so the end-of-sequence id is 0 (the silent model below relies on it).

@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 
-from charactereval_lib import runs
-from charactereval_lib.generation import openai_backend
-from charactereval_lib.generation.backends import BackendOptions, make_backend
-from charactereval_lib.generation.base import DecodingParams
-from charactereval_lib.generation.engine import run_generation, writer_lock
-from charactereval_lib.generation.mockserver import SERVED_MODEL, MockServer, echo_reply, multiline_reply
-from charactereval_lib.generation.retry import RetryPolicy
-from charactereval_lib.transform import generation_outputs
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation import openai_backend
+from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
+from charactereval_lib.engine.generation.base import DecodingParams
+from charactereval_lib.engine.generation.engine import run_generation, writer_lock
+from charactereval_lib.testing.mockserver import SERVED_MODEL, MockServer, echo_reply, multiline_reply
+from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.charactereval.transform import generation_outputs
 from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
 
 MODEL = "test-model"

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from charactereval_lib import runs
-from charactereval_lib.generation.base import ConfigError, DecodingParams, GenerationResult, build_payload, redact
-from charactereval_lib.generation.engine import check_resume, plan_run
-from charactereval_lib.generation.estimate import estimate_cost, estimate_tokens
-from charactereval_lib.generation.offline import offline_reply
-from charactereval_lib.generation.openai_backend import read_api_key, retry_after
-from charactereval_lib.generation.retry import AdaptiveLimiter, RetryPolicy
-from charactereval_lib.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import ConfigError, DecodingParams, GenerationResult, build_payload, redact
+from charactereval_lib.engine.generation.engine import check_resume, plan_run
+from charactereval_lib.engine.generation.estimate import estimate_cost, estimate_tokens
+from charactereval_lib.engine.generation.offline import offline_reply
+from charactereval_lib.engine.generation.openai_backend import read_api_key, retry_after
+from charactereval_lib.engine.generation.retry import AdaptiveLimiter, RetryPolicy
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from tests.generation_support import FAKE_KEY, synthetic_data
 
 
@@ -196,7 +196,7 @@ def test_character_estimate_counts_cjk_as_one_token_and_prices():
     assert estimate_tokens("你好：") == 3
     assert estimate_tokens("abcdefgh") == 2
     data = synthetic_data(4)
-    from charactereval_lib.generation.base import make_requests
+    from charactereval_lib.engine.generation.base import make_requests
 
     estimate = estimate_cost(make_requests(data.samples, data), 1024, price_in=2.0, price_out=8.0)
     assert estimate.output_tokens_max == 4 * 1024

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from charactereval_lib.prompts import (
+from charactereval_lib.charactereval.prompts import (
     ProtocolError,
     Turn,
     build_messages,

@@ -9,10 +9,10 @@ import pytest
 
 from charactereval_lib import batch, steps
 from charactereval_lib.cli import main
-from charactereval_lib.data import DataError
-from charactereval_lib.generation.requests import read_ids_file
-from charactereval_lib.protocol import METRICS
-from charactereval_lib.subsets import stratified_subset
+from charactereval_lib.charactereval.data import DataError
+from charactereval_lib.charactereval.requests import read_ids_file
+from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.charactereval.subsets import stratified_subset
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from charactereval_lib import report, runs
-from charactereval_lib.data import load_official_data
-from charactereval_lib.synthetic import write_synthetic_data, write_synthetic_run
+from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine import report
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 NOTEBOOKS = ["analyse.ipynb", "compare.ipynb", "generate.ipynb", "score.ipynb"]
 PNG = "data:image/png;base64,"
@@ -49,7 +51,7 @@ def cell_problems(notebook: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebooks_are_clean_and_thin(name):
-    node = nbformat.read(str(report.NOTEBOOKS_DIR / name), as_version=4)
+    node = nbformat.read(str(resource_path("notebooks") / name), as_version=4)
     nbformat.validate(node)
     assert node.metadata.kernelspec.name == "python3"
     tagged = [c for c in node.cells if "parameters" in c.metadata.get("tags", [])]

@@ -12,9 +12,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from charactereval_lib import analysis, batch, report, runs, steps
+from charactereval_lib import batch, steps
+from charactereval_lib.charactereval import analysis
+from charactereval_lib.engine import report
+from charactereval_lib.engine import runs
 from charactereval_lib.cli import main
-from charactereval_lib.generation.requests import read_ids_file
+from charactereval_lib.charactereval.requests import read_ids_file
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _reward_support import GOLDEN_DIR
-from charactereval_lib.reward.checkpoint import (
+from charactereval_lib.charactereval.reward.checkpoint import (
     BIN_INDEX,
     checkpoint_identity,
     expected_shapes,
@@ -21,9 +21,9 @@ from charactereval_lib.reward.checkpoint import (
     load_model,
     save_checkpoint,
 )
-from charactereval_lib.reward.errors import CheckpointError
-from charactereval_lib.reward.model import RMConfig, sigmoid_faithful
-from charactereval_lib.reward.tiny import config_json, random_state
+from charactereval_lib.charactereval.reward.errors import CheckpointError
+from charactereval_lib.charactereval.reward.model import RMConfig, sigmoid_faithful
+from charactereval_lib.charactereval.reward.tiny import config_json, random_state
 
 CONFIG = RMConfig(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4)
 

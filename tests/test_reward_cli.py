@@ -11,11 +11,11 @@ from pathlib import Path
 
 from _reward_support import tiny_checkpoint
 from charactereval_lib.cli import main
-from charactereval_lib.reward.checkpoint import load_model
-from charactereval_lib.reward.download import RM_FILES, RM_REPO, RM_REVISION, check_rm_dir
-from charactereval_lib.reward.model import sigmoid_faithful
-from charactereval_lib.reward.tiny import LABEL_KEY, TINY_LABEL, tiny_label
-from charactereval_lib.reward.tokenizer import load_tokenizer
+from charactereval_lib.charactereval.reward.checkpoint import load_model
+from charactereval_lib.charactereval.reward.download import RM_FILES, RM_REPO, RM_REVISION, check_rm_dir
+from charactereval_lib.charactereval.reward.model import sigmoid_faithful
+from charactereval_lib.charactereval.reward.tiny import LABEL_KEY, TINY_LABEL, tiny_label
+from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 

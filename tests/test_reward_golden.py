@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from _reward_support import GOLDEN_DIR
-from charactereval_lib.reward.checkpoint import load_model
-from charactereval_lib.reward.model import FastOptions, sigmoid_faithful, sigmoids_fast, to_score
-from charactereval_lib.reward.scorer import compare_modes
-from charactereval_lib.reward.tokenizer import load_tokenizer
+from charactereval_lib.charactereval.reward.checkpoint import load_model
+from charactereval_lib.charactereval.reward.model import FastOptions, sigmoid_faithful, sigmoids_fast, to_score
+from charactereval_lib.charactereval.reward.scorer import compare_modes
+from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
 CASES = [json.loads(line) for line in (GOLDEN_DIR / "golden.jsonl").read_text(encoding="utf-8").splitlines()]
 SCORED = [c for c in CASES if "sigmoid" in c]

@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from charactereval_lib.reward.checkpoint import expected_shapes
-from charactereval_lib.reward.model import (
+from charactereval_lib.charactereval.reward.checkpoint import expected_shapes
+from charactereval_lib.charactereval.reward.model import (
     DTYPE,
     BaichuanCharRM,
     FastOptions,
@@ -25,8 +25,8 @@ from charactereval_lib.reward.model import (
     sigmoids_fast,
     to_score,
 )
-from charactereval_lib.reward.scorer import compare_modes
-from charactereval_lib.reward.tiny import random_state
+from charactereval_lib.charactereval.reward.scorer import compare_modes
+from charactereval_lib.charactereval.reward.tiny import random_state
 
 BF16_MIN = torch.finfo(torch.bfloat16).min
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from _reward_support import SYNTH_PROFILES, tiny_checkpoint, write_data_dir, write_rows
-from charactereval_lib import runs
-from charactereval_lib.data import load_official_data
-from charactereval_lib.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
-from charactereval_lib.reward import scorer
-from charactereval_lib.reward.checkpoint import checkpoint_identity
-from charactereval_lib.reward.inputs import build_rm_text
-from charactereval_lib.reward.model import sigmoid_faithful, to_score
-from charactereval_lib.reward.tokenizer import load_tokenizer
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
+from charactereval_lib.charactereval.reward import scorer
+from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identity
+from charactereval_lib.charactereval.reward.inputs import build_rm_text
+from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
+from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     records = latest_records(run_dir / runs.SCORES)
     assert [(r["id"], r["metric_en"]) for r in records] == [(r["id"], r["metric_en"]) for r in rows]
     tok = load_tokenizer(rm_dir)
-    from charactereval_lib.reward.checkpoint import load_model
+    from charactereval_lib.charactereval.reward.checkpoint import load_model
 
     model = load_model(rm_dir)
     sha = checkpoint_identity(rm_dir)["sha256"]
@@ -129,7 +129,7 @@ def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
     def no_model(*args, **kwargs):
         raise AssertionError("merging finished shards must not load the model")
 
-    monkeypatch.setattr("charactereval_lib.reward.checkpoint.load_model", no_model)
+    monkeypatch.setattr("charactereval_lib.charactereval.reward.checkpoint.load_model", no_model)
     merged = scorer.score_run(run_dir, rm_dir, data, settings())
     assert merged.merged_from_shards == len(rows) and merged.scored == 0
     assert scorer.score_run(run_dir, rm_dir, data, settings()).merged_from_shards == 0
@@ -149,7 +149,7 @@ def test_a_second_writer_is_refused(setup, rm_dir):
 
 def test_dry_run_writes_inputs_without_a_model(setup, rm_dir, monkeypatch):
     data, _, run_dir, rows = setup
-    monkeypatch.setattr("charactereval_lib.reward.checkpoint.load_model", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("charactereval_lib.charactereval.reward.checkpoint.load_model", lambda *a, **k: 1 / 0)
     assert scorer.dry_run(run_dir, data, rm_dir) == len(rows)
     records = latest_records(run_dir / scorer.RM_INPUTS)
     tok = load_tokenizer(rm_dir)
@@ -210,14 +210,14 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from charactereval_lib import runs
+    from charactereval_lib.engine import runs
     write = runs.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
         time.sleep(0.05)  # widen the window in which the parent kills us
     runs.JsonlAppender.write = slow_write
-    from charactereval_lib.data import load_official_data
-    from charactereval_lib.reward.scorer import ScorerSettings, score_run
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
     data = load_official_data(sys.argv[1], verify=False)
     score_run(Path(sys.argv[2]), Path(sys.argv[3]), data,
               ScorerSettings(mode=sys.argv[4], fast_token_budget=300, progress=False))

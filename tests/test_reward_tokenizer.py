@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _reward_support import trained_tokenizer_dir
-from charactereval_lib.reward.errors import TokenizerError
-from charactereval_lib.reward.tokenizer import Segment, load_tokenizer
+from charactereval_lib.charactereval.reward.errors import TokenizerError
+from charactereval_lib.charactereval.reward.tokenizer import Segment, load_tokenizer
 
 
 @pytest.fixture(scope="module")

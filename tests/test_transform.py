@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from charactereval_lib.transform import first_line, generation_outputs, is_failed_output, transform
+from charactereval_lib.charactereval.transform import first_line, generation_outputs, is_failed_output, transform
 
 
 def test_first_line_keeps_empty_string_from_leading_newline():

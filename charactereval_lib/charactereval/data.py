@@ -1,0 +1,307 @@
+"""Protocol step S1: locate, fetch, verify and load the official CharacterEval files.
+
+The files come from a pinned upstream commit (``data/upstream.json``), are verified by SHA-256
+where known and by git blob SHA-1 always, and are parsed as whole JSON documents: despite the
+``.jsonl`` names they are one JSON array or object each, not JSON Lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.charactereval.protocol import METRIC_BY_EN
+from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.runs import write_bytes_atomic
+
+UPSTREAM_MANIFEST = "data/upstream.json"
+# Relative to the current directory, like the run directories under ./outputs.
+DEFAULT_DATA_DIR = Path("data") / "official"
+DATA_DIR_ENV = "CHARACTEREVAL_DATA_DIR"
+
+TEST_DATA = "test_data.jsonl"
+PROFILES = "character_profiles.json"
+ID2METRIC = "id2metric.jsonl"
+REQUIRED_GROUP = "required"
+
+
+class DataError(RuntimeError):
+    """An official data file that is missing, altered, malformed or of the wrong shape."""
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    name: str
+    path: str
+    group: str
+    sha256: str | None
+    git_blob_sha1: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    repository: str
+    commit: str
+    raw_url: str
+    files: tuple[UpstreamFile, ...]
+
+    def file(self, name: str) -> UpstreamFile:
+        for f in self.files:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def url(self, f: UpstreamFile, mirror: str | None = None) -> str:
+        quoted = urllib.parse.quote(f.path)
+        if mirror:
+            return mirror.rstrip("/") + "/" + quoted
+        return self.raw_url.format(repository=self.repository, commit=self.commit, path=quoted)
+
+
+@dataclass(frozen=True)
+class Sample:
+    id: int
+    role: str
+    novel_name: str
+    context: str
+
+
+@dataclass
+class OfficialData:
+    """The three protocol files, parsed and checked against each other."""
+
+    data_dir: Path
+    samples: list[Sample]
+    profiles: dict[str, dict[str, Any]]
+    # str(id) -> ((metric_en, metric_zh), ...) in file order, as the official transform reads it.
+    id2metric: dict[str, tuple[tuple[str, str], ...]]
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    def by_id(self) -> dict[int, Sample]:
+        return {s.id: s for s in self.samples}
+
+
+def load_upstream(path: Path | None = None) -> Upstream:
+    """The pinned upstream manifest (commit, URLs, digests): the shipped one unless ``path``."""
+    raw = json.loads(Path(path or resource_path(UPSTREAM_MANIFEST)).read_text(encoding="utf-8"))
+    files = tuple(UpstreamFile(**{k: f[k] for k in UpstreamFile.__dataclass_fields__}) for f in raw["files"])
+    return Upstream(raw["repository"], raw["commit"], raw["raw_url"], files)
+
+
+def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: ``--dir``, else ``$CHARACTEREVAL_DATA_DIR``, else ``data/official/``."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env)
+    return DEFAULT_DATA_DIR
+
+
+# --- digests ---------------------------------------------------------------------------------
+
+
+def digests(data: bytes) -> tuple[str, str]:
+    """(SHA-256, git blob SHA-1) of a file's bytes."""
+    blob = hashlib.sha1(b"blob " + str(len(data)).encode() + b"\0" + data).hexdigest()
+    return hashlib.sha256(data).hexdigest(), blob
+
+
+def check_digests(path: Path, data: bytes, spec: UpstreamFile) -> None:
+    sha256, blob = digests(data)
+    if spec.sha256 and sha256 != spec.sha256:
+        raise DataError(f"{path}: SHA-256 mismatch: expected {spec.sha256}, got {sha256} (altered or wrong file)")
+    if blob != spec.git_blob_sha1:
+        raise DataError(
+            f"{path}: git blob SHA-1 mismatch: expected {spec.git_blob_sha1}, got {blob} (altered or wrong file)"
+        )
+
+
+def verify_files(data_dir: Path, groups: Iterable[str] = (REQUIRED_GROUP,), upstream: Upstream | None = None) -> list[str]:
+    """Check every file of the given groups; returns one problem line per bad file (empty = OK)."""
+    upstream = upstream or load_upstream()
+    wanted = set(groups)
+    problems = []
+    for spec in upstream.files:
+        if spec.group not in wanted:
+            continue
+        path = Path(data_dir) / spec.name
+        try:
+            check_digests(path, _read_bytes(path), spec)
+        except DataError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise DataError(
+            f"{path}: missing (run `charactereval data fetch`, pass --dir, or set {DATA_DIR_ENV})"
+        ) from None
+
+
+# --- fetch -----------------------------------------------------------------------------------
+
+
+def fetch(
+    data_dir: Path,
+    groups: Iterable[str],
+    *,
+    mirror: str | None = None,
+    timeout: float = 60.0,
+    progress: bool = True,
+    upstream: Upstream | None = None,
+) -> list[Path]:
+    """Download the files of ``groups`` at the pinned commit, verify them and move each into
+    place atomically. Files already present and valid are kept. Returns the paths fetched."""
+    upstream = upstream or load_upstream()
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    wanted = set(groups)
+    fetched = []
+    for spec in upstream.files:
+        if spec.group not in wanted:
+            continue
+        target = data_dir / spec.name
+        if target.exists():
+            with contextlib.suppress(DataError):
+                check_digests(target, target.read_bytes(), spec)
+                continue
+        url = upstream.url(spec, mirror)
+        data = _download(url, timeout=timeout, progress=progress, label=spec.name)
+        check_digests(Path(url), data, spec)
+        write_bytes_atomic(target, data)
+        fetched.append(target)
+    return fetched
+
+
+def _download(url: str, *, timeout: float, progress: bool, label: str) -> bytes:
+    from tqdm.auto import tqdm
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            chunks = []
+            with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False) as bar:
+                while chunk := response.read(1 << 16):
+                    chunks.append(chunk)
+                    bar.update(len(chunk))
+            return b"".join(chunks)
+    except urllib.error.HTTPError as exc:
+        raise DataError(f"{url}: download failed: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DataError(
+            f"{url}: download failed ({reason}); are you offline? Copy the files into the data "
+            f"directory by hand or set {DATA_DIR_ENV}"
+        ) from None
+
+
+# --- parse (S1) ------------------------------------------------------------------------------
+
+
+def load_json_document(path: Path, data: bytes | None = None) -> Any:
+    """Parse a whole file as ONE JSON document; errors name the file, line and column."""
+    path = Path(path)
+    if data is None:
+        data = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def parse_samples(obj: Any, path: Path) -> list[Sample]:
+    if not isinstance(obj, list):
+        raise DataError(f"{path}: wrong shape: expected a JSON array of samples, got {type(obj).__name__}")
+    samples = []
+    seen: set[int] = set()
+    for index, item in enumerate(obj):
+        where = f"{path}: sample #{index}"
+        if not isinstance(item, dict):
+            raise DataError(f"{where}: wrong shape: expected an object, got {type(item).__name__}")
+        for key, kind in (("id", int), ("role", str), ("novel_name", str), ("context", str)):
+            if key not in item:
+                raise DataError(f"{where}: wrong shape: missing field {key!r}")
+            value = item[key]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise DataError(f"{where}: wrong shape: field {key!r} should be {kind.__name__}, got {type(value).__name__}")
+        if item["id"] in seen:
+            raise DataError(f"{where}: duplicate id {item['id']}")
+        seen.add(item["id"])
+        samples.append(Sample(item["id"], item["role"], item["novel_name"], item["context"]))
+    return samples
+
+
+def parse_profiles(obj: Any, path: Path) -> dict[str, dict[str, Any]]:
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: wrong shape: expected a JSON object keyed by role, got {type(obj).__name__}")
+    for role, profile in obj.items():
+        if not isinstance(profile, dict):
+            raise DataError(f"{path}: wrong shape: profile of {role!r} should be an object, got {type(profile).__name__}")
+    return obj
+
+
+def parse_id2metric(obj: Any, path: Path) -> dict[str, tuple[tuple[str, str], ...]]:
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: wrong shape: expected a JSON object keyed by id, got {type(obj).__name__}")
+    parsed = {}
+    for key, pairs in obj.items():
+        where = f"{path}: id {key}"
+        if not isinstance(pairs, list):
+            raise DataError(f"{where}: wrong shape: expected a list of [metric_en, metric_zh]")
+        entries = []
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+                raise DataError(f"{where}: wrong shape: {pair!r} is not [metric_en, metric_zh]")
+            metric = METRIC_BY_EN.get(pair[0])
+            if metric is None:
+                raise DataError(f"{where}: unknown metric {pair[0]!r}")
+            if metric.metric_zh != pair[1]:
+                raise DataError(f"{where}: metric {pair[0]!r} has Chinese name {pair[1]!r}, expected {metric.metric_zh!r}")
+            entries.append((pair[0], pair[1]))
+        parsed[key] = tuple(entries)
+    return parsed
+
+
+def load_official_data(data_dir: str | os.PathLike[str] | None = None, *, verify: bool = True) -> OfficialData:
+    """S1: read test data, profiles and id2metric as whole JSON documents into typed records.
+
+    With ``verify`` (the default) each file must match the pinned digests, so an altered file is
+    refused before it can move a score. Every sample's role must have a profile.
+    """
+    data_dir = locate_data_dir(data_dir)
+    upstream = load_upstream() if verify else None
+    parsed: dict[str, Any] = {}
+    sha: dict[str, str] = {}
+    for name in (TEST_DATA, PROFILES, ID2METRIC):
+        path = data_dir / name
+        data = _read_bytes(path)
+        if upstream is not None:
+            check_digests(path, data, upstream.file(name))
+        sha[name] = digests(data)[0]
+        parsed[name] = load_json_document(path, data)
+    samples = parse_samples(parsed[TEST_DATA], data_dir / TEST_DATA)
+    profiles = parse_profiles(parsed[PROFILES], data_dir / PROFILES)
+    id2metric = parse_id2metric(parsed[ID2METRIC], data_dir / ID2METRIC)
+    for sample in samples:
+        if sample.role not in profiles:
+            raise DataError(
+                f"{data_dir / TEST_DATA}: sample id {sample.id}: unknown role {sample.role!r} (no profile in {PROFILES})"
+            )
+    return OfficialData(data_dir, samples, profiles, id2metric, sha)

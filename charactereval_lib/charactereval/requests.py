@@ -1,0 +1,58 @@
+"""The requests of a generation run: which samples, and the exact S3 messages for each."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import DataError, OfficialData, Sample
+from charactereval_lib.charactereval.prompts import build_messages
+
+
+def read_ids_file(path: Path) -> list[int]:
+    """Sample ids, one per line (blank lines and ``#`` comments ignored)."""
+    ids = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            ids.append(int(text))
+        except ValueError:
+            raise DataError(f"{path}:{number}: not a sample id: {text!r}") from None
+    return ids
+
+
+def select_samples(data: OfficialData, *, limit: int | None = None, ids: list[int] | None = None) -> list[Sample]:
+    """The samples to generate for, in test-file order: all, those in ``ids``, or the first ``limit``."""
+    samples = data.samples
+    if ids is not None:
+        by_id = data.by_id()
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise DataError(f"{len(unknown)} requested id(s) are not test samples, e.g. {unknown[:5]}")
+        wanted = set(ids)
+        samples = [s for s in samples if s.id in wanted]
+    if limit is not None:
+        samples = samples[:limit]
+    return samples
+
+
+def build_request(sample: Sample, data: OfficialData) -> dict[str, Any]:
+    """``{"id", "messages"}`` for one sample, messages exactly as they are sent (S3)."""
+    built = build_messages(sample.id, sample.role, sample.context, data.profiles[sample.role])
+    return {"id": sample.id, "messages": built.messages}
+
+
+def request_sha256(payload: Any) -> str:
+    """Digest of an exact request payload (canonical JSON), recorded with every generation."""
+    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_requests(run_dir: Path, samples: list[Sample], data: OfficialData) -> int:
+    """Dry run: write ``requests.jsonl`` (atomically) and send nothing. Returns the count."""
+    return runs.write_jsonl_atomic(Path(run_dir) / runs.REQUESTS, (build_request(s, data) for s in samples))

@@ -1,0 +1,511 @@
+"""Scoring runs: ``RUN/rows.jsonl`` -> ``RUN/scores.jsonl`` with the reward model (S6 + S8).
+
+- Each row's S6 text is built from the row (reply, metric) and the official data (context,
+  profile); its SHA-256 is the row's input digest.
+- A record is appended (one flushed line) as soon as a row is scored, so a killed run loses at
+  most the line being written. A re-run skips every row already scored under the same input
+  digest, checkpoint identity and mode, and scores the rest.
+- ``shard=(i, n)`` scores the rows whose sample id hashes to shard i (rows of one sample stay
+  together, which the fast mode's prefix reuse needs) into ``scores.shard-i-of-n.jsonl``; an
+  unsharded run first merges every shard file into ``scores.jsonl`` and then scores what is
+  still missing (nothing, when all shards finished), without loading the model if so.
+- ``dry_run`` writes ``rm_inputs.jsonl`` (the exact texts, with token counts when a tokenizer
+  is given) and loads no model; ``verify`` scores a sample of rows both ways and reports how
+  often the fast mode is bitwise equal to the faithful one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import OfficialData
+from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
+from charactereval_lib.charactereval.reward.inputs import build_rm_text
+
+if TYPE_CHECKING:  # the model module imports torch; the scorer imports it only when scoring
+    from charactereval_lib.charactereval.reward.model import FastOptions
+
+FAITHFUL = "faithful"
+FAST = "fast"
+MODES = (FAITHFUL, FAST)
+RM_INPUTS = "rm_inputs.jsonl"
+VERIFY_REPORT = "rm_verify.json"
+SHARD_GLOB = "scores.shard-*-of-*.jsonl"
+ROW_FIELDS = ("id", "metric_en", "metric_zh", "model_output")
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """One row to score: its key, its S6 text and that text's digest."""
+
+    id: int
+    metric_en: str
+    text: str
+    input_sha256: str
+
+
+@dataclass
+class ScoringReport:
+    rows: int = 0
+    already_scored: int = 0
+    merged_from_shards: int = 0
+    scored: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    output: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` with 1 <= I <= N -> (I, N)."""
+    try:
+        i_text, n_text = text.split("/")
+        i, n = int(i_text), int(n_text)
+    except ValueError:
+        raise runs.RunError(f"--shard {text!r}: expected I/N, e.g. 1/4") from None
+    if not 1 <= i <= n:
+        raise runs.RunError(f"--shard {text!r}: needs 1 <= I <= N")
+    return i, n
+
+
+def shard_of(sample_id: int, n: int) -> int:
+    """Shard (1-based) of a sample: a hash, so shards are balanced and stable across runs."""
+    return int.from_bytes(hashlib.sha256(str(sample_id).encode()).digest()[:8], "big") % n + 1
+
+
+def shard_path(run_dir: Path, shard: tuple[int, int] | None) -> Path:
+    if shard is None:
+        return run_dir / runs.SCORES
+    return run_dir / f"scores.shard-{shard[0]}-of-{shard[1]}.jsonl"
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _grid_steps(a: float, b: float) -> int:
+    """Distance between two bf16 values in representable bf16 steps (ulps)."""
+    import torch
+
+    bits = torch.tensor([a, b], dtype=torch.bfloat16).view(torch.int16).tolist()
+    # Positive values (sigmoids) order like their bit patterns.
+    return abs(bits[0] - bits[1])
+
+
+# --- rows -> S6 texts -----------------------------------------------------------------------
+
+
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / runs.ROWS
+    result = runs.read_jsonl(path)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not result.records:
+        raise runs.RunError(f"{path}: no rows (run `charactereval transform` first)")
+    return result.records
+
+
+def row_inputs(rows: Sequence[dict[str, Any]], data: OfficialData, rows_path: Path | str = runs.ROWS) -> list[RowInput]:
+    """S6 (text) for every row of a run: the row's reply and metric joined with the official
+    context and profile of its sample; rows that cannot be scored faithfully are refused."""
+    samples = data.by_id()
+    out = []
+    seen: set[tuple[int, str]] = set()
+    for number, row in enumerate(rows, start=1):
+        where = f"{rows_path}: row {number}"
+        missing = [f for f in ROW_FIELDS if f not in row]
+        if missing:
+            raise runs.RunError(f"{where}: missing field(s) {missing}")
+        sample = samples.get(row["id"])
+        if sample is None:
+            raise runs.RunError(f"{where}: id {row['id']!r} is not a test sample")
+        if row.get("role", sample.role) != sample.role:
+            raise runs.RunError(f"{where}: role {row['role']!r} but sample {sample.id} is played by {sample.role!r}")
+        metric = METRIC_BY_EN.get(row["metric_en"])
+        if metric is None or metric.metric_zh != row["metric_zh"]:
+            raise runs.RunError(f"{where}: unknown metric {row['metric_en']!r}/{row['metric_zh']!r}")
+        if not isinstance(row["model_output"], str):
+            raise runs.RunError(f"{where}: model_output is {type(row['model_output']).__name__}, expected a string")
+        key = (row["id"], row["metric_en"])
+        if key in seen:
+            raise runs.RunError(f"{where}: duplicate row for id {key[0]} metric {key[1]}")
+        seen.add(key)
+        text = build_rm_text(data.profiles[sample.role], sample.context, row["model_output"], row["metric_zh"])
+        out.append(RowInput(row["id"], row["metric_en"], text, text_sha256(text)))
+    return out
+
+
+# --- dry run --------------------------------------------------------------------------------
+
+
+def write_rm_inputs(run_dir: Path, inputs: Sequence[RowInput], tokenizer: Any | None = None) -> int:
+    """``rm_inputs.jsonl``: ``{id, metric_en, text}`` per row, plus ``n_tokens`` and
+    ``truncated`` (what the model would see) when a tokenizer is given. Nothing is scored."""
+
+    def records() -> Iterable[dict[str, Any]]:
+        for row in inputs:
+            record: dict[str, Any] = {"id": row.id, "metric_en": row.metric_en, "text": row.text}
+            if tokenizer is not None:
+                ids, truncated = tokenizer.rm_input_ids(row.text)
+                record.update(n_tokens=len(ids), truncated=truncated)
+            yield record
+
+    return runs.write_jsonl_atomic(Path(run_dir) / RM_INPUTS, records())
+
+
+def dry_run(run_dir: Path, data: OfficialData, rm_dir: Path | None, shard: tuple[int, int] | None = None) -> int:
+    """``score --dry-run``: write ``rm_inputs.jsonl`` for the (shard's) rows; token counts come
+    from the checkpoint's tokenizer when ``rm_dir`` is given. Loads no model."""
+    tokenizer = None
+    if rm_dir is not None:
+        from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(rm_dir)
+    run_dir = Path(run_dir)
+    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), shard)
+    count = write_rm_inputs(run_dir, inputs, tokenizer)
+    runs.update_manifest(
+        run_dir,
+        score_dry_run={"rows": count, "tokenizer": str(rm_dir) if rm_dir else None, "created_at": runs.utc_now()},
+    )
+    return count
+
+
+# --- resuming -------------------------------------------------------------------------------
+
+
+def _valid(record: Any) -> bool:
+    need = ("id", "metric_en", "score", "sigmoid", "mode", "input_sha256", "checkpoint_sha256")
+    return isinstance(record, dict) and all(k in record for k in need)
+
+
+def _identity(record: dict[str, Any]) -> tuple:
+    return (record["id"], record["metric_en"], record["input_sha256"], record["checkpoint_sha256"], record["mode"])
+
+
+def done_identities(path: Path, warnings: list[str]) -> set[tuple]:
+    result = runs.read_jsonl(path)
+    warnings.extend(result.warnings)
+    return {_identity(r) for r in result.records if _valid(r)}
+
+
+def merge_shards(run_dir: Path, warnings: list[str]) -> int:
+    """Append to ``scores.jsonl`` every shard record it does not hold yet; returns how many."""
+    target = run_dir / runs.SCORES
+    have = done_identities(target, warnings)
+    merged = 0
+    shard_files = sorted(run_dir.glob(SHARD_GLOB))
+    if not shard_files:
+        return 0
+    with runs.JsonlAppender(target) as out:
+        if out.repair_message:
+            warnings.append(out.repair_message)
+        for path in shard_files:
+            result = runs.read_jsonl(path)
+            warnings.extend(result.warnings)
+            for record in result.records:
+                if _valid(record) and _identity(record) not in have:
+                    out.write(record)
+                    have.add(_identity(record))
+                    merged += 1
+    return merged
+
+
+# --- scoring --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def writer_lock(path: Path):
+    """One writer per scores file: two scorers appending to the same file would both score
+    the same rows. The lock is released when the process ends, however it ends."""
+    import fcntl
+
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise runs.RunError(
+                f"{path}: another scorer is writing it (lock {lock_path.name}); wait for it, or split the work with --shard"
+            ) from None
+        yield
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    mode: str = FAITHFUL
+    device: str = "cpu"
+    shard: tuple[int, int] | None = None
+    fast_token_budget: int = 16384
+    fast_reuse_prefix: bool = True
+    # Query block for skipping masked attention blocks in fast mode; 0 off, None: CPU only.
+    fast_causal_block: int | None = None
+    progress: bool = True
+
+    def fast_options(self) -> FastOptions:
+        from charactereval_lib.charactereval.reward.model import FastOptions
+
+        return FastOptions(
+            token_budget=self.fast_token_budget, reuse_prefix=self.fast_reuse_prefix, causal_block=self.fast_causal_block
+        )
+
+
+def _record(row: RowInput, sigmoid: float, n_tokens: int, n_full: int, truncated: bool, mode: str, ckpt: str) -> dict[str, Any]:
+    from charactereval_lib.charactereval.reward.model import to_score
+
+    return {
+        "id": row.id,
+        "metric_en": row.metric_en,
+        "score": to_score(sigmoid),
+        "sigmoid": sigmoid,
+        "n_tokens": n_tokens,
+        "n_tokens_untruncated": n_full,
+        "truncated": truncated,
+        "mode": mode,
+        "input_sha256": row.input_sha256,
+        "checkpoint_sha256": ckpt,
+    }
+
+
+def _chunks_by_sample(rows: Sequence[RowInput], lengths: Sequence[int], max_tokens: int) -> Iterable[list[int]]:
+    """Consecutive runs of row indices, never splitting a sample, of about ``max_tokens``."""
+    chunk: list[int] = []
+    tokens = 0
+    for i, row in enumerate(rows):
+        new_sample = not chunk or rows[chunk[-1]].id != row.id
+        if chunk and new_sample and tokens + lengths[i] > max_tokens:
+            yield chunk
+            chunk, tokens = [], 0
+        chunk.append(i)
+        tokens += lengths[i]
+    if chunk:
+        yield chunk
+
+
+def score_rows(
+    pending: Sequence[RowInput],
+    tokenizer: Any,
+    model: Any,
+    settings: ScorerSettings,
+    ckpt_sha: str,
+    emit: Callable[[dict[str, Any]], None],
+) -> tuple[int, int]:
+    """Score ``pending`` rows (sorted by sample) and hand each record to ``emit`` as soon as it
+    exists. Returns (tokens seen by the model, rows truncated)."""
+    from tqdm.auto import tqdm
+
+    from charactereval_lib.charactereval.reward.model import sigmoid_faithful, sigmoids_fast
+    from charactereval_lib.charactereval.reward.tokenizer import truncate_left
+
+    encoded = []
+    for row in pending:
+        # rm_input_ids, keeping the untruncated length for the record.
+        full = tokenizer.encode_ids(row.text) + [tokenizer.eos_id]
+        ids, truncated = truncate_left(full, tokenizer.max_tokens)
+        encoded.append((ids, len(full), truncated))
+    tokens = sum(len(ids) for ids, _, _ in encoded)
+    truncated_count = sum(1 for _, _, t in encoded if t)
+    bar = tqdm(total=len(pending), unit="row", desc=f"scoring ({settings.mode})", disable=not settings.progress)
+    try:
+        if settings.mode == FAITHFUL:
+            for row, (ids, n_full, truncated) in zip(pending, encoded):
+                sigmoid = sigmoid_faithful(model, ids)
+                emit(_record(row, sigmoid, len(ids), n_full, truncated, FAITHFUL, ckpt_sha))
+                bar.update(1)
+        else:
+            options = settings.fast_options()
+            lengths = [len(ids) for ids, _, _ in encoded]
+            for chunk in _chunks_by_sample(pending, lengths, 8 * options.token_budget):
+                seqs = [encoded[i][0] for i in chunk]
+                values = sigmoids_fast(model, seqs, [pending[i].id for i in chunk], options)
+                for i, sigmoid in zip(chunk, values):
+                    ids, n_full, truncated = encoded[i]
+                    emit(_record(pending[i], sigmoid, len(ids), n_full, truncated, FAST, ckpt_sha))
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+    return tokens, truncated_count
+
+
+def resolve_device(device: str | None) -> str:
+    import torch
+
+    if device:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise runs.RunError(f"--device {device}: CUDA is not available in this torch build/machine")
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def select_rows(inputs: Sequence[RowInput], shard: tuple[int, int] | None) -> list[RowInput]:
+    chosen = [r for r in inputs if shard is None or shard_of(r.id, shard[1]) == shard[0]]
+    # Rows of one sample next to each other (stable within a sample), so the fast mode can
+    # share their prefix and chunks never split a sample.
+    order = {}
+    for r in chosen:
+        order.setdefault(r.id, len(order))
+    return sorted(chosen, key=lambda r: order[r.id])
+
+
+def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerSettings) -> ScoringReport:
+    """Score the rows of ``run_dir`` that are not scored yet under this checkpoint and mode."""
+    from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identity
+
+    if settings.mode not in MODES:
+        raise runs.RunError(f"--mode {settings.mode!r}: expected one of {', '.join(MODES)}")
+    run_dir = Path(run_dir)
+    report = ScoringReport()
+    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), settings.shard)
+    report.rows = len(inputs)
+    identity = checkpoint_identity(rm_dir)
+    out_path = shard_path(run_dir, settings.shard)
+    report.output = str(out_path)
+    with writer_lock(out_path):
+        _score_locked(run_dir, rm_dir, settings, inputs, identity, out_path, report)
+    return report
+
+
+def _score_locked(
+    run_dir: Path,
+    rm_dir: Path,
+    settings: ScorerSettings,
+    inputs: Sequence[RowInput],
+    identity: dict[str, Any],
+    out_path: Path,
+    report: ScoringReport,
+) -> None:
+    """The body of ``score_run`` while holding the output file's lock."""
+    from charactereval_lib.charactereval.reward.tiny import tiny_label
+
+    ckpt_sha = identity["sha256"]
+    if settings.shard is None:
+        report.merged_from_shards = merge_shards(run_dir, report.warnings)
+    done = done_identities(out_path, report.warnings)
+    pending = [r for r in inputs if (r.id, r.metric_en, r.input_sha256, ckpt_sha, settings.mode) not in done]
+    report.already_scored = len(inputs) - len(pending)
+    label = tiny_label(rm_dir)
+    parameters = {
+        "mode": settings.mode,
+        "device": settings.device,
+        "protocol_version": PROTOCOL_VERSION,
+        "checkpoint": {"path": str(rm_dir), "sha256": ckpt_sha, "format": identity["format"], "label": label},
+        "fast": asdict(settings.fast_options()) if settings.mode == FAST else None,
+    }
+    _record_manifest(run_dir, settings, {**parameters, "started_at": runs.utc_now(), "rows": len(inputs)})
+    if pending:
+        from charactereval_lib.charactereval.reward.checkpoint import load_model
+        from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(rm_dir)
+        model = load_model(rm_dir, settings.device)
+        start = time.perf_counter()
+        with runs.JsonlAppender(out_path) as out:
+            if out.repair_message:
+                report.warnings.append(out.repair_message)
+
+            def emit(record: dict[str, Any]) -> None:
+                out.write(record)
+                report.scored += 1
+
+            report.tokens, report.truncated = score_rows(pending, tokenizer, model, settings, ckpt_sha, emit)
+        report.seconds = time.perf_counter() - start
+    summary = {k: v for k, v in asdict(report).items() if k != "warnings"}
+    _record_manifest(run_dir, settings, {**parameters, **summary, "finished_at": runs.utc_now()})
+
+
+def _record_manifest(run_dir: Path, settings: ScorerSettings, section: dict[str, Any]) -> None:
+    """Scorer parameters in ``run.json``: under ``scoring`` for an unsharded run, under
+    ``scoring.shards["i/n"]`` for a shard (concurrent shards each update their own entry)."""
+    if settings.shard is None:
+        runs.update_manifest(run_dir, scoring={**section, "shards": runs.load_manifest(run_dir).get("scoring", {}).get("shards", {})})
+        return
+    label = f"{settings.shard[0]}/{settings.shard[1]}"
+    current = runs.load_manifest(run_dir).get("scoring", {})
+    shards = {**current.get("shards", {}), label: section}
+    runs.update_manifest(run_dir, scoring={**current, "shards": shards})
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def verify_rows(inputs: Sequence[RowInput], k: int) -> list[RowInput]:
+    """About ``k`` rows for a faithful-vs-fast check: whole samples (so prefix reuse is
+    exercised) in a fixed pseudo-random order, until at least k rows."""
+    by_sample: dict[int, list[RowInput]] = {}
+    for row in inputs:
+        by_sample.setdefault(row.id, []).append(row)
+    order = sorted(by_sample, key=lambda i: hashlib.sha256(f"verify:{i}".encode()).digest())
+    chosen: list[RowInput] = []
+    for sample_id in order:
+        if len(chosen) >= k:
+            break
+        chosen.extend(by_sample[sample_id])
+    return chosen
+
+
+def compare_modes(faithful: Sequence[float], fast: Sequence[float]) -> dict[str, Any]:
+    """Exact-equal fraction and the largest difference, in sigmoid, score and bf16 steps."""
+    diffs = [abs(a - b) for a, b in zip(faithful, fast)]
+    steps = [_grid_steps(a, b) for a, b in zip(faithful, fast)]
+    n = len(diffs)
+    equal = sum(1 for d in diffs if d == 0)
+    return {
+        "rows": n,
+        "exact_equal": equal,
+        "exact_equal_fraction": equal / n if n else None,
+        "max_abs_diff_sigmoid": max(diffs, default=0.0),
+        "max_abs_diff_score": 4 * max(diffs, default=0.0),
+        "max_diff_grid_steps": max(steps, default=0),
+        "rows_beyond_one_step": sum(1 for s in steps if s > 1),
+    }
+
+
+def verify_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerSettings, k: int) -> dict[str, Any]:
+    """Score about ``k`` rows of the run both ways (nothing is written to scores.jsonl) and
+    write ``rm_verify.json`` with the equality statistics and both timings."""
+    from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identity, load_model
+    from charactereval_lib.charactereval.reward.model import sigmoid_faithful, sigmoids_fast
+    from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+
+    run_dir = Path(run_dir)
+    rows = verify_rows(select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), settings.shard), k)
+    tokenizer = load_tokenizer(rm_dir)
+    model = load_model(rm_dir, settings.device)
+    seqs = [tokenizer.rm_input_ids(r.text)[0] for r in rows]
+    start = time.perf_counter()
+    faithful = [sigmoid_faithful(model, s) for s in seqs]
+    t_faithful = time.perf_counter() - start
+    options = settings.fast_options()
+    start = time.perf_counter()
+    fast = sigmoids_fast(model, seqs, [r.id for r in rows], options)
+    t_fast = time.perf_counter() - start
+    report = {
+        **compare_modes(faithful, fast),
+        "tokens": sum(len(s) for s in seqs),
+        "faithful_seconds": t_faithful,
+        "fast_seconds": t_fast,
+        "speedup": t_faithful / t_fast if t_fast else None,
+        "device": settings.device,
+        "fast": asdict(options),
+        "checkpoint_sha256": checkpoint_identity(rm_dir)["sha256"],
+        "differences": [
+            {"id": r.id, "metric_en": r.metric_en, "faithful": a, "fast": b, "grid_steps": _grid_steps(a, b)}
+            for r, a, b in zip(rows, faithful, fast)
+            if a != b
+        ],
+        "created_at": runs.utc_now(),
+    }
+    runs.write_text_atomic(run_dir / VERIFY_REPORT, json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    runs.update_manifest(run_dir, rm_verify={k2: v for k2, v in report.items() if k2 != "differences"})
+    return report

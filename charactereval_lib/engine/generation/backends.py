@@ -1,0 +1,45 @@
+"""Build a backend by name, for the CLI and notebooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from charactereval_lib.engine.generation.base import Backend, ConfigError, DecodingParams
+from charactereval_lib.engine.generation.retry import RetryPolicy
+
+BACKENDS = ("openai", "hf", "offline")
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Operational settings; none of them changes a reply (they may change between resumes)."""
+
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 32
+    policy: RetryPolicy = RetryPolicy()
+    device: str = "cpu"
+    dtype: str = "auto"
+    batch_size: int = 8
+    trust_remote_code: bool = False
+    offline_latency_s: float = 0.0
+    offline_fault_rate: float = 0.0
+
+
+def make_backend(name: str, model: str, params: DecodingParams, options: BackendOptions = BackendOptions()) -> Backend:
+    if name == "openai":
+        from charactereval_lib.engine.generation.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(model, params, base_url=options.base_url, api_key_env=options.api_key_env,
+                             concurrency=options.concurrency, policy=options.policy)
+    if name == "hf":
+        from charactereval_lib.engine.generation.hf import HFBackend
+
+        return HFBackend(model, params, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
+                         trust_remote_code=options.trust_remote_code)
+    if name == "offline":
+        from charactereval_lib.engine.generation.offline import OfflineBackend
+
+        return OfflineBackend(model, params, concurrency=options.concurrency, policy=options.policy,
+                              latency_s=options.offline_latency_s, fault_rate=options.offline_fault_rate)
+    raise ConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

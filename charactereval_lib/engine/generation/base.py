@@ -1,0 +1,203 @@
+"""What every generation backend shares: requests, decoding parameters, results, the interface.
+
+A backend turns S3 requests into results, one per request, in any order; the engine writes each
+result as one record of ``generations.jsonl``. Parameters that can change a reply (model,
+decoding parameters, protocol version) form the run's *identity*, which a resumed run must keep.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from charactereval_lib.charactereval.data import OfficialData, Sample
+from charactereval_lib.charactereval.requests import build_request
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+# ChatGLM3's chat() defaults, which the official generation script used implicitly (seed 001
+# row 9): sampling with temperature 0.8 and top_p 0.8.
+PRESETS: dict[str, dict[str, float]] = {"chatglm3": {"temperature": 0.8, "top_p": 0.8}}
+DEFAULT_MAX_TOKENS = 1024
+
+
+class ConfigError(ValueError):
+    """A generation setting that cannot work (reported as one line)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    id: int
+    role: str
+    messages: list[dict[str, str]]
+
+
+def make_requests(samples: Sequence[Sample], data: OfficialData) -> list[GenerationRequest]:
+    """The S3 request of each sample (messages exactly as sent)."""
+    return [GenerationRequest(s.id, s.role, build_request(s, data)["messages"]) for s in samples]
+
+
+@dataclass(frozen=True)
+class DecodingParams:
+    """Decoding parameters (S4, a platform choice). ``None`` means "not sent": the provider's or
+    the model's default applies, and the manifest says so by recording null."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    preset: str | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        preset: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> DecodingParams:
+        """Explicit flags win over the preset's values."""
+        if preset and preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+        base = PRESETS[preset] if preset else {}
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError(f"max_tokens must be at least 1, got {max_tokens}")
+        return cls(
+            max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+            temperature=temperature if temperature is not None else base.get("temperature"),
+            top_p=top_p if top_p is not None else base.get("top_p"),
+            seed=seed,
+            preset=preset,
+        )
+
+    def sent(self) -> dict[str, Any]:
+        """The parameters put into the request payload: only those that were chosen."""
+        values = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        return {k: v for k, v in values.items() if v is not None}
+
+    @property
+    def do_sample(self) -> bool:
+        """Whether decoding samples (a local model greedy-decodes otherwise)."""
+        return (self.temperature is not None and self.temperature > 0) or self.top_p is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_payload(model: str, messages: list[dict[str, str]], params: DecodingParams) -> dict[str, Any]:
+    """The exact chat-completions payload of a request; its digest is the record's request_sha256."""
+    return {"model": model, "messages": messages, **params.sent()}
+
+
+@dataclass
+class GenerationResult:
+    """One outcome, written as one record of ``generations.jsonl``."""
+
+    id: int
+    status: str
+    model_output: str | None
+    request_sha256: str
+    attempts: int = 1
+    error: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+    # Seconds of the attempt that produced this outcome, and from first send to outcome (retries
+    # and back-off included).
+    latency_s: float | None = None
+    elapsed_s: float | None = None
+    model: str | None = None
+    # The API marked the reply as a refusal (message.refusal), or a content filter stopped it
+    # (finish_reason content_filter or a content-filter 400). Text is not inspected.
+    refusal: bool = False
+    content_filter: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        # Built by hand: dataclasses.asdict deep-copies every value, a visible cost per request.
+        return {
+            "id": self.id,
+            "status": self.status,
+            "model_output": self.model_output,
+            "request_sha256": self.request_sha256,
+            "attempts": self.attempts,
+            "error": self.error,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+            "latency_s": self.latency_s,
+            "elapsed_s": self.elapsed_s,
+            "model": self.model,
+            "refusal": self.refusal,
+            "content_filter": self.content_filter,
+            **self.extra,
+        }
+
+
+def error_result(
+    request_id: int,
+    sha: str,
+    error_class: str,
+    message: str,
+    *,
+    attempts: int,
+    status_code: int | None = None,
+    **fields: Any,
+) -> GenerationResult:
+    """A permanent failure: ``model_output`` null so that S5 drops the sample and reports count it."""
+    error: dict[str, Any] = {"class": error_class, "message": message}
+    if status_code is not None:
+        error["status"] = status_code
+    return GenerationResult(request_id, STATUS_ERROR, None, sha, attempts=attempts, error=error, **fields)
+
+
+class Backend(Protocol):
+    """The interface the engine drives. ``stream`` yields exactly one result per request, in
+    completion order; closing the iterator early stops the work still in flight."""
+
+    name: str
+
+    def identity(self) -> dict[str, Any]:
+        """Settings that can change a reply; a resumed run must match them."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Everything recorded in run.json (operational settings included); never secrets."""
+        ...
+
+    def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]: ...
+
+    def stats(self) -> dict[str, Any]:
+        """Operational figures of the last stream (e.g. how concurrency adapted), for run.json."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+_WINDOW = 8
+
+
+def redact(text: str, secret: str | None, *, limit: int = 500) -> str:
+    """Remove a secret from a message before it is stored or printed.
+
+    Providers echo keys back, sometimes masked (``sk-ab****wxyz``), so any word that contains the
+    secret, a masking run of ``*``, or any 8-character piece of the secret is replaced. Long
+    messages (HTML error pages) are cut to ``limit`` characters.
+    """
+    if secret:
+        text = text.replace(secret, "[redacted]")
+        pieces = {secret[i : i + _WINDOW] for i in range(len(secret) - _WINDOW + 1)} if len(secret) >= _WINDOW else set()
+
+        def scrub(match: re.Match[str]) -> str:
+            word = match.group(0)
+            if "***" in word or any(word[i : i + _WINDOW] in pieces for i in range(len(word) - _WINDOW + 1)):
+                return "[redacted]"
+            return word
+
+        text = re.sub(r"[^\s'\"`,;()<>]+", scrub, text)
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -1,0 +1,383 @@
+"""The generation run: which samples still need a reply, drive a backend, record every outcome.
+
+``generations.jsonl`` is an append-only log with one writer (a lock file keeps a second
+``generate`` out); the latest record of an id is its state. Resuming the same command skips ids
+whose state is ok (and, unless ``retry_errors``, ids that failed); it refuses when the run was
+made with another model, decoding parameters or protocol version, because one run must hold
+replies of one configuration. Every record is flushed as it arrives, so an interrupt (Ctrl-C,
+SIGTERM) keeps everything received and a SIGKILL loses only the requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.data import OfficialData, Sample
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine.generation.base import STATUS_OK, Backend, DecodingParams, GenerationResult, make_requests
+from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
+from charactereval_lib.charactereval.requests import write_requests
+
+LOCK_FILE = ".generate.lock"
+
+
+class GenerationInterrupted(Exception):
+    """The run was stopped (Ctrl-C / SIGTERM); everything received so far is saved."""
+
+    def __init__(self, summary: SessionSummary) -> None:
+        super().__init__("generation interrupted")
+        self.summary = summary
+
+
+# --- what is left to do ----------------------------------------------------------------------
+
+
+@dataclass
+class RunPlan:
+    pending: list[Sample]
+    already_ok: int
+    # Ids whose latest record is an error and that this session leaves alone (no retry_errors).
+    errors_kept: int
+    errors_retried: int
+    torn_warnings: list[str] = field(default_factory=list)
+
+
+def plan_run(run_dir: Path, samples: Sequence[Sample], *, retry_errors: bool = False) -> RunPlan:
+    read = runs.read_jsonl(Path(run_dir) / runs.GENERATIONS)
+    latest = {key[0]: record for key, record in runs.latest_by_key(read.records, "id").items()}
+    plan = RunPlan([], 0, 0, 0, read.warnings)
+    for sample in samples:
+        record = latest.get(sample.id)
+        if record is None:
+            plan.pending.append(sample)
+        elif record.get("status") == STATUS_OK:
+            plan.already_ok += 1
+        elif retry_errors:
+            plan.pending.append(sample)
+            plan.errors_retried += 1
+        else:
+            plan.errors_kept += 1
+    return plan
+
+
+def run_identity(backend: Backend) -> dict[str, Any]:
+    """What a resumed run must keep: protocol version plus the backend's reply-changing settings."""
+    return {"protocol_version": PROTOCOL_VERSION, **backend.identity()}
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
+    """Refuse to add replies of another configuration to a run that already has generations."""
+    run_dir = Path(run_dir)
+    if not runs.read_jsonl(run_dir / runs.GENERATIONS).records:
+        return
+    previous = runs.load_manifest(run_dir).get("generation") or {}
+    recorded = previous.get("identity")
+    if recorded is None:
+        origin = previous.get("backend", "unknown origin, no generation section in run.json")
+        raise runs.RunError(
+            f"{run_dir}: already holds generations not made by `generate` ({origin}); use a new RUN directory"
+        )
+    old, new = _flatten(recorded), _flatten(identity)
+    changed = [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(old.keys() | new.keys())
+               if old.get(key) != new.get(key)]
+    if changed:
+        raise runs.RunError(
+            f"{run_dir}: cannot resume with different settings ({'; '.join(changed)}); "
+            "re-run with the original settings or use a new RUN directory"
+        )
+
+
+@contextlib.contextmanager
+def writer_lock(run_dir: Path) -> Iterator[None]:
+    """One writer per run: a second ``generate`` on the same RUN stops at once instead of
+    interleaving records. The OS drops the lock when the process dies, even by SIGKILL."""
+    path = Path(run_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise runs.RunError(f"{run_dir}: another `generate` is writing this run") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- what happened ---------------------------------------------------------------------------
+
+
+@dataclass
+class SessionSummary:
+    pending: int
+    already_ok: int = 0
+    errors_kept: int = 0
+    ok: int = 0
+    errors: Counter = field(default_factory=Counter)
+    empty: int = 0
+    refusals: int = 0
+    content_filtered: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    served_models: Counter = field(default_factory=Counter)
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    concurrency: dict[str, Any] | None = None
+
+    def add(self, result: GenerationResult) -> None:
+        if result.status == STATUS_OK:
+            self.ok += 1
+            self.empty += result.model_output == ""
+        else:
+            self.errors[(result.error or {}).get("class", "unknown")] += 1
+        self.refusals += result.refusal
+        self.content_filtered += result.content_filter
+        usage = result.usage or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        if result.model:
+            self.served_models[result.model] += 1
+
+    @property
+    def done(self) -> int:
+        return self.ok + sum(self.errors.values())
+
+    def line(self) -> str:
+        errors = sum(self.errors.values())
+        by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
+        rate = self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        text = (
+            f"{'interrupted after' if self.interrupted else 'generated'} {self.done}/{self.pending}: ok {self.ok}, "
+            f"errors {errors}{f' ({by_class})' if by_class else ''}, empty {self.empty}, refusals {self.refusals}, "
+            f"content-filtered {self.content_filtered}; tokens in {self.prompt_tokens:,} out "
+            f"{self.completion_tokens:,}; {self.elapsed_s:.1f} s ({rate:.1f}/s)"
+        )
+        if self.already_ok or self.errors_kept:
+            text += f"; skipped {self.already_ok} already ok"
+            if self.errors_kept:
+                text += f" and {self.errors_kept} earlier error(s) (--retry-errors retries them)"
+        if self.concurrency and self.concurrency.get("decreases"):
+            text += f"; 429s lowered concurrency to {self.concurrency['lowest']:g} ({self.concurrency['decreases']}x)"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending,
+            "already_ok": self.already_ok,
+            "errors_kept": self.errors_kept,
+            "ok": self.ok,
+            "errors": dict(self.errors),
+            "empty": self.empty,
+            "refusals": self.refusals,
+            "content_filtered": self.content_filtered,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "served_models": dict(self.served_models),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "interrupted": self.interrupted,
+            "concurrency": self.concurrency,
+        }
+
+
+def run_state(run_dir: Path, data: OfficialData) -> dict[str, int]:
+    """The state of every test sample after this session: its latest record's status."""
+    latest = runs.latest_by_key(runs.read_jsonl(Path(run_dir) / runs.GENERATIONS).records, "id")
+    statuses = Counter(record.get("status") for record in latest.values())
+    return {"ok": statuses.get(STATUS_OK, 0), "error": sum(statuses.values()) - statuses.get(STATUS_OK, 0),
+            "missing": len({s.id for s in data.samples} - {key[0] for key in latest})}
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+async def generate_async(
+    run_dir: Path,
+    data: OfficialData,
+    samples: Sequence[Sample],
+    backend: Backend,
+    *,
+    retry_errors: bool = False,
+    progress: bool = True,
+) -> SessionSummary:
+    """Generate the replies still missing for ``samples`` into ``run_dir`` (see module docstring).
+    Raises GenerationInterrupted (carrying the summary) when cancelled; the records are saved."""
+    run_dir = Path(run_dir)
+    identity = run_identity(backend)
+    with writer_lock(run_dir):
+        check_resume(run_dir, identity)
+        plan = plan_run(run_dir, samples, retry_errors=retry_errors)
+        for warning in plan.torn_warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        summary = SessionSummary(pending=len(plan.pending), already_ok=plan.already_ok, errors_kept=plan.errors_kept)
+        started_at = runs.utc_now()
+        runs.update_manifest(
+            run_dir,
+            generation={**backend.describe(), "identity": identity, "protocol_version": PROTOCOL_VERSION,
+                        "data_sha256": data.sha256, "status": "running", "started_at": started_at},
+        )
+        started = time.monotonic()
+        try:
+            await _drive(run_dir, plan, data, backend, summary, progress)
+        finally:
+            summary.elapsed_s = time.monotonic() - started
+            summary.concurrency = backend.stats().get("concurrency")
+            _finish_manifest(run_dir, data, summary, started_at)
+    if summary.interrupted:
+        raise GenerationInterrupted(summary)
+    return summary
+
+
+async def _drive(run_dir: Path, plan: RunPlan, data: OfficialData, backend: Backend, summary: SessionSummary,
+                 progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    requests = make_requests(plan.pending, data)
+    stop_on_sigterm = _cancel_on_sigterm()
+    appender = runs.JsonlAppender(Path(run_dir) / runs.GENERATIONS)
+    if appender.repair_message:
+        print(f"warning: {appender.repair_message}", file=sys.stderr)
+    bar = tqdm(total=len(requests), disable=not progress, unit="req", desc="generate", dynamic_ncols=True)
+    stream = backend.stream(requests)
+    try:
+        async for result in stream:
+            appender.write(result.to_record())
+            summary.add(result)
+            bar.update(1)
+            if result.status != STATUS_OK:
+                bar.set_postfix(errors=sum(summary.errors.values()), refresh=False)
+    except asyncio.CancelledError:
+        summary.interrupted = True
+    finally:
+        await stream.aclose()
+        appender.close()
+        bar.close()
+        stop_on_sigterm()
+
+
+def _cancel_on_sigterm() -> Any:
+    """SIGTERM stops a run like Ctrl-C does (asyncio.run already handles SIGINT). Returns the
+    function that removes the handler; a no-op where handlers cannot be installed (threads)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (RuntimeError, NotImplementedError, ValueError):
+        return lambda: None
+    return lambda: loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _finish_manifest(run_dir: Path, data: OfficialData, summary: SessionSummary, started_at: str) -> None:
+    previous = runs.load_manifest(run_dir).get("generation") or {}
+    state = run_state(run_dir, data)
+    # complete: every test sample has a record (state says how many are errors).
+    if summary.interrupted:
+        status = "interrupted"
+    else:
+        status = "complete" if state["ok"] + state["error"] == len(data.samples) else "partial"
+    session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
+    runs.update_manifest(
+        run_dir,
+        generation={"status": status, "state": state, "finished_at": session["finished_at"],
+                    "sessions": [*previous.get("sessions", []), session]},
+    )
+
+
+def run_generation(
+    run_dir: Path | str,
+    data: OfficialData,
+    samples: Sequence[Sample],
+    backend: Backend,
+    *,
+    retry_errors: bool = False,
+    progress: bool = True,
+) -> SessionSummary:
+    """Blocking entry point for scripts and the CLI. In a notebook (a loop is already running)
+    use ``await generate_async(...)`` instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("an event loop is running (a notebook?): use `await generate_async(...)` instead")
+
+    async def main() -> SessionSummary:
+        try:
+            return await generate_async(Path(run_dir), data, samples, backend, retry_errors=retry_errors,
+                                        progress=progress)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(main())
+
+
+
+@dataclass
+class DryRun:
+    requests_written: int
+    plan: RunPlan
+    # For the requests a real run would still send (ids already ok are skipped).
+    estimate: CostEstimate
+
+
+def dry_run(
+    run_dir: Path | str,
+    data: OfficialData,
+    samples: Sequence[Sample],
+    params: DecodingParams,
+    *,
+    backend: str,
+    model: str,
+    base_url: str | None = None,
+    retry_errors: bool = False,
+    price_in: float | None = None,
+    price_out: float | None = None,
+) -> DryRun:
+    """Send nothing: write ``requests.jsonl`` with the exact messages, estimate tokens and cost of
+    what is still pending, and record both (and the parameters that would be sent) in run.json."""
+    run_dir = Path(run_dir)
+    written = write_requests(run_dir, list(samples), data)
+    plan = plan_run(run_dir, samples, retry_errors=retry_errors)
+    estimate = estimate_cost(make_requests(plan.pending, data), params.max_tokens, price_in=price_in,
+                             price_out=price_out)
+    runs.update_manifest(
+        run_dir,
+        dry_run={
+            "backend": backend,
+            "model": model,
+            "base_url": base_url,
+            "parameters": params.as_dict(),
+            "sent_parameters": params.sent(),
+            "requests": written,
+            "pending": len(plan.pending),
+            "estimate": {
+                "method": "character-based",
+                "input_tokens": estimate.input_tokens,
+                "output_tokens_typical": estimate.output_tokens_typical,
+                "output_tokens_max": estimate.output_tokens_max,
+                "price_in_usd_per_m": price_in,
+                "price_out_usd_per_m": price_out,
+            },
+            "data_sha256": data.sha256,
+        },
+    )
+    return DryRun(written, plan, estimate)

@@ -1,0 +1,177 @@
+"""The local Hugging Face backend: a causal LM from transformers, generating in batches.
+
+Each request's S3 messages go through the tokenizer's own chat template with the generation
+prompt added; no system message is added here (a template may insert its own default one, which
+is that model's documented behaviour). Prompts are sorted by length and batched with left
+padding, so a batch wastes little padding and the longest batch (the likeliest to run out of
+memory) comes first. Greedy decoding unless a temperature/top_p (or a preset) asks to sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import hashlib
+import threading
+import time
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
+from charactereval_lib.charactereval.requests import request_sha256
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str,
+        params: DecodingParams,
+        *,
+        device: str = "cpu",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+        self.model_name = model
+        self.params = params
+        self.device = device
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self.trust_remote_code = trust_remote_code
+        self._torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ConfigError(f"{model}: the tokenizer has no chat template; the S3 messages need one")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        if self.pad_id is None:
+            raise ConfigError(f"{model}: the tokenizer has neither a pad nor an eos token to pad batches with")
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model, dtype=dtype if dtype == "auto" else getattr(torch, dtype), trust_remote_code=trust_remote_code
+        ).to(device)
+        self.model.eval()
+        self._stop = threading.Event()
+        # Always the same worker thread: torch keeps per-thread state (its intra-op thread pool),
+        # and hopping between executor threads made each batch many times slower.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model_name, "parameters": self.params.as_dict(), "dtype": self.dtype}
+
+    def describe(self) -> dict[str, Any]:
+        import transformers
+
+        template = self.tokenizer.chat_template
+        return {
+            **self.identity(),
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "trust_remote_code": self.trust_remote_code,
+            "decoding": "sampling" if self.params.do_sample else "greedy",
+            "chat_template_sha256": hashlib.sha256(str(template).encode("utf-8")).hexdigest(),
+            "loaded_dtype": str(self.model.dtype).removeprefix("torch."),
+            "transformers_version": transformers.__version__,
+        }
+
+    def generation_config(self) -> Any:
+        """The model's own generation config with our choices on top: greedy unless sampling was
+        asked for; max_tokens new tokens."""
+        config = copy.deepcopy(self.model.generation_config)
+        config.max_new_tokens = self.params.max_tokens
+        config.pad_token_id = self.pad_id
+        if self.params.do_sample:
+            config.do_sample = True
+            config.temperature = self.params.temperature if self.params.temperature is not None else 1.0
+            config.top_p = self.params.top_p if self.params.top_p is not None else 1.0
+        else:
+            config.do_sample = False
+            # Sampling knobs from the model's config would only trigger warnings under greedy.
+            config.temperature = config.top_p = config.top_k = None
+        return config
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+        # The template already wrote any BOS it wants.
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
+        self._stop.clear()
+        if self.params.seed is not None:
+            self._torch.manual_seed(self.params.seed)
+        prompts = [(request, self.prompt_ids(request)) for request in requests]
+        prompts.sort(key=lambda item: len(item[1]), reverse=True)
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                batch = prompts[start : start + self.batch_size]
+                results = await asyncio.get_running_loop().run_in_executor(self._executor, self._generate_batch, batch)
+                if self._stop.is_set():
+                    return
+                for result in results:
+                    yield result
+        finally:
+            # Ends a generate() still running in the worker thread at its next step.
+            self._stop.set()
+
+    def _generate_batch(self, batch: list[tuple[GenerationRequest, list[int]]]) -> list[GenerationResult]:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        torch = self._torch
+        stop = self._stop
+
+        class _Interrupted(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        width = max(len(ids) for _, ids in batch)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for _, ids in batch], device=self.device)
+        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for _, ids in batch], device=self.device)
+        config = self.generation_config()
+        started = time.monotonic()
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config,
+                stopping_criteria=StoppingCriteriaList([_Interrupted()]),
+            )
+        latency = round(time.monotonic() - started, 4)
+        eos = config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        results = []
+        for row, (request, ids) in enumerate(batch):
+            new = output[row, width:].tolist()
+            end = next((i for i, token in enumerate(new) if token in eos_ids), None)
+            generated = new if end is None else new[: end + 1]
+            reply = self.tokenizer.decode(generated, skip_special_tokens=True)
+            results.append(
+                GenerationResult(
+                    id=request.id,
+                    status=STATUS_OK,
+                    model_output=reply,
+                    request_sha256=request_sha256(build_payload(self.model_name, request.messages, self.params)),
+                    finish_reason="stop" if end is not None else "length",
+                    usage={"prompt_tokens": len(ids), "completion_tokens": len(generated),
+                           "total_tokens": len(ids) + len(generated)},
+                    latency_s=latency,
+                    elapsed_s=latency,
+                    model=self.model_name,
+                    extra={"batch_size": len(batch)},
+                )
+            )
+        return results
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        self._executor.shutdown(wait=True)

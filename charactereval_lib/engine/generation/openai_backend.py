@@ -1,0 +1,237 @@
+"""The OpenAI-compatible backend: any chat-completions endpoint (OpenAI, vLLM, API providers).
+
+The ``openai`` package's async client is used with its own retries disabled, so the policy of
+``retry.py`` is the only one. The API key is read from the environment here and never leaves
+this object: it is not in the manifest, the records, the error messages or the logs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload, redact
+from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Statuses worth another attempt besides 429 and 5xx: request timeout, conflict (lock timeouts).
+_RETRYABLE_4XX = {408, 409}
+
+
+def read_api_key(env_name: str, base_url: str | None) -> str:
+    """The key from the named environment variable. A local server (``--base-url``) often needs
+    none, so a placeholder is sent there; the official OpenAI endpoint requires one."""
+    if not _ENV_NAME.match(env_name):
+        # Do not echo the value: users sometimes pass the key itself here.
+        raise ConfigError("--api-key-env takes the NAME of an environment variable (letters, digits, _), not a key")
+    key = os.environ.get(env_name)
+    if key:
+        return key
+    if base_url:
+        return "no-key"
+    raise ConfigError(f"the API key variable {env_name} is not set (set it, or name another one with --api-key-env)")
+
+
+class OpenAIBackend(RetryingBackend):
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        params: DecodingParams,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        concurrency: int = 32,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        import openai
+
+        super().__init__(concurrency=concurrency, policy=policy or RetryPolicy())
+        self.model = model
+        self.params = params
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self._key = read_api_key(api_key_env, base_url)
+        self.transport, http_client = _http_client(openai, self.policy.timeout_s)
+        self._client = openai.AsyncOpenAI(
+            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s, http_client=http_client
+        )
+        self._openai = openai
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model, "parameters": self.params.as_dict()}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "concurrency": self.concurrency,
+            "retry_policy": self.policy.as_dict(),
+            "sent_parameters": self.params.sent(),
+            "http_transport": self.transport,
+        }
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        return build_payload(self.model, request.messages, self.params)
+
+    async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
+        openai = self._openai
+        try:
+            # The SDK's documented low-level post: the payload goes out exactly as recorded, and
+            # we skip chat.completions.create's per-field type walk and model construction (most
+            # of the client's CPU time per request, which caps throughput at high concurrency).
+            response = await self._client.post("/chat/completions", cast_to=object, body=payload)
+        except openai.APIStatusError as exc:
+            raise self._classify_status(exc) from None
+        except openai.APITimeoutError as exc:
+            if _timed_out(exc):
+                raise TransientError("APITimeoutError", f"no answer within {self.policy.timeout_s:g} s") from None
+            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
+        except openai.APIConnectionError as exc:
+            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
+        except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+            raise TransientError("MalformedResponse", self._clean(f"unparsable response: {exc}")) from None
+        if not isinstance(response, dict):
+            raise TransientError("MalformedResponse", self._clean(f"not a JSON object: {str(response)[:200]!r}"))
+        return self._result(request, response)
+
+    def _result(self, request: GenerationRequest, response: Any) -> GenerationResult:
+        """Read a chat completion from its JSON. Parsing the plain dict (not the SDK's models)
+        is cheaper and tolerates servers that add or omit optional fields."""
+        try:
+            choice = response["choices"][0]
+            message = choice["message"]
+            content, refusal_text = message.get("content"), message.get("refusal")
+            if not isinstance(content, (str, type(None))):
+                raise TypeError(f"message content is {type(content).__name__}")
+        except (TypeError, KeyError, IndexError, AttributeError) as exc:
+            detail = f"not a chat completion ({type(exc).__name__}: {exc})"
+            raise TransientError("MalformedResponse", self._clean(detail)) from None
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
+        model = response.get("model")
+        finish_reason = choice.get("finish_reason")
+        if finish_reason == "content_filter":
+            # A filtered reply is a failed call, not the model's answer (seed 001 row 11).
+            raise PermanentError(
+                "ContentFilterError", "the provider's content filter stopped the reply (finish_reason content_filter)",
+                content_filter=True, finish_reason=finish_reason, usage=usage, model=model,
+                extra={"filtered_output": content},
+            )
+        # Only the reply text counts; reasoning models' thinking is not part of it (seed 001 row 10).
+        return GenerationResult(
+            id=request.id,
+            status=STATUS_OK,
+            model_output=content if content is not None else "",
+            request_sha256="",
+            finish_reason=finish_reason,
+            usage=usage,
+            model=model,
+            refusal=refusal_text is not None,
+            extra={"refusal_text": refusal_text} if refusal_text is not None else {},
+        )
+
+    def _classify_status(self, exc: Any) -> Exception:
+        status = exc.status_code
+        error_class = type(exc).__name__
+        message = self._clean(_api_message(exc))
+        if status == 429:
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
+                                  throttled=True)
+        if status >= 500 or status in _RETRYABLE_4XX:
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers))
+        if _is_content_filter(exc):
+            return PermanentError("ContentFilterError", message, status=status, content_filter=True)
+        return PermanentError(error_class, message, status=status)
+
+    def _clean(self, text: str) -> str:
+        return redact(text, self._key)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
+    """The SDK's aiohttp transport when aiohttp is installed: it costs about a third less client
+    CPU per request than the default httpx one, which matters at high concurrency on few cores
+    (benchmarks/bench_generation.py). Otherwise the SDK's default transport."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "httpx", None
+    return "aiohttp", openai.DefaultAioHttpClient(timeout=timeout_s)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether an APITimeoutError was a real timeout. The aiohttp transport reports every aiohttp
+    connection error (a reset, a refused connection) as a connect timeout, so look at the
+    original error: a TimeoutError is one, any other aiohttp error is a connection failure."""
+    cause, seen = exc.__cause__ or exc.__context__, set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TimeoutError):
+            return True
+        if type(cause).__module__.split(".")[0] == "aiohttp":
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
+
+
+def _api_message(exc: Any) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+    return str(getattr(exc, "message", "") or exc)
+
+
+def _describe_cause(exc: BaseException) -> str:
+    """``Connection error.`` alone says little; name the underlying transport error."""
+    cause = exc.__cause__ or exc.__context__
+    return f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
+
+
+def _is_content_filter(exc: Any) -> bool:
+    """OpenAI and Azure mark filtered prompts with code ``content_filter`` (Azure also
+    ``content_policy_violation``); some servers only say so in the message."""
+    codes = {str(exc.code or "").lower()}
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    inner = body.get("error", body) if isinstance(body, Mapping) else {}
+    if isinstance(inner, Mapping):
+        codes.add(str(inner.get("code") or "").lower())
+    if codes & {"content_filter", "content_policy_violation"}:
+        return True
+    return "content management policy" in _api_message(exc).lower()
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a server asks us to wait: ``retry-after-ms``, else ``Retry-After`` as seconds or as
+    an HTTP date; None when absent or unreadable."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
