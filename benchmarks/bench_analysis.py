@@ -23,8 +23,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib.engine import report  # noqa: E402
+from charactereval_lib import pipeline  # noqa: E402
 from charactereval_lib.charactereval import aggregate
+from charactereval_lib.charactereval import statistics
+from charactereval_lib.charactereval import summary
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, load_official_data  # noqa: E402
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run  # noqa: E402
 
@@ -72,11 +74,11 @@ def main() -> int:
             data_dir = str(write_synthetic_data(tmp / "data", 4564, metric_rows=REAL_METRIC_ROWS, no_metric_share=33 / 4564))
             data, verify, source = load_official_data(data_dir, verify=False), False, "synthetic, official per-metric rows"
         run = write_synthetic_run(tmp / "bench-run", data, seed=1)
-        scores, _ = aggregate.load_run_scores(run)
+        scores, _ = summary.load_run_scores(run)
         print(f"run: {len(scores)} rows, {scores['id'].nunique()} samples ({source})")
 
-        t_stats, _ = timed(aggregate.metric_statistics, scores, n_boot=args.n_boot, repeat=3)
-        t_summary, _ = timed(aggregate.summarize_run, run, id2metric=data.id2metric, n_boot=args.n_boot, repeat=3)
+        t_stats, _ = timed(statistics.metric_statistics, scores, n_boot=args.n_boot, repeat=3)
+        t_summary, _ = timed(summary.summarize_run, run, id2metric=data.id2metric, n_boot=args.n_boot, repeat=3)
         t_naive, _ = timed(naive_bootstrap, scores, args.baseline_boot, 0)
         per_resample_naive = t_naive / args.baseline_boot
         per_resample_ours = t_stats / args.n_boot
@@ -86,7 +88,9 @@ def main() -> int:
         print(f"speed-up per resample (pandas loop / vectorised): {per_resample_naive / per_resample_ours:7.1f}x")
 
         if not args.no_report:
-            t_report, (_, html) = timed(report.report, run, data_dir=data_dir, verify_data=verify, n_boot=args.n_boot)
+            t_report, outcome = timed(pipeline.report, run, pipeline.ReportSettings(verify_data=verify, n_boot=args.n_boot),
+                                      data_dir=data_dir)
+            html = outcome.html
             print(f"analysis notebook end to end (papermill + HTML): {t_report:7.1f} s   (target < 60 s); "
                   f"{html.stat().st_size / 1e6:.1f} MB HTML")
     return 0

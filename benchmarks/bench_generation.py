@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.engine import runs  # noqa: E402
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data  # noqa: E402
-from charactereval_lib.engine.generation.base import DecodingParams, build_payload, make_requests  # noqa: E402
+from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
+from charactereval_lib.engine.generation.base import DecodingParams, build_payload  # noqa: E402
 from charactereval_lib.engine.generation.engine import generate_async, run_generation  # noqa: E402
 from charactereval_lib.engine.generation.offline import OfflineBackend  # noqa: E402
 from charactereval_lib.engine.generation.openai_backend import OpenAIBackend  # noqa: E402
@@ -88,7 +89,7 @@ def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
 
     async def main(run_dir: Path) -> None:
         try:
-            await generate_async(run_dir, data, data.samples, backend, progress=False)
+            await generate_async(run_dir, make_requests(data.samples, data), backend, generation_task(data), progress=False)
         finally:
             await backend.aclose()
 
@@ -101,7 +102,7 @@ def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
 def run_engine_only(data: OfficialData, concurrency: int, latency: float) -> int:
     backend = OfflineBackend(MODEL, DecodingParams.resolve(), concurrency=concurrency, latency_s=latency)
     with tempfile.TemporaryDirectory() as tmp:
-        run_generation(Path(tmp), data, data.samples, backend, progress=False)
+        run_generation(Path(tmp), make_requests(data.samples, data), backend, generation_task(data), progress=False)
         return sum(1 for r in runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
-from charactereval_lib import __version__
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.charactereval.prompts import ProtocolError
@@ -35,8 +36,9 @@ def _data_dir_option(parser: argparse.ArgumentParser, flag: str = "--data-dir") 
     )
 
 
-def _load_data(args: argparse.Namespace):
-    return load_official_data(args.data_dir)
+def _allow_mixed_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="analyse scores from several scorer configurations anyway (warned about at the top)")
 
 
 # --- data ------------------------------------------------------------------------------------
@@ -93,7 +95,7 @@ def cmd_data_subset(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.doctor import run_checks
 
-    data = _load_data(args)
+    data = load_official_data(args.data_dir)
     print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {data.data_dir}")
     checks = run_checks(data)
     for check in checks:
@@ -108,106 +110,60 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # --- generate --------------------------------------------------------------------------------
 
 
-def _decoding_parameters(args: argparse.Namespace):
-    from charactereval_lib.engine.generation.base import DecodingParams
-
-    return DecodingParams.resolve(
-        preset=args.preset, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
-    )
-
-
-def _backend_options(args: argparse.Namespace):
-    from charactereval_lib.engine.generation.backends import BackendOptions
-    from charactereval_lib.engine.generation.retry import RetryPolicy
-
-    policy = RetryPolicy(
-        max_attempts=args.max_attempts,
-        base_delay_s=args.retry_base_delay,
-        max_delay_s=args.retry_max_delay,
-        timeout_s=args.timeout,
-    )
-    return BackendOptions(
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        concurrency=args.concurrency,
-        policy=policy,
-        device=args.device,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        trust_remote_code=args.trust_remote_code,
-        offline_latency_s=args.offline_latency,
-        offline_fault_rate=args.offline_fault_rate,
-    )
-
-
-def _dry_run(args: argparse.Namespace, run_dir: Path, samples: list, data, params) -> int:
-    from charactereval_lib.engine.generation.engine import dry_run
-
-    result = dry_run(run_dir, data, samples, params, backend=args.backend, model=args.model, base_url=args.base_url,
-                     retry_errors=args.retry_errors, price_in=args.price_in, price_out=args.price_out)
-    print(f"{run_dir / runs.REQUESTS}: {result.requests_written} request(s) written; nothing was sent")
-    if result.plan.already_ok or result.plan.errors_kept:
-        print(f"{result.plan.already_ok} already ok and {result.plan.errors_kept} earlier error(s) in this run "
-              "would be skipped")
-    for line in result.estimate.lines():
-        print(line)
-    return 0
+def _settings(cls, args: argparse.Namespace, **overrides):
+    """Typed pipeline settings from the parsed flags (flag dests are the settings' field names)."""
+    values = {key: getattr(args, key) for key in cls.keys() if hasattr(args, key)}
+    return cls(**{**values, **overrides})
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from charactereval_lib.engine.generation.backends import make_backend
-    from charactereval_lib.engine.generation.engine import GenerationInterrupted, run_generation, run_state
-    from charactereval_lib.charactereval.requests import read_ids_file, select_samples
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted
 
-    data = _load_data(args)
-    ids = read_ids_file(args.ids) if args.ids else None
-    samples = select_samples(data, limit=args.limit, ids=ids)
-    run_dir = runs.resolve_run_dir(args.run)
-    params = _decoding_parameters(args)
-    if args.dry_run:
-        return _dry_run(args, run_dir, samples, data, params)
-    backend = make_backend(args.backend, args.model, params, _backend_options(args))
+    settings = _settings(pipeline.GenerateSettings, args)
     progress = not args.no_progress and sys.stderr.isatty()
     try:
-        summary = run_generation(run_dir, data, samples, backend, retry_errors=args.retry_errors, progress=progress)
+        result = pipeline.generate(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run, progress=progress)
     except GenerationInterrupted as exc:
         print(exc.summary.line())
-        print(f"interrupted: everything received is saved in {run_dir / runs.GENERATIONS}; "
+        print(f"interrupted: everything received is saved in {runs.RunDir.resolve(args.run).generations}; "
               "re-run the same command to resume", file=sys.stderr)
         return 130
-    print(summary.line())
-    if args.backend == "offline":
+    run = result.run
+    if result.dry_run is not None:
+        planned = result.dry_run
+        print(f"{run.requests}: {planned.requests_written} request(s) written; nothing was sent")
+        if planned.plan.already_ok or planned.plan.errors_kept:
+            print(f"{planned.plan.already_ok} already ok and {planned.plan.errors_kept} earlier error(s) in this run "
+                  "would be skipped")
+        for line in planned.estimate.lines():
+            print(line)
+        return 0
+    print(result.session.line())
+    if result.backend == "offline":
         print("note: offline backend: replies are deterministic placeholders and mean nothing", file=sys.stderr)
-    state = run_state(run_dir, data)
-    print(f"{run_dir / runs.GENERATIONS}: {state['ok']} ok, {state['error']} error, "
-          f"{state['missing']} of {len(data.samples)} test samples not generated")
+    state = result.state
+    print(f"{run.generations}: {state['ok']} ok, {state['error']} error, {state['missing']} test sample(s) not generated")
     # Nothing succeeded but something failed: a bad key, model or URL; scripts should notice.
-    return 1 if summary.ok == 0 and summary.errors else 0
+    return 1 if result.session.ok == 0 and result.session.errors else 0
 
 
 # --- transform / summarize -------------------------------------------------------------------
 
 
-def cmd_transform(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.transform import transform_run
+def _warn(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
-    run_dir = runs.resolve_run_dir(args.run)
-    result = transform_run(run_dir, _load_data(args))
-    c = result.counts()
+
+def cmd_transform(args: argparse.Namespace) -> int:
+    outcome = pipeline.transform(args.run, data_dir=args.data_dir)
+    _warn(outcome.warnings)
+    c = outcome.result.counts()
     print(
-        f"{run_dir / runs.ROWS}: {c['rows']} rows; dropped {c['failed']} failed generation(s), "
+        f"{outcome.run.rows}: {c['rows']} rows; dropped {c['failed']} failed generation(s), "
         f"{c['no_metric']} sample(s) without metrics; {c['missing']} sample(s) not generated yet"
     )
     return 0
-
-
-def _optional_id2metric(args: argparse.Namespace):
-    """id2metric when the official data can be loaded (to count per-metric failures), else None."""
-    try:
-        return _load_data(args).id2metric
-    except DataError as exc:
-        print(f"note: per-metric failure counts unavailable ({exc})", file=sys.stderr)
-        return None
 
 
 def _fmt(value: float | None) -> str:
@@ -215,10 +171,8 @@ def _fmt(value: float | None) -> str:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.aggregate import summarize_run
-
-    run_dir = runs.resolve_run_dir(args.run)
-    summary = summarize_run(run_dir, id2metric=_optional_id2metric(args), n_boot=args.n_boot, seed=args.seed)
+    outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir)
+    summary = outcome.summary
     counts = summary["counts"]
     level = round(summary["bootstrap"]["level"] * 100)
     print(f"{'metric':<22}{'n':>6}{'failed':>8}{'mean':>9}   {level}% CI")
@@ -232,105 +186,76 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         print(
             f"{dim['name'] + ' (avg)':<36}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]"
         )
+    scorers = ", ".join(f"{label} ({n} rows)" for label, n in counts["scorers"].items()) or "none"
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
-        f"{counts['generation_failures']}; scorer modes {counts['scorer_modes']}; MBTI: {summary['mbti']}"
+        f"{counts['generation_failures']}; scorers: {scorers}; MBTI: {summary['mbti']}"
     )
-    if len(counts["scorer_modes"]) > 1:
-        print("warning: the scores mix scorer modes; re-run `charactereval score` with one mode", file=sys.stderr)
-    print(f"wrote {run_dir / runs.SUMMARY} and {run_dir / runs.METRICS_CSV}")
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.run.summary} and {outcome.run.metrics_csv}")
     return 0
 
 
 # --- reports -----------------------------------------------------------------------------------
 
 
-def _report_options(args: argparse.Namespace) -> dict:
-    from charactereval_lib.engine.report import DEFAULT_BASELINES
-
-    return {
-        "data_dir": args.data_dir,
-        "baselines": args.baselines or list(DEFAULT_BASELINES),
-        "n_boot": args.n_boot,
-        "seed": args.seed,
-        "show_code": args.show_code,
-    }
+def _report_settings(args: argparse.Namespace) -> pipeline.ReportSettings:
+    baselines = tuple(args.baselines) if args.baselines else pipeline.DEFAULT_BASELINES
+    return _settings(pipeline.ReportSettings, args, baselines=baselines)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from charactereval_lib.engine.report import report
-
-    notebook, html = report(args.run, **_report_options(args))
-    print(f"wrote {notebook} and {html}")
+    outcome = pipeline.report(args.run, _report_settings(args), data_dir=args.data_dir)
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.notebook} and {outcome.html}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from charactereval_lib.engine.report import compare
-
-    notebook, html = compare(args.runs, args.out, **_report_options(args))
-    print(f"wrote {notebook} and {html}")
+    outcome = pipeline.compare(args.runs, args.out, _report_settings(args), data_dir=args.data_dir)
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.notebook} and {outcome.html}")
     return 0
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from charactereval_lib.batch import check_commands, load_config, run_batch, summary_lines
+    from charactereval_lib.batch import load_config, preflight, run_batch, summary_lines
 
     config = load_config(Path(args.config))
-    check_commands(config)
+    problems = preflight(config)
+    if problems:
+        return _report_problems(problems, "")
     print(f"batch {config.path}: {len(config.models)} model(s) -> {config.output_dir}", flush=True)
     outcome = run_batch(config)
     print("\n".join(summary_lines(outcome)))
+    if outcome.interrupted:
+        return 130
     return 1 if outcome.failures else 0
 
 # --- score / rm ------------------------------------------------------------------------------
 
 
-def _scorer_settings(args: argparse.Namespace):
-    from charactereval_lib.charactereval.reward.scorer import ScorerSettings, parse_shard, resolve_device
-
-    return ScorerSettings(
-        mode=args.mode,
-        device=resolve_device(args.device) if not args.dry_run else (args.device or "none"),
-        shard=parse_shard(args.shard) if args.shard else None,
-        fast_token_budget=args.batch_tokens,
-        fast_reuse_prefix=not args.no_prefix_reuse,
-        fast_causal_block=args.causal_block,
-        progress=not args.quiet,
-    )
-
-
 def cmd_score(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.reward import scorer
-
-    run_dir = runs.resolve_run_dir(args.run)
-    settings = _scorer_settings(args)
-    data = _load_data(args)
-    if args.dry_run:
-        count = scorer.dry_run(run_dir, data, Path(args.rm) if args.rm else None, settings.shard)
+    outcome = pipeline.score(args.run, _settings(pipeline.ScoreSettings, args), data_dir=args.data_dir,
+                             dry_run=args.dry_run, progress=not args.quiet)
+    run, settings = outcome.run, outcome.settings
+    if outcome.dry_run_rows is not None:
         counted = "with token counts" if args.rm else "without token counts (no --rm given)"
-        print(f"{run_dir / scorer.RM_INPUTS}: {count} reward-model input(s) {counted}; no model was run")
+        print(f"{run.artifact('rm_inputs.jsonl')}: {outcome.dry_run_rows} reward-model input(s) {counted}; "
+              "no model was run")
         return 0
-    if not args.rm:
-        raise runs.RunError("--rm DIR is required (a reward-model checkpoint directory; see `charactereval rm download`)")
-    from charactereval_lib.charactereval.reward.tiny import tiny_label
-
-    label = tiny_label(args.rm)
-    if label:
-        print(f"warning: {args.rm}: {label}", file=sys.stderr)
-    if args.verify:
-        report = scorer.verify_run(run_dir, Path(args.rm), data, settings, args.verify)
+    _warn(outcome.warnings)
+    if outcome.verify is not None:
+        report = outcome.verify
         print(
             f"verify on {report['rows']} row(s), {settings.device}: fast == faithful for "
             f"{report['exact_equal']}/{report['rows']} ({100 * (report['exact_equal_fraction'] or 0):.2f}%), "
             f"max difference {report['max_diff_grid_steps']} bf16 step(s) "
             f"({report['max_abs_diff_score']:.6g} score); speed-up {report['speedup']:.2f}x; "
-            f"wrote {run_dir / scorer.VERIFY_REPORT}"
+            f"wrote {run.artifact('rm_verify.json')}"
         )
         return 0
-    report = scorer.score_run(run_dir, Path(args.rm), data, settings)
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    report = outcome.report
     rate = f", {report.scored / report.seconds:.2f} rows/s" if report.seconds else ""
     merged = f"; merged {report.merged_from_shards} record(s) from shard files" if report.merged_from_shards else ""
     print(
@@ -383,7 +308,7 @@ def cmd_import_official(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.official import import_official
 
     run_dir = runs.resolve_run_dir(args.run)
-    kind, result = import_official(Path(args.file), run_dir, _load_data(args))
+    kind, result = import_official(Path(args.file), run_dir, load_official_data(args.data_dir))
     c = result.counts()
     print(f"{run_dir}: imported an official {kind} file: {c['rows']} rows, {c['failed']} failed generation(s)")
     return 0
@@ -393,7 +318,7 @@ def cmd_export_official(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.official import export_official
 
     run_dir = runs.resolve_run_dir(args.run)
-    for path in export_official(run_dir, _load_data(args), Path(args.out) if args.out else None):
+    for path in export_official(run_dir, load_official_data(args.data_dir), Path(args.out) if args.out else None):
         print(path)
     return 0
 
@@ -401,8 +326,17 @@ def cmd_export_official(args: argparse.Namespace) -> int:
 # --- parser ----------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags: ``--batch`` must not silently mean ``--batch-tokens``. Subcommand
+    parsers inherit the class, so the rule holds everywhere."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({PROTOCOL_VERSION})")
@@ -493,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="write RUN/rm_inputs.jsonl and run no model")
     p.add_argument("--verify", type=int, metavar="K", help="score about K rows both ways and report equality; writes nothing to scores.jsonl")
     p.add_argument("--batch-tokens", type=int, default=16384, metavar="N", help="fast mode: padded tokens per batch")
-    p.add_argument("--no-prefix-reuse", action="store_true", help="fast mode: do not share a sample's prefix keys/values")
+    p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
+                   help="fast mode: do not share a sample's prefix keys/values")
     p.add_argument(
         "--causal-block",
         type=int,
@@ -530,6 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
     p.add_argument("run", metavar="RUN")
+    _allow_mixed_option(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     _data_dir_option(p)
@@ -550,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
         p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
         p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+        _allow_mixed_option(p)
         _data_dir_option(p)
         p.set_defaults(func=func)
 
@@ -581,6 +518,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, and keep Python's final flush of
+        # stdout from raising again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from charactereval_lib.charactereval.data import OfficialData, Sample
-from charactereval_lib.engine.generation.base import DecodingParams, build_payload, make_requests
+from charactereval_lib.charactereval.requests import make_requests
+from charactereval_lib.engine.generation.base import DecodingParams, build_payload
 from charactereval_lib.testing.mockserver import request_key
-from charactereval_lib.charactereval.requests import request_sha256
+from charactereval_lib.engine.generation.base import request_sha256
 
 ROLES = ("甲乙", "丙")
 PROFILES = {"甲乙": {"姓名": "甲乙", "性格": "沉稳"}, "丙": {"姓名": "丙", "身份": "掌柜"}}

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from charactereval_lib.charactereval import analysis
 from charactereval_lib.charactereval import diagnostics
 from charactereval_lib.engine import plots
-from charactereval_lib.charactereval.aggregate import paired_comparison
+from charactereval_lib.charactereval.statistics import paired_comparison
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.diagnostics import on_bf16_grid
 from charactereval_lib.charactereval.protocol import METRICS

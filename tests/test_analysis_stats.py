@@ -10,19 +10,21 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from charactereval_lib.charactereval import aggregate
-from charactereval_lib.charactereval.aggregate import (
-    METRIC_ORDER,
-    bootstrap_means,
-    cluster_totals,
+from charactereval_lib.charactereval.aggregate import METRIC_ORDER
+from charactereval_lib.charactereval.statistics import (
     group_breakdown,
     group_summary,
+    metric_clusters,
     metric_statistics,
-    minimum_detectable_difference,
     paired_comparison,
+)
+from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
+from charactereval_lib.engine.stats import (
+    BOOTSTRAP_METHOD,
+    bootstrap_means,
+    minimum_detectable_difference,
     percentile_interval,
     resample_counts,
-    summarize_run,
 )
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
@@ -43,7 +45,7 @@ def clustered_scores(n_ids: int, rng: np.random.Generator, mu: float = 3.0) -> p
 
 
 def test_cluster_totals_by_hand():
-    totals = cluster_totals(frame([(7, "Fluency", 3.0), (7, "Empathy", 2.0), (3, "Fluency", 4.0), (7, "Fluency", 1.0)]))
+    totals = metric_clusters(frame([(7, "Fluency", 3.0), (7, "Empathy", 2.0), (3, "Fluency", 4.0), (7, "Fluency", 1.0)]))
     assert list(totals.ids) == [3, 7]
     fl, emp = METRIC_ORDER.index("Fluency"), METRIC_ORDER.index("Empathy")
     assert totals.sums[1, fl] == 4.0 and totals.counts[1, fl] == 2 and totals.sums[1, emp] == 2.0
@@ -52,7 +54,7 @@ def test_cluster_totals_by_hand():
 
 def test_unknown_metric_is_named():
     with pytest.raises(ValueError, match=r"unknown metric name\(s\) \['Fluencyy'\]"):
-        cluster_totals(frame([(1, "Fluencyy", 3.0)]))
+        metric_clusters(frame([(1, "Fluencyy", 3.0)]))
 
 
 def test_resample_counts_are_multinomial_draws_of_ids():
@@ -66,7 +68,7 @@ def test_resample_counts_are_multinomial_draws_of_ids():
 def test_vectorised_bootstrap_equals_a_naive_loop_over_resampled_ids():
     rng = np.random.default_rng(0)
     scores = clustered_scores(40, rng)
-    draws = bootstrap_means(cluster_totals(scores), n_boot=25, seed=11)
+    draws = bootstrap_means(metric_clusters(scores), n_boot=25, seed=11)
     ids = np.array(sorted(scores["id"].unique()))
     picks = np.random.default_rng(11).integers(0, len(ids), size=(25, len(ids)))
     for b in range(25):
@@ -224,14 +226,14 @@ def test_summarize_run_writes_intervals_and_failures(tmp_path):
     run = write_synthetic_run(tmp_path / "run", data, failed_ids=failed)
     summary = summarize_run(run, id2metric=data.id2metric, n_boot=200, seed=1)
     saved = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    assert saved["bootstrap"] == {"method": aggregate.BOOTSTRAP_METHOD, "n_boot": 200, "seed": 1, "level": 0.95}
+    assert saved["bootstrap"] == {"method": BOOTSTRAP_METHOD, "n_boot": 200, "seed": 1, "level": 0.95}
     lost = sum(len(data.id2metric.get(str(i), ())) for i in failed)
     assert sum(m["failed"] for m in summary["metrics"]) == lost
     for metric in saved["metrics"]:
         if metric["n"] > 1:
             assert metric["ci_low"] <= metric["mean"] <= metric["ci_high"]
     csv = pd.read_csv(run / "metrics.csv")
-    assert list(csv.columns) == aggregate.METRICS_TABLE_COLUMNS
+    assert list(csv.columns) == METRICS_TABLE_COLUMNS
     assert len(csv) == 15 and csv["ci_low"].notna().all()
     # Without id2metric the per-metric failures are unknown, not zero.
     assert all(m["failed"] is None for m in summarize_run(run, n_boot=10)["metrics"])

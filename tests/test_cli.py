@@ -220,16 +220,21 @@ def test_import_of_rows_with_a_newline_or_partial_metrics_is_refused(official_da
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_summarize_shows_scorer_modes_and_warns_on_a_mix(official_data, official_dir, tmp_path, capsys):
+def test_summarize_names_the_scorer_and_refuses_a_mix(official_data, official_dir, tmp_path, capsys):
     records = synthetic_evaluation(official_data, every=300)
     source = tmp_path / "evaluation.jsonl"
     source.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
     run = tmp_path / "run"
     run_cli(capsys, "import-official", str(source), str(run), "--data-dir", str(official_dir))
     code, out, err = run_cli(capsys, "summarize", str(run))
-    assert code == 0 and f"scorer modes {{'imported': {len(records)}}}" in out and "mix" not in err
+    assert code == 0 and f"scorers: imported unknown checkpoint mode=imported ({len(records)} rows)" in out
+    assert "mix" not in err
     first = records[0]
     with runs.JsonlAppender(run / "scores.jsonl") as out_file:
-        out_file.write({"id": first["id"], "metric_en": first["metric_en"], "score": 3.0, "mode": "fast"})
+        out_file.write({"id": first["id"], "metric_en": first["metric_en"], "score": 3.0, "mode": "fast",
+                        "checkpoint_sha256": "ab" * 32})
     code, out, err = run_cli(capsys, "summarize", str(run))
-    assert code == 0 and "'fast': 1" in out and "the scores mix scorer modes" in err
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "the scores mix 2 scorer configurations" in err and "reward-model abababababab mode=fast: 1 rows" in err
+    code, out, err = run_cli(capsys, "summarize", str(run), "--allow-mixed")
+    assert code == 0 and "warning: MIXED SCORERS:" in err

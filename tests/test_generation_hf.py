@@ -13,7 +13,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 
 from charactereval_lib.engine import runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
-from charactereval_lib.engine.generation.base import DecodingParams, make_requests  # noqa: E402
+from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
+from charactereval_lib.engine.generation.base import DecodingParams  # noqa: E402
 from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
 from tests.generation_support import expected_sha, synthetic_data  # noqa: E402
 
@@ -71,7 +72,7 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
 def generate(model_dir: Path, run: Path, data, *, batch_size: int, params: DecodingParams | None = None):
     params = params or DecodingParams.resolve(max_tokens=MAX_TOKENS)
     backend = make_backend("hf", str(model_dir), params, BackendOptions(batch_size=batch_size, dtype="float32"))
-    summary = run_generation(run, data, data.samples, backend, progress=False)
+    summary = run_generation(run, make_requests(data.samples, data), backend, generation_task(data), progress=False)
     latest = runs.latest_by_key(runs.read_jsonl(run / runs.GENERATIONS).records, "id")
     return backend, summary, {key[0]: record for key, record in latest.items()}
 
@@ -132,7 +133,7 @@ def test_runs_on_cuda_in_bfloat16(model_dirs, tmp_path):
     data = synthetic_data(5)
     backend = make_backend("hf", str(model_dirs["random"]), DecodingParams.resolve(max_tokens=MAX_TOKENS),
                            BackendOptions(batch_size=2, dtype="bfloat16", device="cuda"))
-    summary = run_generation(tmp_path / "run", data, data.samples, backend, progress=False)
+    summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data), progress=False)
     assert summary.ok == 5 and not summary.errors
     generation = runs.load_manifest(tmp_path / "run")["generation"]
     assert generation["loaded_dtype"] == "bfloat16" and generation["device"] == "cuda"

@@ -13,7 +13,8 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation import openai_backend
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
-from charactereval_lib.engine.generation.engine import run_generation, writer_lock
+from charactereval_lib.charactereval.requests import generation_task, make_requests
+from charactereval_lib.engine.generation.engine import LOCK_FILE, run_generation
 from charactereval_lib.testing.mockserver import SERVED_MODEL, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.charactereval.transform import generation_outputs
@@ -83,7 +84,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
     server.plan = {keys[i]: SCENARIOS[name][0] for i, name in scenario.items()}
     run = tmp_path / "run"
 
-    summary = run_generation(run, data, data.samples, backend_for(server), progress=False)
+    summary = run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
 
     records = runs.read_jsonl(run / runs.GENERATIONS).records
     assert sorted(r["id"] for r in records) == sorted(s.id for s in data.samples)  # one each
@@ -129,12 +130,12 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
 
 def test_payload_carries_only_chosen_parameters(server, tmp_path):
     data = synthetic_data(3)
-    run_generation(tmp_path / "default", data, data.samples, backend_for(server), progress=False)
+    run_generation(tmp_path / "default", make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
     assert all(set(p) == {"model", "messages", "max_tokens"} and p["max_tokens"] == 1024 for p in server.received)
 
     server.received.clear()
     params = DecodingParams.resolve(preset="chatglm3", seed=11, max_tokens=300)
-    run_generation(tmp_path / "preset", data, data.samples, backend_for(server, params), progress=False)
+    run_generation(tmp_path / "preset", make_requests(data.samples, data), backend_for(server, params), generation_task(data), progress=False)
     assert all({k: p[k] for k in ("temperature", "top_p", "seed", "max_tokens")}
                == {"temperature": 0.8, "top_p": 0.8, "seed": 11, "max_tokens": 300} for p in server.received)
     generation = runs.load_manifest(tmp_path / "preset")["generation"]
@@ -156,7 +157,7 @@ def test_concurrency_is_bounded_and_429_storms_lower_it_until_it_recovers(server
 
     server.plan = plan
     backend = backend_for(server, concurrency=16, policy=RetryPolicy(max_attempts=8, base_delay_s=0.01, timeout_s=5))
-    summary = run_generation(tmp_path / "run", data, data.samples, backend, progress=False)
+    summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data), progress=False)
 
     assert summary.ok == len(data.samples) and not summary.errors
     assert server.max_in_flight <= 16
@@ -169,7 +170,7 @@ def test_concurrency_is_bounded_and_429_storms_lower_it_until_it_recovers(server
 def test_full_concurrency_is_used_when_the_server_is_healthy(server, tmp_path):
     data = synthetic_data(48)
     server.latency_s = 0.05
-    run_generation(tmp_path / "run", data, data.samples, backend_for(server, concurrency=12), progress=False)
+    run_generation(tmp_path / "run", make_requests(data.samples, data), backend_for(server, concurrency=12), generation_task(data), progress=False)
     assert server.max_in_flight == 12
 
 
@@ -181,16 +182,16 @@ def test_resume_skips_ok_ids_and_retries_errors_only_when_asked(server, tmp_path
     run = tmp_path / "run"
     policy = RetryPolicy(max_attempts=2, base_delay_s=0.01, timeout_s=5)
 
-    first = run_generation(run, data, data.samples, backend_for(server, policy=policy), progress=False)
+    first = run_generation(run, make_requests(data.samples, data), backend_for(server, policy=policy), generation_task(data), progress=False)
     assert first.ok == 8 and first.errors == Counter({"InternalServerError": 4})
     sent = sum(server.attempts.values())
 
-    again = run_generation(run, data, data.samples, backend_for(server, policy=policy), progress=False)
+    again = run_generation(run, make_requests(data.samples, data), backend_for(server, policy=policy), generation_task(data), progress=False)
     assert (again.pending, again.already_ok, again.errors_kept) == (0, 8, 4)
     assert sum(server.attempts.values()) == sent  # nothing was sent
 
     server.plan = {}
-    retried = run_generation(run, data, data.samples, backend_for(server, policy=policy), retry_errors=True,
+    retried = run_generation(run, make_requests(data.samples, data), backend_for(server, policy=policy), generation_task(data), retry_errors=True,
                              progress=False)
     assert retried.pending == 4 and retried.ok == 4
     state = latest(run)
@@ -206,10 +207,10 @@ def test_resume_skips_ok_ids_and_retries_errors_only_when_asked(server, tmp_path
 def test_a_torn_last_line_is_cut_and_the_run_completes(server, tmp_path):
     data = synthetic_data(10)
     run = tmp_path / "run"
-    run_generation(run, data, data.samples[:4], backend_for(server), progress=False)
+    run_generation(run, make_requests(data.samples[:4], data), backend_for(server), generation_task(data), progress=False)
     with open(run / runs.GENERATIONS, "a", encoding="utf-8") as log:
         log.write('{"id": 1004, "status": "ok", "model_out')  # a crash mid-write
-    summary = run_generation(run, data, data.samples, backend_for(server), progress=False)
+    summary = run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
     assert summary.pending == 6
     read = runs.read_jsonl(run / runs.GENERATIONS)
     assert not read.warnings and sorted(r["id"] for r in read.records) == [s.id for s in data.samples]
@@ -218,9 +219,9 @@ def test_a_torn_last_line_is_cut_and_the_run_completes(server, tmp_path):
 def test_a_second_writer_is_refused(server, tmp_path):
     data = synthetic_data(2)
     run = tmp_path / "run"
-    with writer_lock(run):
+    with runs.RunDir.resolve(run).writer_lock(LOCK_FILE, "`generate`"):
         with pytest.raises(runs.RunError, match="another `generate` is writing"):
-            run_generation(run, data, data.samples, backend_for(server), progress=False)
+            run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
 
 
 def test_permanent_failures_are_not_retried_and_cost_no_back_off(server, tmp_path):
@@ -229,7 +230,7 @@ def test_permanent_failures_are_not_retried_and_cost_no_back_off(server, tmp_pat
     server.plan = {k: ["401"] for k in keys.values()}
     slow_policy = RetryPolicy(max_attempts=5, base_delay_s=10, timeout_s=5)
     started = time.monotonic()
-    summary = run_generation(tmp_path / "run", data, data.samples, backend_for(server, policy=slow_policy),
+    summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend_for(server, policy=slow_policy), generation_task(data),
                              progress=False)
     assert time.monotonic() - started < 5
     assert summary.errors == Counter({"AuthenticationError": 6}) and sum(server.attempts.values()) == 6

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError, DecodingParams, GenerationResult, build_payload, redact
+from charactereval_lib.charactereval.requests import make_requests
 from charactereval_lib.engine.generation.engine import check_resume, plan_run
 from charactereval_lib.engine.generation.estimate import estimate_cost, estimate_tokens
 from charactereval_lib.engine.generation.offline import offline_reply
@@ -196,7 +197,6 @@ def test_character_estimate_counts_cjk_as_one_token_and_prices():
     assert estimate_tokens("你好：") == 3
     assert estimate_tokens("abcdefgh") == 2
     data = synthetic_data(4)
-    from charactereval_lib.engine.generation.base import make_requests
 
     estimate = estimate_cost(make_requests(data.samples, data), 1024, price_in=2.0, price_out=8.0)
     assert estimate.output_tokens_max == 4 * 1024
@@ -218,11 +218,11 @@ def test_plan_uses_the_latest_record_and_tolerates_a_torn_tail(tmp_path):
     log = tmp_path / runs.GENERATIONS
     lines = [_record(ids[0], "error"), _record(ids[0], "ok"), _record(ids[1], "ok"), _record(ids[2], "error")]
     log.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"id": 9, "sta', encoding="utf-8")
-    plan = plan_run(tmp_path, data.samples)
+    plan = plan_run(tmp_path, make_requests(data.samples, data))
     assert [s.id for s in plan.pending] == ids[3:]
     assert (plan.already_ok, plan.errors_kept, plan.errors_retried) == (2, 1, 0)
     assert plan.torn_warnings and "torn last line" in plan.torn_warnings[0]
-    plan = plan_run(tmp_path, data.samples, retry_errors=True)
+    plan = plan_run(tmp_path, make_requests(data.samples, data), retry_errors=True)
     assert [s.id for s in plan.pending] == [ids[2], *ids[3:]] and plan.errors_retried == 1
 
 

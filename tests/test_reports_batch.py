@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import batch, steps
+from charactereval_lib import batch, pipeline
+from charactereval_lib.engine import runs
 from charactereval_lib.cli import main
 from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.requests import read_ids_file
@@ -35,15 +36,15 @@ models:
 def test_config_defaults_and_flags(tmp_path):
     config = batch.load_config(write_config(tmp_path, MINIMAL.format(out=tmp_path / "out")))
     a, b = config.models
-    assert (a.name, a.backend, a.model, a.rm, a.subset) == ("a", "offline", "m-a", "models/tiny-rm", 20)
-    assert a.generate == {"seed": 3} and b.generate == {"limit": 5, "concurrency": 2}
-    assert b.score == {"mode": "fast"}
-    assert config.comparison_dir == tmp_path / "out" / "comparison" and config.n_boot == 1000
+    assert (a.name, a.generate.backend, a.generate.model, a.score.rm, a.subset) == ("a", "offline", "m-a", "models/tiny-rm", 20)
+    assert a.generate.seed == 3 and (b.generate.limit, b.generate.concurrency) == (5, 2)
+    assert b.score.mode == "fast" and a.score.mode == "faithful"
+    assert config.comparison_dir == tmp_path / "out" / "comparison" and config.report.n_boot == 1000
 
 
 def test_a_bare_list_of_models_is_a_config(tmp_path):
     config = batch.load_config(write_config(tmp_path, "- {name: x, backend: offline, model: m, rm: r}\n"))
-    assert [m.name for m in config.models] == ["x"] and config.output_dir == Path("outputs")
+    assert [m.name for m in config.models] == ["x"] and config.output_dir == Path.cwd() / "outputs"
 
 
 @pytest.mark.parametrize(
@@ -60,7 +61,7 @@ def test_a_bare_list_of_models_is_a_config(tmp_path):
         ("- {name: x, backend: offline, model: m, rm: r, subset: -1}\n", "'subset' must be a positive integer"),
         ("- {name: x, backend: offline, model: m, rm: r, generate: [1]}\n", "'generate' must be a mapping"),
         ("models:\n  - {name: x\n", r"malformed YAML at line \d+ column \d+"),
-        ("n_boot: 0\nmodels: [{name: x, backend: offline, model: m, rm: r}]\n", "'n_boot' must be a positive integer"),
+        ("n_boot: 0\nmodels: [{name: x, backend: offline, model: m, rm: r}]\n", "n_boot must be a positive number"),
     ],
 )
 def test_config_errors_name_the_file_and_entry(tmp_path, text, message):
@@ -72,32 +73,52 @@ def test_config_errors_name_the_file_and_entry(tmp_path, text, message):
 
 def test_shipped_configs_load():
     demo = batch.load_config(ROOT / "configs" / "demo.yaml")
-    assert [m.backend for m in demo.models] == ["offline", "offline"]
-    assert all(m.subset == 200 and m.rm == "models/tiny-rm" for m in demo.models)
-    assert len({m.model for m in demo.models}) == 2
+    assert [m.generate.backend for m in demo.models] == ["offline", "offline"]
+    assert all(m.subset == 200 and m.score.rm == "models/tiny-rm" for m in demo.models)
+    assert len({m.generate.model for m in demo.models}) == 2
     example = batch.load_config(ROOT / "configs" / "example.yaml")
-    assert {m.backend for m in example.models} == {"openai", "hf"}
+    assert {m.generate.backend for m in example.models} == {"openai", "hf"}
 
 
-def test_flag_typos_are_caught_before_anything_runs(tmp_path):
-    text = "- {name: x, backend: offline, model: m, rm: r, generate: {concurency: 4}}\n"
-    with pytest.raises(batch.BatchError, match=r"model 'x': charactereval generate .*unrecognized arguments: --concurency 4"):
-        batch.check_commands(batch.load_config(write_config(tmp_path, text)))
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- {name: x, backend: offline, model: m, rm: r, generate: {concurency: 4}}\n",
+         r"model 'x': generate: unknown key\(s\) \['concurency'\]"),
+        # An abbreviation is not a setting: `batch` never becomes `batch_tokens`.
+        ("- {name: x, backend: offline, model: m, rm: r, score: {batch: 100}}\n",
+         r"model 'x': score: unknown key\(s\) \['batch'\]"),
+        ("- {name: x, backend: offline, model: m, rm: r, score: {mode: quick}}\n", r"model 'x': score: mode 'quick'"),
+        ("- {name: x, backend: offline, model: m, rm: r, limit: 0}\n", r"model 'x': generate: limit must be a positive"),
+        ("- {name: x, backend: offline, model: m, rm: r, generate: {concurrency: '4'}}\n",
+         r"model 'x': generate: 'concurrency' must be"),
+    ],
+)
+def test_setting_typos_are_caught_before_anything_runs(tmp_path, text, message):
+    with pytest.raises(batch.BatchError, match=message):
+        batch.load_config(write_config(tmp_path, text))
     assert not (tmp_path / "outputs").exists()
 
 
-def test_steps_report_failures_in_one_line(tmp_path):
-    with pytest.raises(steps.StepError, match=r"charactereval summarize .*empty-run/rows\.jsonl: no rows"):
-        steps.summarize(tmp_path / "empty-run")
-    with pytest.raises(steps.StepError, match=r"invalid choice: 'nope'"):
-        steps.generate(tmp_path / "r", backend="nope", model="m")
+def test_pipeline_stages_fail_in_one_line(tmp_path):
+    (tmp_path / "empty-run").mkdir()
+    with pytest.raises(runs.RunError, match=r"empty-run/rows\.jsonl: no rows"):
+        pipeline.summarize(tmp_path / "empty-run")
+    with pytest.raises(pipeline.SettingsError, match=r"backend 'nope': expected one of openai, hf, offline"):
+        pipeline.GenerateSettings(backend="nope", model="m")
 
 
-def test_steps_build_flags_from_options():
-    argv = steps.generate_argv("run", backend="openai", model="m", base_url="http://h/v1", temperature=0.0,
-                               dry_run=True, seed=None, trust_remote_code=False)
-    assert argv == ["generate", "run", "--backend", "openai", "--model", "m", "--base-url", "http://h/v1",
-                    "--temperature", "0.0", "--dry-run"]
+def test_settings_load_from_mappings_and_name_unknown_keys():
+    settings = pipeline.GenerateSettings.from_mapping({"backend": "openai", "model": "m", "temperature": 0})
+    assert settings.decoding().sent() == {"max_tokens": 1024, "temperature": 0}
+    with pytest.raises(pipeline.SettingsError, match=r"here: unknown key\(s\) \['temprature'\]"):
+        pipeline.GenerateSettings.from_mapping({"backend": "openai", "model": "m", "temprature": 0}, "here")
+
+
+def test_the_command_line_refuses_abbreviated_flags(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["score", "run", "--batch", "100"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --batch 100" in capsys.readouterr().err
 
 
 def test_stratified_subset_covers_every_metric(official_data):

@@ -9,6 +9,7 @@ import nbformat
 import pytest
 
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib import pipeline
 from charactereval_lib.engine import report
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import load_official_data
@@ -67,7 +68,8 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     data_dir, run_a, _ = synthetic_runs
     # From another directory, the kernel must still import this package (not another install).
     monkeypatch.chdir(tmp_path)
-    notebook, html_path = report.report(run_a, data_dir=str(data_dir), verify_data=False, n_boot=200)
+    outcome = pipeline.report(run_a, pipeline.ReportSettings(verify_data=False, n_boot=200), data_dir=str(data_dir))
+    notebook, html_path = outcome.notebook, outcome.html
     assert notebook == run_a / "report.ipynb" and html_path == run_a / "report.html"
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
@@ -97,15 +99,15 @@ def test_report_can_show_code(synthetic_runs, tmp_path):
     data_dir, run_a, _ = synthetic_runs
     notebook = run_a / "report.ipynb"
     if not notebook.exists():
-        report.report(run_a, data_dir=str(data_dir), verify_data=False, n_boot=50)
+        pipeline.report(run_a, pipeline.ReportSettings(verify_data=False, n_boot=50), data_dir=str(data_dir))
     html = report.to_html(notebook, tmp_path / "with-code.html", show_code=True).read_text(encoding="utf-8")
     assert "load_run" in html
 
 
 def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     data_dir, run_a, run_b = synthetic_runs
-    notebook, html_path = report.compare([run_a, run_b], tmp_path / "cmp", data_dir=str(data_dir), verify_data=False,
-                                         baselines=["GPT-4"], n_boot=200)
+    outcome = pipeline.compare([run_a, run_b], tmp_path / "cmp", pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=200), data_dir=str(data_dir))
+    notebook, html_path = outcome.notebook, outcome.html
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
     parts = sections(html)
@@ -125,7 +127,8 @@ def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
     data = load_official_data(data_dir, verify=False)
     run = write_synthetic_run(tmp_path / "unscored", data, unscored=10**6)
     assert runs.read_jsonl(run / runs.SCORES).records == []
-    notebook, html_path = report.report(run, data_dir=str(data_dir), verify_data=False, n_boot=20)
+    outcome = pipeline.report(run, pipeline.ReportSettings(verify_data=False, n_boot=20), data_dir=str(data_dir))
+    notebook, html_path = outcome.notebook, outcome.html
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
     rows = len(runs.read_jsonl(run / runs.ROWS).records)
@@ -134,23 +137,39 @@ def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
     assert sections(html)["Score grid (bf16)"].count(PNG) == 1
 
 
-def test_compare_needs_two_runs(synthetic_runs, tmp_path):
+def test_compare_needs_two_different_runs(synthetic_runs, tmp_path):
     _, run_a, _ = synthetic_runs
-    with pytest.raises(report.ReportError, match="at least two runs"):
-        report.compare([run_a], tmp_path / "cmp")
+    with pytest.raises(runs.RunError, match="at least two runs"):
+        pipeline.compare([run_a], tmp_path / "cmp")
+    with pytest.raises(runs.MixedRunError, match="the same run is given more than once"):
+        pipeline.compare([run_a, run_a], tmp_path / "cmp")
+    assert not (tmp_path / "cmp").exists()
 
 
 def test_report_errors_name_the_run(tmp_path):
-    with pytest.raises(report.ReportError, match=r"empty: no rows\.jsonl"):
-        report.report(tmp_path / "empty")
+    with pytest.raises(runs.RunError, match=r"missing: no such run directory"):
+        pipeline.report(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(runs.RunError, match=r"empty: no rows\.jsonl"):
+        pipeline.report(tmp_path / "empty")
 
 
-def test_failed_cell_is_reported_in_one_line(synthetic_runs, tmp_path):
+def test_unknown_baseline_is_refused_before_anything_runs(synthetic_runs):
+    _, run_a, _ = synthetic_runs
+    with pytest.raises(pipeline.SettingsError, match=r"unknown baseline model\(s\) \['GPT-9'\]"):
+        pipeline.ReportSettings(baselines=("GPT-9",))
+
+
+def test_failed_cell_is_reported_in_one_line_and_replaces_nothing(synthetic_runs, tmp_path):
     data_dir, run_a, _ = synthetic_runs
-    # An unknown baseline fails inside the notebook: the error names the cell and the reason.
-    with pytest.raises(report.ReportError, match=r"report\.ipynb: cell \d+ of analyse\.ipynb failed: ReferenceError: "
-                                                 r"unknown paper model\(s\) \['GPT-9'\]"):
-        report.report(run_a, data_dir=str(data_dir), verify_data=False, baselines=["GPT-9"], n_boot=20)
+    notebook, html = tmp_path / "report.ipynb", tmp_path / "report.html"
+    html.write_text("the previous report")
+    parameters = {"run_dir": str(tmp_path / "no-such-run"), "data_dir": str(data_dir), "verify_data": False}
+    with pytest.raises(report.ReportError, match=r"report\.failed\.ipynb: cell \d+ of analyse\.ipynb failed: RunError: "):
+        report.render("analyse.ipynb", notebook, html, parameters)
+    assert html.read_text() == "the previous report" and not notebook.exists()
+    assert (tmp_path / "report.failed.ipynb").exists()
+    assert not [p.name for p in tmp_path.iterdir() if ".partial" in p.name]
 
 
 def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):

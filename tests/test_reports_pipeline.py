@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from charactereval_lib import batch, steps
+from charactereval_lib import batch, pipeline
 from charactereval_lib.charactereval import analysis
 from charactereval_lib.engine import report
 from charactereval_lib.engine import runs
@@ -45,18 +45,21 @@ models:
 """,
         encoding="utf-8",
     )
-    code = main(["batch", str(config)])
-    printed = capsys.readouterr().out
-    assert code == 1
-    assert "FAILED  broken: at score: charactereval score" in printed
+    # The pre-flight finds the missing checkpoint before anything is generated.
+    assert main(["batch", str(config)]) == 1
+    assert "model 'broken': rm: " in capsys.readouterr().err and not out.exists()
+    # Past the pre-flight (a checkpoint that vanished later), the other models still finish.
+    outcome = batch.run_batch(batch.load_config(config))
+    printed = "\n".join(batch.summary_lines(outcome))
+    assert "FAILED  broken: at score: " in printed and "no-such-rm" in printed
     assert "2/3 model(s) finished; failed: broken" in printed
     for name in ("model-a", "model-b"):
-        html = (out / name / report.REPORT_HTML).read_text(encoding="utf-8")
+        html = (out / name / pipeline.REPORT_HTML).read_text(encoding="utf-8")
         # The real generate and score commands recorded an offline backend and a tiny checkpoint.
         assert analysis.OFFLINE_CAVEAT.split("**")[0] in html and "tiny, randomly initialised" in html
         assert len(runs.read_jsonl(out / name / runs.SCORES).records) == len(runs.read_jsonl(out / name / runs.ROWS).records)
         assert (out / name / runs.SUMMARY).exists()
-    comparison = (out / "cmp" / report.COMPARISON_HTML).read_text(encoding="utf-8")
+    comparison = (out / "cmp" / pipeline.COMPARISON_HTML).read_text(encoding="utf-8")
     assert "model-b − model-a" in comparison and "<strong>broken</strong>" not in comparison
     # The subset was written as an ids file and generated exactly.
     subset = read_ids_file(out / "model-a" / batch.SUBSET_IDS)
@@ -68,15 +71,16 @@ models:
     assert summary["comparison"].endswith("comparison.html")
 
 
-def test_example_config_command_lines_are_valid():
-    # Every flag the shipped configs use exists in the generate and score commands.
+def test_example_configs_hold_valid_settings():
+    # Every setting the shipped configs use exists in the pipeline's generate and score settings.
     for name in ("example.yaml", "demo.yaml"):
-        batch.check_commands(batch.load_config(Path(__file__).resolve().parent.parent / "configs" / name))
+        assert batch.load_config(Path(__file__).resolve().parent.parent / "configs" / name).models
 
 
 def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
     run = tmp_path / "run"
-    steps.generate_run(run, backend="offline", model="offline-n", data_dir=str(official_dir), limit=6)
+    pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="offline-n", limit=6), data_dir=official_dir)
+    pipeline.transform(run, data_dir=official_dir)
     output = tmp_path / "score.ipynb"
     report.execute("score.ipynb", output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
                                            "data_dir": str(official_dir)})

@@ -13,7 +13,7 @@ from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 
 
 def test_bare_name_goes_under_outputs_and_paths_stay_paths():
-    assert runs.resolve_run_dir("m1") == Path("outputs/m1")
+    assert runs.resolve_run_dir("m1") == Path.cwd() / "outputs" / "m1"
     assert runs.resolve_run_dir("./m1") == Path("./m1")
     assert runs.resolve_run_dir("/tmp/x/m1") == Path("/tmp/x/m1")
 
@@ -76,9 +76,9 @@ def test_atomic_write_leaves_no_temp_file_and_keeps_old_content_on_failure(tmp_p
 
 
 def test_manifest_is_stamped_and_merged(tmp_path):
-    runs.update_manifest(tmp_path, generation={"model": "m", "max_tokens": 1024})
+    runs.update_manifest(tmp_path, protocol_version=PROTOCOL_VERSION, generation={"model": "m", "max_tokens": 1024})
     manifest = runs.update_manifest(tmp_path, generation={"concurrency": 8}, transform={"counts": {"rows": 3}})
-    assert manifest["protocol_version"] == PROTOCOL_VERSION
+    assert manifest["protocol_version"] == PROTOCOL_VERSION and manifest["manifest_schema"] == runs.MANIFEST_SCHEMA
     assert manifest["generation"] == {"model": "m", "max_tokens": 1024, "concurrency": 8}
     assert manifest["created_at"] <= manifest["updated_at"]
     assert runs.load_manifest(tmp_path) == manifest
@@ -95,3 +95,35 @@ def test_atomic_writes_get_ordinary_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_relative_names_mean_the_same_under_jupyter_and_the_command_line(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "notebooks").mkdir(parents=True)
+    (project / "data").mkdir()
+    monkeypatch.delenv(runs.WORKSPACE_ENV, raising=False)
+    monkeypatch.chdir(project)
+    from_cli = runs.resolve_run_dir("m1").resolve(), runs.resolve_run_dir("outputs/m1").resolve()
+    # Jupyter starts a notebook's kernel in the notebook's folder.
+    monkeypatch.chdir(project / "notebooks")
+    from_jupyter = runs.resolve_run_dir("m1").resolve(), runs.resolve_run_dir("outputs/m1").resolve()
+    assert from_jupyter == from_cli == (project.resolve() / "outputs" / "m1",) * 2
+    monkeypatch.setenv(runs.WORKSPACE_ENV, str(tmp_path / "elsewhere"))
+    assert runs.resolve_run_dir("m1") == tmp_path / "elsewhere" / "outputs" / "m1"
+
+
+def test_run_dir_refuses_another_protocol_and_names_mixed_scorers(tmp_path):
+    run = runs.RunDir.resolve(tmp_path / "run")
+    run.update_manifest(protocol_version="charactereval-0.9")
+    with pytest.raises(runs.MixedRunError, match=r"made under protocol charactereval-0\.9"):
+        run.check_protocol(PROTOCOL_VERSION)
+    run.rows.write_text('{"id": 1, "metric_en": "Fluency"}\n{"id": 2, "metric_en": "Fluency"}\n')
+    with runs.JsonlAppender(run.scores) as out:
+        out.write({"id": 1, "metric_en": "Fluency", "score": 3.0, "mode": "faithful", "checkpoint_sha256": "a" * 64})
+    assert run.check_consistent() == []
+    with runs.JsonlAppender(run.scores) as out:
+        out.write({"id": 2, "metric_en": "Fluency", "score": 3.0, "mode": "faithful", "checkpoint_sha256": "b" * 64})
+    with pytest.raises(runs.MixedRunError, match=r"mix 2 scorer configurations .*aaaaaaaaaaaa.*bbbbbbbbbbbb"):
+        run.check_consistent()
+    assert "--allow-mixed" in str(pytest.raises(runs.MixedRunError, run.check_consistent).value)
+    assert len(run.check_consistent(allow_mixed=True)) == 1

@@ -16,17 +16,9 @@ import pandas as pd
 
 from charactereval_lib.engine import runs
 from charactereval_lib import __version__
-from charactereval_lib.charactereval.aggregate import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    DEFAULT_SEED,
-    PairedComparison,
-    Statistics,
-    failed_rows_by_metric,
-    load_run_scores,
-    metric_statistics,
-    paired_comparison,
-)
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, metric_statistics, paired_comparison
+from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.diagnostics import failure_breakdown, with_context_lengths
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION

@@ -21,10 +21,10 @@ from typing import Any
 
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
 from charactereval_lib.engine.resources import resource_path
-from charactereval_lib.engine.runs import write_bytes_atomic
+from charactereval_lib.engine.runs import workspace_root, write_bytes_atomic
 
 UPSTREAM_MANIFEST = "data/upstream.json"
-# Relative to the current directory, like the run directories under ./outputs.
+# Under the workspace root, like the run directories under ./outputs.
 DEFAULT_DATA_DIR = Path("data") / "official"
 DATA_DIR_ENV = "CHARACTEREVAL_DATA_DIR"
 
@@ -104,7 +104,8 @@ def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env)
-    return DEFAULT_DATA_DIR
+    root = workspace_root()
+    return DEFAULT_DATA_DIR if root == Path.cwd() else root / DEFAULT_DATA_DIR
 
 
 # --- digests ---------------------------------------------------------------------------------

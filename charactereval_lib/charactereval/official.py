@@ -18,6 +18,7 @@ import numbers
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
@@ -150,6 +151,7 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
         runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(
         run_dir,
+        protocol_version=PROTOCOL_VERSION,
         generation={"backend": "import-official", "model": path.stem, "source": source},
         transform={"counts": result.counts(), "failed_ids": result.failed_ids, "no_metric_ids": result.no_metric_ids},
     )

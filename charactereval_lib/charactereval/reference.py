@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from charactereval_lib.charactereval.aggregate import Statistics
+from charactereval_lib.charactereval.statistics import Statistics
 from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS

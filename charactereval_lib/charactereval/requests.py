@@ -1,15 +1,16 @@
-"""The requests of a generation run: which samples, and the exact S3 messages for each."""
+"""CharacterEval's generation requests: which samples, and the exact S3 messages for each."""
 
 from __future__ import annotations
 
-import hashlib
-import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import DataError, OfficialData, Sample
 from charactereval_lib.charactereval.prompts import build_messages
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine.generation.base import GenerationRequest
+from charactereval_lib.engine.generation.engine import GenerationTask
 
 
 def read_ids_file(path: Path) -> list[int]:
@@ -47,12 +48,11 @@ def build_request(sample: Sample, data: OfficialData) -> dict[str, Any]:
     return {"id": sample.id, "messages": built.messages}
 
 
-def request_sha256(payload: Any) -> str:
-    """Digest of an exact request payload (canonical JSON), recorded with every generation."""
-    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def make_requests(samples: Sequence[Sample], data: OfficialData) -> list[GenerationRequest]:
+    """The S3 request of each sample (messages exactly as sent)."""
+    return [GenerationRequest(s.id, s.role, build_request(s, data)["messages"]) for s in samples]
 
 
-def write_requests(run_dir: Path, samples: list[Sample], data: OfficialData) -> int:
-    """Dry run: write ``requests.jsonl`` (atomically) and send nothing. Returns the count."""
-    return runs.write_jsonl_atomic(Path(run_dir) / runs.REQUESTS, (build_request(s, data) for s in samples))
+def generation_task(data: OfficialData) -> GenerationTask:
+    """What the generation engine needs to know of CharacterEval: protocol, data, all test ids."""
+    return GenerationTask(PROTOCOL_VERSION, data.sha256, frozenset(s.id for s in data.samples))

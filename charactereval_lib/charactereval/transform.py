@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT
@@ -103,6 +104,7 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
     runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     runs.update_manifest(
         run_dir,
+        protocol_version=PROTOCOL_VERSION,
         transform={
             "counts": result.counts(),
             "failed_ids": result.failed_ids,

@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from charactereval_lib.charactereval import reference
-from charactereval_lib.charactereval.aggregate import PairedComparison, Statistics
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
 from charactereval_lib.charactereval.diagnostics import binned_means, grid_bins, grid_check, grid_step, on_bf16_grid, sample_size_table, score_grid
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
 

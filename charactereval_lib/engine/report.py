@@ -1,9 +1,9 @@
-"""Rendered reports: execute an analysis notebook with papermill, convert it to standalone HTML.
+"""Rendered reports: execute a parameterised notebook with papermill, convert it to standalone HTML.
 
-``report(RUN)`` runs ``notebooks/analyse.ipynb`` into ``RUN/report.ipynb`` and
-``RUN/report.html``; ``compare(RUNS, OUT)`` runs ``notebooks/compare.ipynb`` into
-``OUT/comparison.ipynb`` and ``OUT/comparison.html``. The HTML hides code by default and
-carries its figures inline (base64 PNG), so the one file can be shared.
+A benchmark's pipeline names the notebook (shipped in ``notebooks/``) and the parameters;
+``render`` writes the executed notebook and its HTML only once the whole notebook ran, so a
+failure never leaves a half-executed notebook beside an older HTML. The HTML hides code by
+default and carries its figures inline (base64 PNG), so the one file can be shared.
 
 The kernel is a separate process: it is started with this package's parent directory first on
 PYTHONPATH, so it imports the very package that launched it (a checkout, a worktree or an
@@ -15,25 +15,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import runs
-from charactereval_lib.charactereval.aggregate import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.engine.resources import package_parent, resource_path
 
 KERNEL_NAME = "python3"
-ANALYSE = "analyse.ipynb"
-COMPARE = "compare.ipynb"
-REPORT_NOTEBOOK = "report.ipynb"
-REPORT_HTML = "report.html"
-COMPARISON_NOTEBOOK = "comparison.ipynb"
-COMPARISON_HTML = "comparison.html"
-# Each report figure is also saved here as PNG, beside the HTML.
-FIGURES_DIR = "figures"
-# Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
-DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
 
 
 class ReportError(runs.RunError):
@@ -65,8 +54,10 @@ def notebook_path(name: str, notebooks_dir: Path | None = None) -> Path:
     return path
 
 
-def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path | None = None) -> Path:
-    """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``)."""
+def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path | None = None,
+            failed: Path | None = None) -> Path:
+    """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``). When a cell
+    fails, the partly executed notebook is kept, at ``failed`` if given, and named in the error."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
     from traitlets.config import Config
@@ -88,11 +79,27 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
     except PapermillExecutionError as exc:
+        if failed is not None:
+            os.replace(output, failed)
         raise ReportError(
-            f"{output}: cell {exc.exec_count} of {name} failed: {exc.ename}: {exc.evalue} "
+            f"{failed or output}: cell {exc.exec_count} of {name} failed: {exc.ename}: {exc.evalue} "
             "(the partly executed notebook is kept there)"
         ) from None
     return output
+
+
+def render(name: str, notebook: Path, html: Path, parameters: Mapping[str, Any], *, show_code: bool = False,
+           title: str | None = None) -> tuple[Path, Path]:
+    """Execute notebook ``name`` and convert it: ``notebook`` and ``html`` are replaced together
+    once the notebook ran through. A failed execution is kept as ``*.failed.ipynb`` for
+    inspection and leaves the previous notebook and HTML as they were."""
+    notebook, html = Path(notebook), Path(html)
+    partial = notebook.with_name(f".{notebook.stem}.partial.ipynb")
+    execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
+    staged_html = to_html(partial, html.with_name(f".{html.name}.partial"), show_code=show_code, title=title)
+    os.replace(partial, notebook)
+    os.replace(staged_html, html)
+    return notebook, html
 
 
 def to_html(notebook: Path, html: Path, *, show_code: bool = False, title: str | None = None) -> Path:
@@ -109,82 +116,3 @@ def to_html(notebook: Path, html: Path, *, show_code: bool = False, title: str |
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
     runs.write_text_atomic(Path(html), body)
     return Path(html)
-
-
-def _transformed_run(run: str | os.PathLike[str]) -> Path:
-    """The run directory, which must have rows to analyse."""
-    run_dir = runs.resolve_run_dir(run)
-    if not (run_dir / runs.ROWS).exists():
-        raise ReportError(f"{run_dir}: no {runs.ROWS} (generate and transform the run first)")
-    return run_dir
-
-
-def _analysis_parameters(
-    data_dir: str | None,
-    verify_data: bool,
-    baselines: Sequence[str],
-    n_boot: int,
-    seed: int,
-    level: float,
-    figures_dir: Path,
-) -> dict[str, Any]:
-    """The notebook parameters the report and the comparison share (paths made absolute: the
-    kernel may run elsewhere)."""
-    return {
-        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
-        "verify_data": verify_data,
-        "baselines": list(baselines),
-        "n_boot": n_boot,
-        "seed": seed,
-        "level": level,
-        "figures_dir": str(figures_dir.resolve()),
-    }
-
-
-def report(
-    run: str | os.PathLike[str],
-    *,
-    data_dir: str | None = None,
-    verify_data: bool = True,
-    baselines: Sequence[str] = DEFAULT_BASELINES,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_SEED,
-    level: float = DEFAULT_LEVEL,
-    show_code: bool = False,
-) -> tuple[Path, Path]:
-    """Render one run's report: ``RUN/report.ipynb`` and ``RUN/report.html``."""
-    run_dir = _transformed_run(run)
-    parameters = {
-        "run_dir": str(run_dir.resolve()),
-        **_analysis_parameters(data_dir, verify_data, baselines, n_boot, seed, level, run_dir / FIGURES_DIR),
-    }
-    notebook = execute(ANALYSE, run_dir / REPORT_NOTEBOOK, parameters)
-    html = to_html(notebook, run_dir / REPORT_HTML, show_code=show_code, title=f"CharacterEval report: {run_dir.name}")
-    return notebook, html
-
-
-def compare(
-    run_list: Sequence[str | os.PathLike[str]],
-    out_dir: str | os.PathLike[str],
-    *,
-    data_dir: str | None = None,
-    verify_data: bool = True,
-    baselines: Sequence[str] = DEFAULT_BASELINES,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_SEED,
-    level: float = DEFAULT_LEVEL,
-    show_code: bool = False,
-) -> tuple[Path, Path]:
-    """Render a comparison of several runs: ``OUT/comparison.ipynb`` and ``OUT/comparison.html``."""
-    if len(run_list) < 2:
-        raise ReportError("compare needs at least two runs")
-    run_dirs = [_transformed_run(r) for r in run_list]
-    out_dir = Path(out_dir)
-    parameters = {
-        "run_dirs": [str(r.resolve()) for r in run_dirs],
-        **_analysis_parameters(data_dir, verify_data, baselines, n_boot, seed, level, out_dir / FIGURES_DIR),
-    }
-    notebook = execute(COMPARE, out_dir / COMPARISON_NOTEBOOK, parameters)
-    title = "CharacterEval comparison: " + ", ".join(r.name for r in run_dirs)
-    html = to_html(notebook, out_dir / COMPARISON_HTML, show_code=show_code, title=title)
-    return notebook, html

@@ -15,16 +15,19 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from charactereval_lib import __version__
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 
-OUTPUTS_DIR = Path("outputs")
+OUTPUTS_DIR = "outputs"
+WORKSPACE_ENV = "CHARACTEREVAL_HOME"
 MANIFEST = "run.json"
+# run.json layout version: 2 adds manifest_schema itself and per-stage protocol versions.
+MANIFEST_SCHEMA = 2
 GENERATIONS = "generations.jsonl"
 REQUESTS = "requests.jsonl"
 ROWS = "rows.jsonl"
@@ -42,12 +45,32 @@ class RunError(RuntimeError):
     """A run directory or artifact that cannot be used as it is."""
 
 
+def workspace_root() -> Path:
+    """The directory relative names are resolved against (``outputs/``, ``data/official/``):
+    ``$CHARACTEREVAL_HOME`` if set, else the current directory, except that a kernel Jupyter
+    started in a project's ``notebooks/`` folder works in the project above it, so a relative
+    path means the same under Jupyter, papermill and the command line."""
+    env = os.environ.get(WORKSPACE_ENV)
+    if env:
+        return Path(env)
+    cwd = Path.cwd()
+    if cwd.name == "notebooks" and any((cwd.parent / marker).is_dir() for marker in ("outputs", "data")):
+        return cwd.parent
+    return cwd
+
+
+def outputs_dir() -> Path:
+    return workspace_root() / OUTPUTS_DIR
+
+
 def resolve_run_dir(run: str | os.PathLike[str]) -> Path:
-    """A bare name means ``outputs/<name>``; anything with a path separator is a path."""
+    """A bare name means ``outputs/<name>``; anything with a path separator is a path (relative
+    paths are taken from the workspace root, see ``workspace_root``)."""
     text = os.fspath(run)
     if os.sep in text or (os.altsep and os.altsep in text) or text.startswith("."):
-        return Path(text)
-    return OUTPUTS_DIR / text
+        path = Path(text)
+        return path if path.is_absolute() or workspace_root() == Path.cwd() else workspace_root() / path
+    return outputs_dir() / text
 
 
 def utc_now() -> str:
@@ -238,18 +261,22 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
         raise RunError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}") from None
 
 
-def update_manifest(run_dir: Path, **sections: Any) -> dict[str, Any]:
+def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
     """Merge top-level sections into ``run.json`` (creating it) and stamp versions and times.
 
-    Callers pass only parameters and counts; secrets never belong here (API keys are read from
-    the environment by the backends and never passed in).
+    ``protocol_version`` is the benchmark protocol the writing stage follows; a run records the
+    first one and a stage of another version is refused by ``RunDir.check_protocol``. Callers
+    pass only parameters and counts; secrets never belong here (API keys are read from the
+    environment by the backends and never passed in).
     """
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     now = utc_now()
     manifest.setdefault("created_at", now)
     manifest["updated_at"] = now
-    manifest["protocol_version"] = PROTOCOL_VERSION
+    manifest["manifest_schema"] = MANIFEST_SCHEMA
+    if protocol_version is not None:
+        manifest["protocol_version"] = protocol_version
     manifest["package_version"] = __version__
     manifest["git_commit"] = git_commit()
     manifest["python"] = sys.version.split()[0]
@@ -260,3 +287,182 @@ def update_manifest(run_dir: Path, **sections: Any) -> dict[str, Any]:
             manifest[key] = value
     write_json_atomic(run_dir / MANIFEST, manifest)
     return manifest
+
+
+# --- the run directory ------------------------------------------------------------------------
+
+
+class MixedRunError(RunError):
+    """A run whose records come from more than one scorer configuration or protocol version."""
+
+
+@dataclass(frozen=True)
+class ScorerIdentity:
+    """What makes two scores comparable: the scorer, its checkpoint (or judge) and its mode."""
+
+    scorer: str
+    checkpoint: str | None
+    mode: str | None
+
+    def label(self) -> str:
+        checkpoint = self.checkpoint[:12] if self.checkpoint else "unknown checkpoint"
+        return f"{self.scorer} {checkpoint} mode={self.mode or 'unknown'}"
+
+
+def scorer_identity(record: dict[str, Any]) -> ScorerIdentity:
+    """The scorer configuration a score record was made with. Imported official scores carry no
+    checkpoint: their scorer is unknown and says so."""
+    mode = record.get("mode")
+    scorer = record.get("scorer") or ("imported" if mode == "imported" else "reward-model")
+    return ScorerIdentity(scorer, record.get("checkpoint_sha256") or record.get("judge_model"), mode)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory: the one owner of its artifact paths, its manifest and the readers every
+    stage needs, so that "the latest record per sample" and "which scorer made these scores"
+    are answered in one place."""
+
+    path: Path
+
+    @classmethod
+    def resolve(cls, run: str | os.PathLike[str] | RunDir) -> RunDir:
+        """A bare name means ``outputs/<name>`` of the current directory; a path is a path."""
+        return run if isinstance(run, RunDir) else cls(resolve_run_dir(run))
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # Artifact paths: the only place their names are joined to a run directory.
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def requests(self) -> Path:
+        return self.path / REQUESTS
+
+    @property
+    def generations(self) -> Path:
+        return self.path / GENERATIONS
+
+    @property
+    def rows(self) -> Path:
+        return self.path / ROWS
+
+    @property
+    def scores(self) -> Path:
+        return self.path / SCORES
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def metrics_csv(self) -> Path:
+        return self.path / METRICS_CSV
+
+    def artifact(self, name: str) -> Path:
+        return self.path / name
+
+    def require_dir(self) -> RunDir:
+        if not self.path.is_dir():
+            raise RunError(f"{self.path}: no such run directory")
+        return self
+
+    def require(self, path: Path, hint: str) -> Path:
+        """``path`` if it exists, else a one-line error saying what to run first."""
+        if not path.exists():
+            raise RunError(f"{self.path}: no {path.name} ({hint})")
+        return path
+
+    # Manifest.
+    def manifest(self) -> dict[str, Any]:
+        return load_manifest(self.path)
+
+    def update_manifest(self, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
+        return update_manifest(self.path, protocol_version=protocol_version, **sections)
+
+    def check_protocol(self, protocol_version: str) -> None:
+        """Refuse to add a stage of another protocol version to this run."""
+        recorded = self.manifest().get("protocol_version")
+        if recorded is not None and recorded != protocol_version:
+            raise MixedRunError(
+                f"{self.path}: made under protocol {recorded}, this workbench follows {protocol_version}; "
+                "use a new run directory"
+            )
+
+    # Readers.
+    def latest_generations(self, warnings: list[str] | None = None) -> dict[int, dict[str, Any]]:
+        """The latest record per sample id of generations.jsonl (its state, in an append-only log)."""
+        read = read_jsonl(self.generations)
+        if warnings is not None:
+            warnings.extend(read.warnings)
+        return {key[0]: record for key, record in latest_by_key(read.records, "id").items()}
+
+    def read_rows(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.rows).records
+
+    def latest_scores(self, path: Path | None = None) -> dict[tuple, dict[str, Any]]:
+        """The latest score record per (id, metric) of scores.jsonl (or another score file)."""
+        return latest_by_key(read_jsonl(path or self.scores).records, "id", "metric_en")
+
+    def scored_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(all rows, the rows that have a score, each joined with its latest score record)."""
+        rows = self.read_rows()
+        latest = self.latest_scores()
+        scored = []
+        for row in rows:
+            score = latest.get((row["id"], row["metric_en"]))
+            if score is not None:
+                scored.append({**row, **score})
+        return rows, scored
+
+    def scorer_identities(self) -> Counter:
+        """How many of the latest score records each scorer configuration made."""
+        return Counter(scorer_identity(record) for record in self.latest_scores().values())
+
+    def consistency_problems(self) -> list[str]:
+        """Why this run's numbers must not be published as one set: scores from several scorer
+        configurations (checkpoint, mode). Empty when consistent."""
+        identities = self.scorer_identities()
+        if len(identities) <= 1:
+            return []
+        parts = "; ".join(f"{identity.label()}: {count} rows" for identity, count in identities.most_common())
+        return [f"{self.path}: the scores mix {len(identities)} scorer configurations ({parts})"]
+
+    def check_consistent(self, *, allow_mixed: bool = False) -> list[str]:
+        """Refuse a mixed run with one line naming what differs, or, with ``allow_mixed``,
+        return the problems as warnings the caller must show loudly."""
+        problems = self.consistency_problems()
+        if problems and not allow_mixed:
+            raise MixedRunError(
+                f"{problems[0]}; re-score with one configuration, or pass --allow-mixed to analyse it anyway"
+            )
+        return problems
+
+    @contextlib.contextmanager
+    def writer_lock(self, name: str, what: str) -> Iterator[None]:
+        """One writer per artifact stream: a second process on the same run stops at once
+        instead of interleaving records. The OS drops the lock when the process dies, even by
+        SIGKILL."""
+        import fcntl
+
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunError(f"{self.path}: another {what} is writing this run") from None
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

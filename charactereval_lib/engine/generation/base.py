@@ -7,13 +7,13 @@ decoding parameters, protocol version) form the run's *identity*, which a resume
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from charactereval_lib.charactereval.data import OfficialData, Sample
-from charactereval_lib.charactereval.requests import build_request
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -35,9 +35,10 @@ class GenerationRequest:
     messages: list[dict[str, str]]
 
 
-def make_requests(samples: Sequence[Sample], data: OfficialData) -> list[GenerationRequest]:
-    """The S3 request of each sample (messages exactly as sent)."""
-    return [GenerationRequest(s.id, s.role, build_request(s, data)["messages"]) for s in samples]
+def request_sha256(payload: Any) -> str:
+    """Digest of an exact request payload (canonical JSON), recorded with every generation."""
+    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

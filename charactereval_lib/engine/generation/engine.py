@@ -11,25 +11,31 @@ SIGTERM) keeps everything received and a SIGKILL loses only the requests in flig
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
+import concurrent.futures
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import runs
-from charactereval_lib.charactereval.data import OfficialData, Sample
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine.generation.base import STATUS_OK, Backend, DecodingParams, GenerationResult, make_requests
+from charactereval_lib.engine.generation.base import STATUS_OK, Backend, DecodingParams, GenerationRequest, GenerationResult
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
-from charactereval_lib.charactereval.requests import write_requests
 
 LOCK_FILE = ".generate.lock"
+
+
+@dataclass(frozen=True)
+class GenerationTask:
+    """What a benchmark tells the engine about a generation run: the protocol it follows, the
+    digests of the data the requests were built from, and every id a complete run covers."""
+
+    protocol_version: str
+    data_sha256: dict[str, str]
+    all_ids: frozenset[int]
 
 
 class GenerationInterrupted(Exception):
@@ -45,7 +51,7 @@ class GenerationInterrupted(Exception):
 
 @dataclass
 class RunPlan:
-    pending: list[Sample]
+    pending: list[GenerationRequest]
     already_ok: int
     # Ids whose latest record is an error and that this session leaves alone (no retry_errors).
     errors_kept: int
@@ -53,27 +59,27 @@ class RunPlan:
     torn_warnings: list[str] = field(default_factory=list)
 
 
-def plan_run(run_dir: Path, samples: Sequence[Sample], *, retry_errors: bool = False) -> RunPlan:
-    read = runs.read_jsonl(Path(run_dir) / runs.GENERATIONS)
-    latest = {key[0]: record for key, record in runs.latest_by_key(read.records, "id").items()}
-    plan = RunPlan([], 0, 0, 0, read.warnings)
-    for sample in samples:
-        record = latest.get(sample.id)
+def plan_run(run_dir: Path, requests: Sequence[GenerationRequest], *, retry_errors: bool = False) -> RunPlan:
+    warnings: list[str] = []
+    latest = runs.RunDir.resolve(Path(run_dir)).latest_generations(warnings)
+    plan = RunPlan([], 0, 0, 0, warnings)
+    for request in requests:
+        record = latest.get(request.id)
         if record is None:
-            plan.pending.append(sample)
+            plan.pending.append(request)
         elif record.get("status") == STATUS_OK:
             plan.already_ok += 1
         elif retry_errors:
-            plan.pending.append(sample)
+            plan.pending.append(request)
             plan.errors_retried += 1
         else:
             plan.errors_kept += 1
     return plan
 
 
-def run_identity(backend: Backend) -> dict[str, Any]:
+def run_identity(backend: Backend, protocol_version: str) -> dict[str, Any]:
     """What a resumed run must keep: protocol version plus the backend's reply-changing settings."""
-    return {"protocol_version": PROTOCOL_VERSION, **backend.identity()}
+    return {"protocol_version": protocol_version, **backend.identity()}
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -105,23 +111,6 @@ def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
             f"{run_dir}: cannot resume with different settings ({'; '.join(changed)}); "
             "re-run with the original settings or use a new RUN directory"
         )
-
-
-@contextlib.contextmanager
-def writer_lock(run_dir: Path) -> Iterator[None]:
-    """One writer per run: a second ``generate`` on the same RUN stops at once instead of
-    interleaving records. The OS drops the lock when the process dies, even by SIGKILL."""
-    path = Path(run_dir) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise runs.RunError(f"{run_dir}: another `generate` is writing this run") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --- what happened ---------------------------------------------------------------------------
@@ -199,12 +188,12 @@ class SessionSummary:
         }
 
 
-def run_state(run_dir: Path, data: OfficialData) -> dict[str, int]:
-    """The state of every test sample after this session: its latest record's status."""
-    latest = runs.latest_by_key(runs.read_jsonl(Path(run_dir) / runs.GENERATIONS).records, "id")
+def run_state(run_dir: Path, all_ids: frozenset[int]) -> dict[str, int]:
+    """The state of every id of the task after this session: its latest record's status."""
+    latest = runs.RunDir.resolve(Path(run_dir)).latest_generations()
     statuses = Counter(record.get("status") for record in latest.values())
     return {"ok": statuses.get(STATUS_OK, 0), "error": sum(statuses.values()) - statuses.get(STATUS_OK, 0),
-            "missing": len({s.id for s in data.samples} - {key[0] for key in latest})}
+            "missing": len(all_ids - latest.keys())}
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -212,46 +201,47 @@ def run_state(run_dir: Path, data: OfficialData) -> dict[str, int]:
 
 async def generate_async(
     run_dir: Path,
-    data: OfficialData,
-    samples: Sequence[Sample],
+    requests: Sequence[GenerationRequest],
     backend: Backend,
+    task: GenerationTask,
     *,
     retry_errors: bool = False,
     progress: bool = True,
 ) -> SessionSummary:
-    """Generate the replies still missing for ``samples`` into ``run_dir`` (see module docstring).
-    Raises GenerationInterrupted (carrying the summary) when cancelled; the records are saved."""
-    run_dir = Path(run_dir)
-    identity = run_identity(backend)
-    with writer_lock(run_dir):
+    """Generate the replies still missing for ``requests`` into ``run_dir`` (see module
+    docstring). Raises GenerationInterrupted (carrying the summary) when cancelled; the records
+    are saved."""
+    run = runs.RunDir.resolve(Path(run_dir))
+    run_dir = run.path
+    identity = run_identity(backend, task.protocol_version)
+    with run.writer_lock(LOCK_FILE, "`generate`"):
         check_resume(run_dir, identity)
-        plan = plan_run(run_dir, samples, retry_errors=retry_errors)
+        plan = plan_run(run_dir, requests, retry_errors=retry_errors)
         for warning in plan.torn_warnings:
             print(f"warning: {warning}", file=sys.stderr)
         summary = SessionSummary(pending=len(plan.pending), already_ok=plan.already_ok, errors_kept=plan.errors_kept)
         started_at = runs.utc_now()
-        runs.update_manifest(
-            run_dir,
-            generation={**backend.describe(), "identity": identity, "protocol_version": PROTOCOL_VERSION,
-                        "data_sha256": data.sha256, "status": "running", "started_at": started_at},
+        run.update_manifest(
+            protocol_version=task.protocol_version,
+            generation={**backend.describe(), "identity": identity, "protocol_version": task.protocol_version,
+                        "data_sha256": task.data_sha256, "status": "running", "started_at": started_at},
         )
         started = time.monotonic()
         try:
-            await _drive(run_dir, plan, data, backend, summary, progress)
+            await _drive(run_dir, plan, backend, summary, progress)
         finally:
             summary.elapsed_s = time.monotonic() - started
             summary.concurrency = backend.stats().get("concurrency")
-            _finish_manifest(run_dir, data, summary, started_at)
+            _finish_manifest(run_dir, task, summary, started_at)
     if summary.interrupted:
         raise GenerationInterrupted(summary)
     return summary
 
 
-async def _drive(run_dir: Path, plan: RunPlan, data: OfficialData, backend: Backend, summary: SessionSummary,
-                 progress: bool) -> None:
+async def _drive(run_dir: Path, plan: RunPlan, backend: Backend, summary: SessionSummary, progress: bool) -> None:
     from tqdm.auto import tqdm
 
-    requests = make_requests(plan.pending, data)
+    requests = plan.pending
     stop_on_sigterm = _cancel_on_sigterm()
     appender = runs.JsonlAppender(Path(run_dir) / runs.GENERATIONS)
     if appender.repair_message:
@@ -286,14 +276,14 @@ def _cancel_on_sigterm() -> Any:
     return lambda: loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _finish_manifest(run_dir: Path, data: OfficialData, summary: SessionSummary, started_at: str) -> None:
+def _finish_manifest(run_dir: Path, task: GenerationTask, summary: SessionSummary, started_at: str) -> None:
     previous = runs.load_manifest(run_dir).get("generation") or {}
-    state = run_state(run_dir, data)
-    # complete: every test sample has a record (state says how many are errors).
+    state = run_state(run_dir, task.all_ids)
+    # complete: every id of the task has a record (state says how many are errors).
     if summary.interrupted:
         status = "interrupted"
     else:
-        status = "complete" if state["ok"] + state["error"] == len(data.samples) else "partial"
+        status = "complete" if state["missing"] == 0 else "partial"
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
     runs.update_manifest(
         run_dir,
@@ -304,30 +294,36 @@ def _finish_manifest(run_dir: Path, data: OfficialData, summary: SessionSummary,
 
 def run_generation(
     run_dir: Path | str,
-    data: OfficialData,
-    samples: Sequence[Sample],
+    requests: Sequence[GenerationRequest],
     backend: Backend,
+    task: GenerationTask,
     *,
     retry_errors: bool = False,
     progress: bool = True,
 ) -> SessionSummary:
-    """Blocking entry point for scripts and the CLI. In a notebook (a loop is already running)
-    use ``await generate_async(...)`` instead."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("an event loop is running (a notebook?): use `await generate_async(...)` instead")
+    """Blocking entry point for scripts, notebooks and the CLI. Under Jupyter or papermill an
+    event loop is already running in this thread, so the run gets its own loop in a worker
+    thread (Ctrl-C there interrupts the kernel, which cancels nothing mid-flight: records
+    already received are saved either way)."""
 
     async def main() -> SessionSummary:
         try:
-            return await generate_async(Path(run_dir), data, samples, backend, retry_errors=retry_errors,
+            return await generate_async(Path(run_dir), requests, backend, task, retry_errors=retry_errors,
                                         progress=progress)
         finally:
             await backend.aclose()
 
-    return asyncio.run(main())
+    return run_coroutine(main)
+
+
+def run_coroutine(factory: Any) -> Any:
+    """``asyncio.run(factory())``, also when this thread already runs an event loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, factory()).result()
 
 
 
@@ -341,8 +337,8 @@ class DryRun:
 
 def dry_run(
     run_dir: Path | str,
-    data: OfficialData,
-    samples: Sequence[Sample],
+    requests: Sequence[GenerationRequest],
+    task: GenerationTask,
     params: DecodingParams,
     *,
     backend: str,
@@ -354,13 +350,12 @@ def dry_run(
 ) -> DryRun:
     """Send nothing: write ``requests.jsonl`` with the exact messages, estimate tokens and cost of
     what is still pending, and record both (and the parameters that would be sent) in run.json."""
-    run_dir = Path(run_dir)
-    written = write_requests(run_dir, list(samples), data)
-    plan = plan_run(run_dir, samples, retry_errors=retry_errors)
-    estimate = estimate_cost(make_requests(plan.pending, data), params.max_tokens, price_in=price_in,
-                             price_out=price_out)
-    runs.update_manifest(
-        run_dir,
+    run = runs.RunDir.resolve(Path(run_dir))
+    written = runs.write_jsonl_atomic(run.requests, ({"id": r.id, "messages": r.messages} for r in requests))
+    plan = plan_run(run.path, requests, retry_errors=retry_errors)
+    estimate = estimate_cost(plan.pending, params.max_tokens, price_in=price_in, price_out=price_out)
+    run.update_manifest(
+        protocol_version=task.protocol_version,
         dry_run={
             "backend": backend,
             "model": model,
@@ -377,7 +372,7 @@ def dry_run(
                 "price_in_usd_per_m": price_in,
                 "price_out_usd_per_m": price_out,
             },
-            "data_sha256": data.sha256,
+            "data_sha256": task.data_sha256,
         },
     )
     return DryRun(written, plan, estimate)

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
-from charactereval_lib.charactereval.requests import request_sha256
+from charactereval_lib.engine.generation.base import request_sha256
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 

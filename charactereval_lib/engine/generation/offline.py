@@ -17,7 +17,7 @@ from typing import Any
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.charactereval.requests import request_sha256
+from charactereval_lib.engine.generation.base import request_sha256
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 # Generic phrases written for this backend (not from the test set).

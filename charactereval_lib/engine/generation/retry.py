@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from charactereval_lib.engine.generation.base import ConfigError, GenerationRequest, GenerationResult, error_result
-from charactereval_lib.charactereval.requests import request_sha256
+from charactereval_lib.engine.generation.base import request_sha256
 
 
 @dataclass(frozen=True)

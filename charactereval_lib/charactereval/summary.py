@@ -1,0 +1,114 @@
+"""A run's S9 summary: its scored rows as a tidy table, and ``summary.json`` / ``metrics.csv``."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from charactereval_lib.charactereval.aggregate import METRIC_ORDER, SCORE_COLUMNS, scores_frame
+from charactereval_lib.charactereval.protocol import MBTI_NOT_REPRODUCED, PROTOCOL_VERSION
+from charactereval_lib.charactereval.statistics import metric_statistics
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+
+
+def load_run_scores(run: runs.RunDir) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The run's scored rows as a tidy table (rows.jsonl joined with the latest score of each
+    (id, metric)), and counts of rows that have no score yet."""
+    run = runs.RunDir.resolve(run)
+    rows, scored = run.scored_rows()
+    if not rows:
+        raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
+    # With nothing scored yet the table still has the rows' columns (role, novel_name, ...), so
+    # breakdowns of an unscored run are empty rather than errors.
+    frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
+    modes = dict(Counter(str(s.get("mode")) for s in scored))
+    scorers = {identity.label(): count for identity, count in run.scorer_identities().items()}
+    return frame, {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
+                   "scorer_modes": modes, "scorers": scorers}
+
+
+def failed_rows_by_metric(failed_ids: Iterable[int], id2metric: Mapping[str, Sequence[Sequence[str]]]) -> dict[str, int]:
+    """How many (id, metric) rows each metric lost to failed generations: S5 drops a failed
+    sample before expanding it, so these rows silently shrink n unless they are counted."""
+    lost = dict.fromkeys(METRIC_ORDER, 0)
+    for sample_id in failed_ids:
+        for metric_en, _ in id2metric.get(str(sample_id), ()):
+            lost[metric_en] += 1
+    return lost
+
+
+def summarize_run(
+    run: runs.RunDir,
+    *,
+    id2metric: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    warnings: Sequence[str] = (),
+) -> dict[str, Any]:
+    """S9 for a run directory with intervals: writes ``summary.json`` and ``metrics.csv`` and
+    returns the summary.
+
+    The summary carries every mean with its n, SD, interval and the run's failure counts, so a
+    number is never shown without what it rests on. With ``id2metric`` each metric also gets
+    ``failed``, the rows it lost to failed generations (unknown, hence None, without it)."""
+    run = runs.RunDir.resolve(run)
+    frame, counts = load_run_scores(run)
+    manifest = run.manifest()
+    transform = manifest.get("transform", {})
+    transform_counts = transform.get("counts", {})
+    stats = metric_statistics(frame, n_boot=n_boot, seed=seed, level=level)
+    means = stats.metrics
+    if id2metric is not None:
+        lost = failed_rows_by_metric(transform.get("failed_ids", []), id2metric)
+        means["failed"] = [lost[name] for name in METRIC_ORDER]
+    else:
+        means["failed"] = None
+    summary = {
+        "protocol_version": PROTOCOL_VERSION,
+        "run": run.name,
+        "model": manifest.get("generation", {}).get("model"),
+        "counts": {
+            **counts,
+            "generation_failures": transform_counts.get("failed"),
+            "no_metric_samples": transform_counts.get("no_metric"),
+            "missing_samples": transform_counts.get("missing"),
+        },
+        "bootstrap": stats.settings(),
+        "metrics": means.to_dict(orient="records"),
+        "dimensions": stats.dimensions.to_dict(orient="records"),
+        "mbti": MBTI_NOT_REPRODUCED,
+        "warnings": list(warnings),
+        "created_at": runs.utc_now(),
+    }
+    runs.write_json_atomic(run.summary, _nan_to_none(summary))
+    runs.write_text_atomic(run.metrics_csv, metrics_table(means, stats.dimensions).to_csv(index=False))
+    return summary
+
+
+METRICS_TABLE_COLUMNS = ["kind", "name", "abbr", "dimension", "n", "failed", "mean", "sd", "ci_low", "ci_high"]
+
+
+def metrics_table(means: pd.DataFrame, dims: pd.DataFrame) -> pd.DataFrame:
+    """One table with a row per metric and per dimension average (kind = metric | dimension).
+
+    Columns missing from the inputs (intervals, SD, failures) are left empty."""
+    metric_rows = means.assign(kind="metric", name=means["metric_en"])
+    dim_rows = dims.assign(kind="dimension", abbr="Avg.", n=pd.NA, failed=pd.NA, sd=math.nan)
+    table = pd.concat([metric_rows, dim_rows], ignore_index=True)
+    return table.reindex(columns=METRICS_TABLE_COLUMNS)
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_to_none(v) for v in obj]
+    return obj

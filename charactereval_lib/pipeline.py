@@ -1,0 +1,522 @@
+"""The CharacterEval pipeline as typed Python calls: the one API behind the CLI, batch and notebooks.
+
+Each stage takes a run (a name under ``./outputs`` or a path) and typed settings, does its work
+through the engine and the protocol modules, and returns a result object carrying the counts a
+caller prints. Settings are frozen dataclasses that also load from YAML mappings, where an
+unknown key is an error that names it. Nothing here prints; nothing here parses a command line.
+
+    from charactereval_lib import pipeline
+    run = "outputs/demo"
+    pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="demo", limit=20))
+    pipeline.transform(run)
+    pipeline.score(run, pipeline.ScoreSettings(rm="models/tiny-rm"))
+    print(pipeline.summarize(run).summary["dimensions"])
+    pipeline.report(run)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+
+# Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
+DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
+ANALYSE_NOTEBOOK = "analyse.ipynb"
+COMPARE_NOTEBOOK = "compare.ipynb"
+REPORT_NOTEBOOK = "report.ipynb"
+REPORT_HTML = "report.html"
+COMPARISON_NOTEBOOK = "comparison.ipynb"
+COMPARISON_HTML = "comparison.html"
+# Each report figure is also saved here as PNG, beside the HTML.
+FIGURES_DIR = "figures"
+
+
+class SettingsError(ConfigError):
+    """Settings that cannot be used (an unknown key, a wrong type, an impossible value)."""
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` fits a simple annotation (int, float, str, bool, X | None, tuples)."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {**typing.__dict__, **__builtins__}) if isinstance(__builtins__, dict) else \
+            eval(annotation, {**typing.__dict__, **vars(__builtins__)})  # noqa: S307 - our own annotations
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(arg, value) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is tuple:
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    return isinstance(value, annotation)
+
+
+class _Settings:
+    """Shared loading for the settings dataclasses below."""
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], where: str = "settings"):
+        """Settings from a mapping (a YAML section); unknown keys and wrong types are errors
+        that name the key and ``where`` it was found."""
+        unknown = sorted(set(values) - set(cls.keys()))
+        if unknown:
+            raise SettingsError(f"{where}: unknown key(s) {unknown}; expected some of {cls.keys()}")
+        hints = typing.get_type_hints(cls)
+        for key, value in values.items():
+            if not _accepts(hints[key], value):
+                raise SettingsError(f"{where}: {key!r} must be {hints[key]}, got {value!r}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise SettingsError(f"{where}: {exc}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def _positive(name: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
+        raise SettingsError(f"{name} must be a positive number, got {value}")
+
+
+@dataclass(frozen=True)
+class GenerateSettings(_Settings):
+    """How replies are generated (S4: a platform choice, recorded in run.json). Decoding values
+    left None are not sent: the provider's or the model's default applies."""
+
+    backend: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 32
+    max_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    preset: str | None = None
+    limit: int | None = None
+    ids: str | None = None
+    retry_errors: bool = False
+    max_attempts: int = 8
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 60.0
+    timeout: float = 300.0
+    device: str = "cpu"
+    dtype: str = "auto"
+    batch_size: int = 8
+    trust_remote_code: bool = False
+    offline_latency: float = 0.0
+    offline_fault_rate: float = 0.0
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def __post_init__(self) -> None:
+        from charactereval_lib.engine.generation.backends import BACKENDS
+
+        if self.backend not in BACKENDS:
+            raise SettingsError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout"):
+            _positive(name, getattr(self, name))
+        self.decoding()  # a bad preset or max_tokens is reported now, not after the data loads
+
+    def decoding(self):
+        from charactereval_lib.engine.generation.base import DecodingParams
+
+        return DecodingParams.resolve(preset=self.preset, max_tokens=self.max_tokens, temperature=self.temperature,
+                                      top_p=self.top_p, seed=self.seed)
+
+    def backend_options(self):
+        from charactereval_lib.engine.generation.backends import BackendOptions
+        from charactereval_lib.engine.generation.retry import RetryPolicy
+
+        policy = RetryPolicy(max_attempts=self.max_attempts, base_delay_s=self.retry_base_delay,
+                             max_delay_s=self.retry_max_delay, timeout_s=self.timeout)
+        return BackendOptions(base_url=self.base_url, api_key_env=self.api_key_env, concurrency=self.concurrency,
+                              policy=policy, device=self.device, dtype=self.dtype, batch_size=self.batch_size,
+                              trust_remote_code=self.trust_remote_code, offline_latency_s=self.offline_latency,
+                              offline_fault_rate=self.offline_fault_rate)
+
+
+@dataclass(frozen=True)
+class ScoreSettings(_Settings):
+    """How rows are scored by the reward model (S6, S8); the mode is recorded with every score."""
+
+    rm: str | None = None
+    device: str | None = None
+    mode: str = "faithful"
+    shard: str | None = None
+    batch_tokens: int = 16384
+    prefix_reuse: bool = True
+    causal_block: int | None = None
+    verify: int | None = None
+
+    def __post_init__(self) -> None:
+        from charactereval_lib.charactereval.reward.scorer import MODES, parse_shard
+
+        if self.mode not in MODES:
+            raise SettingsError(f"mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.shard is not None:
+            parse_shard(self.shard)
+        _positive("batch_tokens", self.batch_tokens)
+        _positive("verify", self.verify)
+
+    def scorer_settings(self, *, dry_run: bool, progress: bool):
+        from charactereval_lib.charactereval.reward.scorer import ScorerSettings, parse_shard, resolve_device
+
+        return ScorerSettings(
+            mode=self.mode,
+            device=resolve_device(self.device) if not dry_run else (self.device or "none"),
+            shard=parse_shard(self.shard) if self.shard else None,
+            fast_token_budget=self.batch_tokens,
+            fast_reuse_prefix=self.prefix_reuse,
+            fast_causal_block=self.causal_block,
+            progress=progress,
+        )
+
+
+@dataclass(frozen=True)
+class SummarizeSettings(_Settings):
+    """Bootstrap settings of the intervals, and whether a run mixing scorers may be summarised."""
+
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    level: float = DEFAULT_LEVEL
+    allow_mixed: bool = False
+
+    def __post_init__(self) -> None:
+        _positive("n_boot", self.n_boot)
+        if not 0 < self.level < 1:
+            raise SettingsError(f"level must be between 0 and 1, got {self.level}")
+
+
+@dataclass(frozen=True)
+class ReportSettings(SummarizeSettings):
+    """What a rendered report shows beside the statistics' settings."""
+
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    show_code: bool = False
+    verify_data: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from charactereval_lib.charactereval.reference import load_paper_table
+
+        known = list(load_paper_table().index)
+        unknown = [b for b in self.baselines if b not in known]
+        if unknown:
+            raise SettingsError(f"unknown baseline model(s) {unknown}; the paper's Table 4 has {known}")
+
+
+# --- results -------------------------------------------------------------------------------------
+
+
+@dataclass
+class GenerateResult:
+    run: runs.RunDir
+    # A dry run (nothing sent) or a real session; exactly one is set.
+    dry_run: Any = None
+    session: Any = None
+    # Every test sample's state after this call: ok, error, missing.
+    state: dict[str, int] = field(default_factory=dict)
+    backend: str = ""
+
+    @property
+    def failed(self) -> int:
+        return self.state.get("error", 0)
+
+
+@dataclass
+class TransformOutcome:
+    run: runs.RunDir
+    result: Any  # charactereval.transform.TransformResult
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScoreOutcome:
+    run: runs.RunDir
+    settings: Any  # the scorer settings actually used (device resolved)
+    report: Any = None  # ScoringReport of a scoring session
+    verify: dict[str, Any] | None = None  # the report of --verify
+    dry_run_rows: int | None = None  # rm_inputs written by a dry run
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SummaryOutcome:
+    run: runs.RunDir
+    summary: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportOutcome:
+    notebook: Path
+    html: Path
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- stages --------------------------------------------------------------------------------------
+
+
+def _data(data_dir: str | os.PathLike[str] | None, data: OfficialData | None) -> OfficialData:
+    return data if data is not None else load_official_data(data_dir)
+
+
+def generate(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: GenerateSettings,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+) -> GenerateResult:
+    """S3 + S4: the replies of the model under test, resuming (ids already ok are skipped).
+    Raises ``GenerationInterrupted`` (records saved) when stopped by Ctrl-C or SIGTERM; works
+    under Jupyter and papermill too (the engine runs its own event loop there)."""
+    from charactereval_lib.charactereval.requests import generation_task, make_requests, read_ids_file, select_samples
+    from charactereval_lib.engine.generation import engine
+    from charactereval_lib.engine.generation.backends import make_backend
+
+    run = runs.RunDir.resolve(run)
+    data = _data(data_dir, data)
+    ids = read_ids_file(Path(settings.ids)) if settings.ids else None
+    samples = select_samples(data, limit=settings.limit, ids=ids)
+    run.check_protocol(PROTOCOL_VERSION)
+    requests, task = make_requests(samples, data), generation_task(data)
+    if dry_run:
+        planned = engine.dry_run(run.path, requests, task, settings.decoding(), backend=settings.backend,
+                                 model=settings.model, base_url=settings.base_url, retry_errors=settings.retry_errors,
+                                 price_in=settings.price_in, price_out=settings.price_out)
+        return GenerateResult(run, dry_run=planned, backend=settings.backend)
+    backend = make_backend(settings.backend, settings.model, settings.decoding(), settings.backend_options())
+    session = engine.run_generation(run.path, requests, backend, task, retry_errors=settings.retry_errors,
+                                    progress=progress)
+    return GenerateResult(run, session=session, state=engine.run_state(run.path, task.all_ids),
+                          backend=settings.backend)
+
+
+def transform(
+    run: str | os.PathLike[str] | runs.RunDir,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+) -> TransformOutcome:
+    """S5: ``generations.jsonl`` -> ``rows.jsonl``."""
+    from charactereval_lib.charactereval.transform import transform_run
+
+    run = runs.RunDir.resolve(run)
+    run.check_protocol(PROTOCOL_VERSION)
+    warnings: list[str] = []
+    run.latest_generations(warnings)
+    return TransformOutcome(run, transform_run(run.path, _data(data_dir, data)), warnings)
+
+
+def score(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: ScoreSettings,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+) -> ScoreOutcome:
+    """S6 + S8: score the rows not yet scored with this checkpoint and mode (resuming); a dry
+    run writes the reward-model inputs only; ``settings.verify`` compares the two modes."""
+    from charactereval_lib.charactereval.reward import scorer
+
+    run = runs.RunDir.resolve(run)
+    run.check_protocol(PROTOCOL_VERSION)
+    scorer_settings = settings.scorer_settings(dry_run=dry_run, progress=progress)
+    data = _data(data_dir, data)
+    outcome = ScoreOutcome(run, scorer_settings)
+    rm_dir = Path(settings.rm) if settings.rm else None
+    if dry_run:
+        outcome.dry_run_rows = scorer.dry_run(run.path, data, rm_dir, scorer_settings.shard)
+        return outcome
+    if rm_dir is None:
+        raise runs.RunError("a reward-model checkpoint directory is required (see `charactereval rm download`)")
+    from charactereval_lib.charactereval.reward.tiny import tiny_label
+
+    label = tiny_label(rm_dir)
+    if label:
+        outcome.warnings.append(f"{rm_dir}: {label}")
+    if settings.verify:
+        outcome.verify = scorer.verify_run(run.path, rm_dir, data, scorer_settings, settings.verify)
+        return outcome
+    outcome.report = scorer.score_run(run.path, rm_dir, data, scorer_settings)
+    outcome.warnings += outcome.report.warnings
+    return outcome
+
+
+def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
+    """The official data when it can be loaded (per-metric failure counts need it), else None
+    and the reason: a summary is still worth having without it."""
+    try:
+        return load_official_data(data_dir), None
+    except DataError as exc:
+        return None, f"per-metric failure counts unavailable ({exc})"
+
+
+def run_warnings(run: runs.RunDir, *, allow_mixed: bool) -> list[str]:
+    """What a reader must know before any number of this run: refuses a run that mixes scorer
+    configurations unless ``allow_mixed`` (then the mix is the first warning)."""
+    from charactereval_lib.charactereval.analysis import run_caveats
+
+    mixed = run.check_consistent(allow_mixed=allow_mixed)
+    notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
+    rows, scored = run.scored_rows()
+    return notes + [_plain(caveat) for caveat in run_caveats(run.manifest(), unscored=len(rows) - len(scored))]
+
+
+def _plain(markdown: str) -> str:
+    return markdown.replace("**", "")
+
+
+def summarize(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: SummarizeSettings = SummarizeSettings(),
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+) -> SummaryOutcome:
+    """S9 with intervals: ``summary.json`` and ``metrics.csv``; refuses a run that mixes scorer
+    configurations unless ``settings.allow_mixed``."""
+    from charactereval_lib.charactereval.summary import summarize_run
+
+    run = runs.RunDir.resolve(run).require_dir()
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed)
+    data, note = _optional_data(data_dir)
+    if note:
+        warnings.append(note)
+    summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
+                            seed=settings.seed, level=settings.level, warnings=warnings)
+    return SummaryOutcome(run, summary, warnings)
+
+
+def _analysable(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
+    run = runs.RunDir.resolve(run).require_dir()
+    run.require(run.rows, "generate and transform the run first")
+    return run
+
+
+def _notebook_parameters(settings: ReportSettings, data_dir: str | os.PathLike[str] | None, figures: Path) -> dict:
+    """Parameters the report and the comparison share (paths absolute: the kernel may run elsewhere)."""
+    return {
+        "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+        "verify_data": settings.verify_data,
+        "baselines": list(settings.baselines),
+        "n_boot": settings.n_boot,
+        "seed": settings.seed,
+        "level": settings.level,
+        "figures_dir": str(figures.resolve()),
+    }
+
+
+def report(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: ReportSettings = ReportSettings(),
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+) -> ReportOutcome:
+    """One run's report: ``RUN/report.ipynb`` (papermill) and ``RUN/report.html``, both written
+    only once the notebook ran through."""
+    from charactereval_lib.engine import report as notebooks
+
+    run = _analysable(run)
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed)
+    parameters = {"run_dir": str(run.path.resolve()),
+                  **_notebook_parameters(settings, data_dir, run.artifact(FIGURES_DIR))}
+    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, run.artifact(REPORT_NOTEBOOK), run.artifact(REPORT_HTML),
+                                      parameters, show_code=settings.show_code,
+                                      title=f"CharacterEval report: {run.name}")
+    return ReportOutcome(notebook, html, warnings)
+
+
+def compare_problems(run_list: Sequence[runs.RunDir]) -> list[str]:
+    """Why runs must not be compared as they are: the same run twice, or scores made with
+    different scorer configurations (checkpoint, mode) or protocol versions."""
+    problems = []
+    resolved = [r.path.resolve() for r in run_list]
+    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if repeated:
+        problems.append(f"the same run is given more than once: {', '.join(repeated)}")
+    identities = {r.name: sorted(i.label() for i in r.scorer_identities()) for r in run_list}
+    if len({tuple(v) for v in identities.values()}) > 1:
+        detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
+        problems.append(f"the runs were scored with different scorer configurations ({detail})")
+    protocols = {r.name: r.manifest().get("protocol_version") for r in run_list}
+    if len(set(protocols.values())) > 1:
+        problems.append(f"the runs follow different protocol versions ({protocols})")
+    return problems
+
+
+def compare(
+    run_list: Sequence[str | os.PathLike[str] | runs.RunDir],
+    out_dir: str | os.PathLike[str],
+    settings: ReportSettings = ReportSettings(),
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+) -> ReportOutcome:
+    """A comparison report of several runs (the first is the reference): ``OUT/comparison.ipynb``
+    and ``OUT/comparison.html``. Refuses runs that cannot be compared unless ``allow_mixed``."""
+    from charactereval_lib.engine import report as notebooks
+
+    if len(run_list) < 2:
+        raise runs.RunError("compare needs at least two runs")
+    resolved = [_analysable(r) for r in run_list]
+    problems = compare_problems(resolved)
+    if problems and not settings.allow_mixed:
+        raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
+    warnings = [f"NOT COMPARABLE: {p}" for p in problems]
+    for run in resolved:
+        warnings += [f"{run.name}: {w}" for w in run_warnings(run, allow_mixed=settings.allow_mixed)]
+    out = Path(out_dir)
+    parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved],
+                  **_notebook_parameters(settings, data_dir, out / FIGURES_DIR)}
+    title = "CharacterEval comparison: " + ", ".join(r.name for r in resolved)
+    notebook, html = notebooks.render(COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
+                                      show_code=settings.show_code, title=title)
+    return ReportOutcome(notebook, html, warnings)
+
+
+def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
+    """What a run directory holds so far: one line per artifact with its record count."""
+    run = runs.RunDir.resolve(run)
+    statuses = pd.Series([g.get("status", "ok") for g in run.latest_generations().values()], dtype=object)
+    lines = [
+        ("requests.jsonl (dry run payloads)", len(runs.read_jsonl(run.requests).records)),
+        ("generations: samples with a reply", int((statuses == "ok").sum())),
+        ("generations: samples that failed", int((statuses != "ok").sum())),
+        ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
+        ("rm_inputs.jsonl (dry run payloads)", len(runs.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
+        ("scores: scored rows", len(run.latest_scores())),
+    ]
+    return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))
