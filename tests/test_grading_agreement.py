@@ -66,7 +66,9 @@ def test_correlations_match_scipy_unweighted_and_repeated(data):
         (ag.weighted_kendall_tau_b, lambda a, b: stats.kendalltau(a, b, variant="b")[0]),
     ]:
         assert weighted(x, y, np.ones(len(x)))[0] == pytest.approx(reference(x, y), abs=1e-12)
-        assert weighted(x, y, weights)[0] == pytest.approx(reference(repeat(x, weights), repeat(y, weights)), abs=1e-12)
+        assert weighted(x, y, weights)[0] == pytest.approx(
+            reference(repeat(x, weights), repeat(y, weights)), abs=1e-12
+        )
 
 
 def test_kappas_and_alpha_on_weights_equal_repeated_rows(data):
@@ -81,7 +83,9 @@ def test_kappas_and_alpha_on_weights_equal_repeated_rows(data):
     matrix[1, 5] = np.nan
     for level in ag.ALPHA_LEVELS:
         package = ag.krippendorff_alpha(matrix, level)
-        assert ag.weighted_krippendorff_alpha(matrix, np.ones(len(a)), level)[0] == pytest.approx(package, abs=1e-10)
+        assert ag.weighted_krippendorff_alpha(matrix, np.ones(len(a)), level)[0] == pytest.approx(
+            package, abs=1e-10
+        )
         repeated = ag.krippendorff_alpha(np.repeat(matrix, weights.astype(int), axis=1), level)
         assert ag.weighted_krippendorff_alpha(matrix, weights, level)[0] == pytest.approx(repeated, abs=1e-10)
 

@@ -148,7 +148,10 @@ def test_string_matchers():
         "includes_ignore_case": lambda s, i: asdict(sm.includes(s, i, ignore_case=True)),
         "fuzzy_match": fuzzy_as_vector,
         "json_match": lambda s, i: asdict(sm.json_match(s, i)),
-        "normalize": lambda s, i: {"sampled": sm.normalize(s), "ideal": [sm.normalize(x) for x in ideal_list(i)]},
+        "normalize": lambda s, i: {
+            "sampled": sm.normalize(s),
+            "ideal": [sm.normalize(x) for x in ideal_list(i)],
+        },
     }
     where = {"fuzzy_match": "fuzzy", "json_match": "json"}
     for row in load("string_match.jsonl"):
@@ -159,7 +162,9 @@ def test_string_matchers():
             except errors.GradingError as error:
                 if "error" not in want or not isinstance(error, expected_error(want["error"], where[name])):
                     mismatches.append((row["id"], name, repr(error), want))
-                elif want["error"]["type"] == "JSONDecodeError" and want["error"]["message"] not in str(error):
+                elif want["error"]["type"] == "JSONDecodeError" and want["error"]["message"] not in str(
+                    error
+                ):
                     mismatches.append((row["id"], name, str(error), want))
                 continue
             if got != want or _types(got) != _types(want):
@@ -236,7 +241,11 @@ def test_fill():
     for row in load("fill.jsonl"):
         args = row["eval_args"]
         spec = make_spec(row["spec"], facts[row["spec"]])
-        n = row["eval_args"]["n_policy_models"] if args["multicomp_n"] == "from_models" else args["multicomp_n"]
+        n = (
+            row["eval_args"]["n_policy_models"]
+            if args["multicomp_n"] == "from_models"
+            else args["multicomp_n"]
+        )
         completions, policy_prompts = policy_completions(
             spec, row["sample"], row["policy_outputs"], args["multicomp_n"], args["n_policy_models"]
         )

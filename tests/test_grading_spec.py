@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from charactereval_lib.engine.grading.choices import EVALS, INVALID, STRICT, get_choice
@@ -106,11 +104,19 @@ def test_a_chat_prompt_gets_the_suffix_on_its_last_message(tmp_path):
         (lambda s: s.replace("eval_type: cot_classify", "eval_type: judge"), "eval_type", "is not one of"),
         (lambda s: s.replace('"12345"', '["1", "2."]'), "choice_strings", "punctuation"),
         (lambda s: s.replace("from_strings", "{'1': 1, '2': 2}"), "choice_scores", "no score for choice"),
-        (lambda s: s.replace("choice_scores: from_strings", "choice_scores: {a: 1}").replace('"12345"', '"ab"'),
-         "choice_scores", "no score for choice(s) b"),
+        (
+            lambda s: s.replace("choice_scores: from_strings", "choice_scores: {a: 1}").replace(
+                '"12345"', '"ab"'
+            ),
+            "choice_scores",
+            "no score for choice(s) b",
+        ),
         (lambda s: s.replace('"12345"', '"ABC"'), "choice_scores", "could not convert"),
-        (lambda s: s.replace("input_outputs: {context: response}", "input_outputs: [context]"), "input_outputs",
-         "expected"),
+        (
+            lambda s: s.replace("input_outputs: {context: response}", "input_outputs: [context]"),
+            "input_outputs",
+            "expected",
+        ),
         (lambda s: s.replace("Reply: {response}", "Reply: {response"), "prompt", "braces"),
         (lambda s: s.replace("match_fn", "x") + "match_fn: fuzzy\n", "match_fn", "is not one of"),
         (lambda s: s + "parser: loose\n", "parser", "is not one of"),
@@ -141,7 +147,8 @@ def test_broken_yaml_and_missing_files_are_spec_errors(tmp_path):
 def test_from_n_specs_resolve_choices_per_run():
     spec = spec_from_mapping({
         "prompt": "Pick the best of {n}: {completion}", "choice_strings": "from_n",
-        "input_outputs": {"input": "completion"}, "eval_type": "classify", "output_template": "{i}. {output}\n",
+        "input_outputs": {"input": "completion"}, "eval_type": "classify",
+        "output_template": "{i}. {output}\n",
     })  # fmt: skip
     messages = build_judge_messages(spec, {"input": "q"}, {"completion": ["x", "y", "z"]}, multicomp_n=3)
     assert messages[0]["content"].startswith("Pick the best of 3: 1. x\n2. y\n3. z\n\nAnswer the question")
@@ -172,7 +179,9 @@ def test_strict_parser_uses_word_boundaries(text, eval_type, choices, evals, str
 
 
 def test_strict_parser_is_opt_in_per_spec(tmp_path):
-    evals_spec = load_spec(write(tmp_path, SPEC.replace('"12345"', '"ABCDE"').replace("from_strings", "null")))
+    evals_spec = load_spec(
+        write(tmp_path, SPEC.replace('"12345"', '"ABCDE"').replace("from_strings", "null"))
+    )
     strict_spec = load_spec(write(tmp_path, SPEC.replace('"12345"', '"ABCDE"').replace("from_strings", "null")
                                   + "parser: strict\n", name="strict.yaml"))  # fmt: skip
     assert grade_reply(evals_spec, "Answer: B")["choice"] == "A"

@@ -213,7 +213,11 @@ def _alpha_from_coincidences(o: np.ndarray, values: np.ndarray, level: str) -> n
         delta = np.broadcast_to((values[:, None] - values[None, :]) ** 2, o.shape)
     elif level == "ordinal":
         cumulative = np.cumsum(marginals, axis=1)
-        between = cumulative[:, None, :] - cumulative[:, :, None] + (marginals[:, :, None] - marginals[:, None, :]) / 2
+        between = (
+            cumulative[:, None, :]
+            - cumulative[:, :, None]
+            + (marginals[:, :, None] - marginals[:, None, :]) / 2
+        )
         delta = between**2
     else:
         raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}, not {level!r}")
@@ -238,13 +242,18 @@ def krippendorff_alpha(data: np.ndarray, level: str = "ordinal") -> float:
     by the `krippendorff` package)."""
     if level not in ALPHA_LEVELS:
         raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}, not {level!r}")
-    return float(krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level))
+    return float(
+        krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level)
+    )
 
 
 # ---- estimates with intervals ----
 
 
-def _estimate(point: float, replicates: np.ndarray, confidence: float, n: int, n_clusters: int) -> Estimate:
+def percentile_estimate(
+    point: float, replicates: np.ndarray, confidence: float, n: int, n_clusters: int
+) -> Estimate:
+    """`point` with the percentile interval of its finite bootstrap `replicates`."""
     finite = replicates[np.isfinite(replicates)]
     if len(finite) == 0 or not np.isfinite(point):
         return Estimate(float(point), float("nan"), float("nan"), n, n_clusters)
@@ -288,16 +297,21 @@ def scorer_agreement(
         "pearson": lambda w: weighted_pearson(x, y, w),
         "spearman": lambda w: weighted_spearman(x, y, w),
         "kendall_tau_b": lambda w: weighted_kendall_tau_b(x, y, w),
-        "quadratic_kappa": lambda w: weighted_kappa(rx, ry, w, labels=[float(s) for s in scale], quadratic=True),
+        "quadratic_kappa": lambda w: weighted_kappa(
+            rx, ry, w, labels=[float(s) for s in scale], quadratic=True
+        ),
         "exact": lambda w: weighted_exact(rx, ry, w),
     }
     return {
-        name: _estimate(function(ones)[0], _blocked(function, replicates), confidence, len(x), n_clusters)
+        name: percentile_estimate(
+            function(ones)[0], over_replicates(function, replicates), confidence, len(x), n_clusters
+        )
         for name, function in functions.items()
     }
 
 
-def _blocked(function, weights: np.ndarray) -> np.ndarray:
+def over_replicates(function, weights: np.ndarray) -> np.ndarray:
+    """`function` (weights (B, rows) -> (B,)) on all replicate weights, in memory-sized blocks."""
     if weights.size == 0:
         return np.array([])
     return np.concatenate([function(weights[s : s + _BLOCK]) for s in range(0, len(weights), _BLOCK)])
@@ -378,15 +392,27 @@ def label_agreement(
     if labels is not None and invalid in predicted and invalid not in labels:
         labels = [*labels, invalid]
     replicates = bootstrap_weights(clusters, n_boot, seed)
-    ones = np.ones(n)
-    exact = _estimate(weighted_exact(predicted, human, ones)[0],
-                      _blocked(lambda w: weighted_exact(predicted, human, w), replicates), confidence, n, n_clusters)  # fmt: skip
-    kappa_fn = lambda w: weighted_kappa(human, predicted, w, labels=labels)  # noqa: E731
-    kappa = _estimate(kappa_fn(ones)[0], _blocked(kappa_fn, replicates), confidence, n, n_clusters)
     data = _alpha_data(human, predicted, invalid, alpha_level)
-    alpha_fn = lambda w: weighted_krippendorff_alpha(data, w, alpha_level)  # noqa: E731
-    alpha = _estimate(krippendorff_alpha(data, alpha_level), _blocked(alpha_fn, replicates), confidence, n, n_clusters)
-    return LabelAgreement(exact, kappa, alpha, confusion_matrix(human, predicted, labels))
+
+    def with_interval(statistic, point: float) -> Estimate:
+        return percentile_estimate(point, over_replicates(statistic, replicates), confidence, n, n_clusters)
+
+    def exact(w):
+        return weighted_exact(predicted, human, w)
+
+    def kappa(w):
+        return weighted_kappa(human, predicted, w, labels=labels)
+
+    def alpha(w):
+        return weighted_krippendorff_alpha(data, w, alpha_level)
+
+    ones = np.ones(n)
+    return LabelAgreement(
+        with_interval(exact, exact(ones)[0]),
+        with_interval(kappa, kappa(ones)[0]),
+        with_interval(alpha, krippendorff_alpha(data, alpha_level)),
+        confusion_matrix(human, predicted, labels),
+    )
 
 
 def _alpha_data(human: list, predicted: list, invalid: str, level: str) -> np.ndarray:

@@ -150,9 +150,7 @@ def _scan_order(text: str, eval_type: str | None) -> list[str]:
             "no eval_type: neither the spec nor the eval sets one, so the reply cannot be parsed"
         )
     if eval_type not in ANSWER_PROMPTS:
-        raise UnknownEvalTypeError(
-            f"unknown eval_type {eval_type!r}; known: {', '.join(EVAL_TYPES)}"
-        )
+        raise UnknownEvalTypeError(f"unknown eval_type {eval_type!r}; known: {', '.join(EVAL_TYPES)}")
     lines = text.strip().split("\n")
     # Reasoning-first types put the answer at the end, so they are read bottom-up.
     return lines[::-1] if eval_type.startswith("cot_classify") else lines
@@ -256,7 +254,9 @@ def resolve_choice_scores(
         return None
     if isinstance(choice_scores, str):
         if choice_scores != "from_strings":
-            raise ScoreMapError(f"choice_scores must be a mapping, null or 'from_strings', not {choice_scores!r}")
+            raise ScoreMapError(
+                f"choice_scores must be a mapping, null or 'from_strings', not {choice_scores!r}"
+            )
         try:
             return {choice: float(choice) for choice in choices}
         except ValueError as error:

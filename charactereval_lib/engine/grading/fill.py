@@ -126,9 +126,7 @@ def format_kwargs(
     return {key: format_value(value) for key, value in merged.items()}
 
 
-def fill_prompt(
-    prompt: str | Sequence[Mapping[str, str]], values: Mapping[str, str]
-) -> Messages:
+def fill_prompt(prompt: str | Sequence[Mapping[str, str]], values: Mapping[str, str]) -> Messages:
     """Format the template once with `values` and return chat messages.
 
     evals rule: a field the template needs but `values` lacks raises

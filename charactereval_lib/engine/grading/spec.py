@@ -123,8 +123,10 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
         raise _fail(source, "choice_strings", "expected a list of strings or a non-empty string")
 
     input_outputs = data["input_outputs"]
-    if not isinstance(input_outputs, Mapping) or not input_outputs or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in input_outputs.items()
+    if (
+        not isinstance(input_outputs, Mapping)
+        or not input_outputs
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in input_outputs.items())
     ):
         raise _fail(source, "input_outputs", "expected a non-empty mapping input field -> output field")
 
@@ -182,9 +184,13 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
 def _check_prompt(prompt: Any, source: str) -> str | tuple[Mapping[str, str], ...]:
     if isinstance(prompt, str):
         checked: str | tuple[Mapping[str, str], ...] = prompt
-    elif isinstance(prompt, list) and prompt and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in prompt
+        )
     ):
         checked = tuple(dict(m) for m in prompt)
     else:
@@ -192,7 +198,9 @@ def _check_prompt(prompt: Any, source: str) -> str | tuple[Mapping[str, str], ..
     try:
         prompt_fields(checked)
     except ValueError as error:
-        raise _fail(source, "prompt", f"bad template braces ({error}); write a literal brace as {{{{ or }}}}") from None
+        raise _fail(
+            source, "prompt", f"bad template braces ({error}); write a literal brace as {{{{ or }}}}"
+        ) from None
     return checked
 
 
