@@ -6,11 +6,14 @@ import tomllib
 from pathlib import Path
 
 from charactereval_lib.charactereval.judge_specs import (
+    BATTLE_FIELDS,
     JUDGE_FIELDS,
     SPEC_DIR,
     default_spec_path,
+    load_battle_spec,
     load_default_specs,
 )
+from charactereval_lib.engine.grading.battles import battle_requests, judge_battle
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.fill import prompt_fields
 from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply
@@ -48,4 +51,16 @@ def test_each_spec_fills_and_grades_a_reply():
 
 def test_the_specs_are_declared_package_data():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "*.yaml" in setuptools["package-data"]["charactereval_lib.charactereval.judge_specs"]
+    patterns = setuptools["package-data"]["charactereval_lib.charactereval.judge_specs"]
+    assert {"*.yaml", "battles/*.yaml"} <= set(patterns)
+
+
+def test_the_battle_spec_judges_both_orders():
+    spec = load_battle_spec()
+    fields = {key: SAMPLE[key] for key in BATTLE_FIELDS}
+    first, second = battle_requests(spec, fields, "R：A", "R：B", spec_args={"aspect": "empathy"})
+    assert "[Reply 1]\nR：A\n\n[Reply 2]\nR：B" in first.messages[0]["content"]
+    assert "[Reply 1]\nR：B\n\n[Reply 2]\nR：A" in second.messages[0]["content"]
+    assert "on one aspect: empathy." in first.messages[0]["content"]
+    record = judge_battle(spec, "Reply 1 is warmer.\n1", "Reply 2 is warmer.\n2")
+    assert (record["outcome"], record["consistent"]) == ("win", True)

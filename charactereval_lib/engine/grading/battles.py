@@ -43,12 +43,14 @@ def battle_requests(
     *,
     first_field: str = "response_1",
     second_field: str = "response_2",
+    spec_args: Mapping[str, Any] | None = None,
 ) -> list[BattleRequest]:
-    """Judge messages for both presentation orders of replies A and B on one sample."""
+    """Judge messages for both presentation orders of replies A and B on one sample
+    (`spec_args` override the spec's args, e.g. to battle on one metric)."""
     requests = []
     for order, (first, second) in zip(ORDERS, ((reply_a, reply_b), (reply_b, reply_a)), strict=True):
         sample = {**fields, first_field: first, second_field: second}
-        requests.append(BattleRequest(order, build_judge_messages(spec, sample)))
+        requests.append(BattleRequest(order, build_judge_messages(spec, sample, spec_args=spec_args)))
     return requests
 
 

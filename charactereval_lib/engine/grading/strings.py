@@ -26,18 +26,24 @@ def _ideal_list(ideal: str | Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class MatchResult:
+    """evals `Match` outcome: whether it matched and the first ideal that did."""
+
     correct: bool
     picked: str | None
 
 
 @dataclass(frozen=True)
 class IncludesResult:
+    """evals `Includes` outcome: whether any ideal occurs and, per ideal, where."""
+
     correct: bool
     per_ideal_get_answer: list[str | None]
 
 
 @dataclass(frozen=True)
 class FuzzyMatchResult:
+    """evals `FuzzyMatch` outcome: match flags and token F1, overall and per ideal."""
+
     correct: bool
     accuracy: float
     f1_score: float | int
@@ -47,6 +53,8 @@ class FuzzyMatchResult:
 
 @dataclass(frozen=True)
 class JsonMatchResult:
+    """evals `JsonMatch` outcome."""
+
     correct: bool
     accuracy: float
 
