@@ -112,6 +112,7 @@ def test_a_chat_prompt_gets_the_suffix_on_its_last_message(tmp_path):
             "no score for choice(s) b",
         ),
         (lambda s: s.replace('"12345"', '"ABC"'), "choice_scores", "could not convert"),
+        (lambda s: s.replace("from_strings", "[1, 2]"), "choice_scores", "expected a mapping"),
         (
             lambda s: s.replace("input_outputs: {context: response}", "input_outputs: [context]"),
             "input_outputs",

@@ -130,6 +130,10 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
     ):
         raise _fail(source, "input_outputs", "expected a non-empty mapping input field -> output field")
 
+    choice_scores = data.get("choice_scores")
+    if not (choice_scores is None or choice_scores == "from_strings" or isinstance(choice_scores, Mapping)):
+        raise _fail(source, "choice_scores", "expected a mapping choice -> number, from_strings or null")
+
     eval_type = data.get("eval_type")
     if eval_type is not None and eval_type not in EVAL_TYPES:
         raise _fail(source, "eval_type", f"{eval_type!r} is not one of {', '.join(EVAL_TYPES)}")
@@ -165,7 +169,7 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
         prompt=prompt,
         choice_strings=choice_strings,
         input_outputs=dict(input_outputs),
-        choice_scores=data.get("choice_scores"),
+        choice_scores=choice_scores,
         eval_type=eval_type,
         output_template=output_template,
         args=dict(args),
@@ -210,10 +214,12 @@ def _check_choices_and_scores(spec: ModelGradedSpec, source: str) -> None:
         return
     try:
         choices = spec.choices()
+    except GradingError as error:
+        raise _fail(source, "choice_strings", str(error)) from None
+    try:
         scores = resolve_choice_scores(spec.choice_scores, choices)
     except GradingError as error:
-        field_name = "choice_strings" if "punctuation" in str(error) else "choice_scores"
-        raise _fail(source, field_name, str(error)) from None
+        raise _fail(source, "choice_scores", str(error)) from None
     if scores is None:
         return
     missing = [choice for choice in choices if choice not in scores]
