@@ -17,25 +17,30 @@ from charactereval_lib.engine.grading.battles import battle_requests, judge_batt
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.fill import prompt_fields
 from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply
-from charactereval_lib.protocol import METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
+# The paper's 12 metrics (English name as in the protocol, Chinese name as in id2metric).
+METRICS = {
+    "Fluency": "对话流利度", "Coherence": "对话连贯性", "Consistency": "对话一致性",
+    "Exposure": "知识曝光度", "Accuracy": "知识准确率", "Hallucination": "知识幻觉性",
+    "Behavior": "行为一致性", "Utterance": "言语一致性", "Humanlikeness": "类人程度",
+    "Communication_skills": "交流技巧", "Diversity": "表现多样性", "Empathy": "共情度",
+}  # fmt: skip
 SAMPLE = {"role": "R", "profile": "{'name': 'R'}", "context": "U：hello", "response": "R：hi"}
 
 
 def test_one_valid_spec_per_metric():
     specs = load_default_specs()
-    assert sorted(specs) == sorted(m.metric_en for m in METRICS)
-    for metric in METRICS:
-        spec = specs[metric.metric_en]
-        assert spec.metadata["metric_en"] == metric.metric_en
-        assert spec.metadata["metric_zh"] == metric.metric_zh
+    assert sorted(specs) == sorted(METRICS)
+    for metric_en, metric_zh in METRICS.items():
+        spec = specs[metric_en]
+        assert (spec.metadata["metric_en"], spec.metadata["metric_zh"]) == (metric_en, metric_zh)
         assert (spec.eval_type, spec.parser, spec.answer_prompt) == ("cot_classify", "evals", True)
         assert spec.choices() == ["1", "2", "3", "4", "5"]
         assert dict(spec.input_outputs) == {"context": "response"}
         needed = set(prompt_fields(spec.prompt)) - set(spec.args) - {"n"}
-        assert needed == set(JUDGE_FIELDS), metric.metric_en
-        assert default_spec_path(metric.metric_en).parent == SPEC_DIR
+        assert needed == set(JUDGE_FIELDS), metric_en
+        assert default_spec_path(metric_en).parent == SPEC_DIR
 
 
 def test_each_spec_fills_and_grades_a_reply():
