@@ -1,0 +1,95 @@
+"""Panels: several judges on the same rows, their combined verdict and how far they agree."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from .agreement import (
+    Estimate,
+    bootstrap_weights,
+    krippendorff_alpha,
+    over_replicates,
+    percentile_estimate,
+    weighted_krippendorff_alpha,
+)
+from .choices import INVALID
+
+Method = Literal["majority", "mean"]
+OUTCOME_VALUES = {"loss": 0.0, "tie": 0.5, "win": 1.0}
+
+
+def majority(values: Sequence[Hashable]) -> Hashable | None:
+    """The most common valid value (None, NaN and `__invalid__` ignored); None when no value
+    is valid or when several values share the top count, so no majority exists."""
+    counts = Counter(v for v in values if not _missing(v)).most_common()
+    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+        return None
+    return counts[0][0]
+
+
+def mean_verdict(values: Sequence) -> float | None:
+    """The mean of the valid values; battle outcomes count as win 1, tie 0.5, loss 0."""
+    numbers = [OUTCOME_VALUES.get(v, v) for v in values if not _missing(v)]
+    return float(np.mean(numbers)) if numbers else None
+
+
+def _missing(value) -> bool:
+    return (
+        value is None
+        or value == INVALID
+        or value == "invalid"
+        or (isinstance(value, float) and np.isnan(value))
+    )
+
+
+def panel_table(
+    frame: pd.DataFrame,
+    *,
+    judge: str = "judge_model",
+    value: str = "score",
+    keys: Sequence[str] = ("id", "metric_en"),
+    method: Method = "mean",
+) -> pd.DataFrame:
+    """One row per `keys` with the panel's verdict (`majority` or `mean` of the judges'
+    `value`), `n_judges` and `n_valid` (judges whose value is valid)."""
+    combine = majority if method == "majority" else mean_verdict
+    rows = []
+    for key, group in frame.groupby(list(keys), sort=False):
+        values = group[value].tolist()
+        rows.append({
+            **dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
+            "panel": combine(values), "n_judges": group[judge].nunique(),
+            "n_valid": sum(not _missing(v) for v in values),
+        })  # fmt: skip
+    return pd.DataFrame.from_records(rows)
+
+
+def inter_judge_alpha(
+    frame: pd.DataFrame,
+    *,
+    judge: str = "judge_model",
+    value: str = "score",
+    keys: Sequence[str] = ("id", "metric_en"),
+    cluster: str = "id",
+    level: str = "ordinal",
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Estimate:
+    """Krippendorff's alpha among the judges (judges x rows, a missing or invalid value left
+    out), with a cluster-bootstrap interval by `cluster`."""
+    table = frame.assign(
+        _value=pd.to_numeric(frame[value].where(~frame[value].map(_missing)), errors="coerce")
+    )
+    wide = table.pivot_table(index=list(keys), columns=judge, values="_value", aggfunc="first", dropna=False)
+    data = wide.to_numpy(dtype=float).T
+    clusters = wide.index.get_level_values(cluster).tolist()
+    replicates = bootstrap_weights(clusters, n_boot, seed)
+    point = krippendorff_alpha(data, level)
+    spread = over_replicates(lambda w: weighted_krippendorff_alpha(data, w, level), replicates)
+    return percentile_estimate(point, spread, confidence, data.shape[1], len(set(clusters)))
