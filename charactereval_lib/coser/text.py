@@ -159,3 +159,57 @@ def ttr(text: str) -> float:
     ZeroDivisionError on text without tokens, as upstream does (callers decide)."""
     tokens = tokenize_words(text)
     return len(set(tokens)) / len(tokens)
+
+
+# --- repetition fix -----------------------------------------------------------------------------
+# Upstream applies `fix_repeation` to actor replies of models other than GPT and Claude. The
+# rules below are reconstructed from the 14 golden vectors (upstream's source is not part of the
+# pinned data): exact on those, unverified beyond them.
+_LONG_LETTER_RUN = re.compile(r"[A-Za-z]{100,}")
+_KEEP_LETTERS = 20
+_MIN_UNIT, _MIN_CONSECUTIVE = 5, 5  # a unit of >= 5 tokens repeated >= 5 times back to back
+_LONG_NGRAM = 15  # or a 15-token sequence that occurs again later (non-overlapping)
+
+
+def _detokenize(tokens: list[str]) -> str:
+    out = ""
+    for i, token in enumerate(tokens):
+        is_word = bool(re.fullmatch(r"\w+", token)) and not re.fullmatch(r"[\u4e00-\u9fff]", token)
+        out += (" " + token) if (i and is_word) else token
+    return out
+
+
+def _repeat_cut(tokens: list[str]) -> int | None:
+    """Index at which the first repetition starts (the text is cut there), or None."""
+    n = len(tokens)
+    for start in range(n):
+        for size in range(_MIN_UNIT, (n - start) // _MIN_CONSECUTIVE + 1):
+            unit = tokens[start : start + size]
+            if all(tokens[start + k * size : start + (k + 1) * size] == unit for k in range(1, _MIN_CONSECUTIVE)):
+                return start + size
+        if start + 2 * _LONG_NGRAM <= n:
+            gram = tokens[start : start + _LONG_NGRAM]
+            for later in range(start + _LONG_NGRAM, n - _LONG_NGRAM + 1):
+                if tokens[later : later + _LONG_NGRAM] == gram:
+                    return later
+    return None
+
+
+def fix_repeation(response: str) -> str | bool:
+    """Simulation step "repetition fix" (upstream ``fix_repeation``; its spelling kept).
+
+    Returns the repaired reply, or ``False`` when nothing needed fixing: a run of >= 100 ASCII
+    letters keeps its first 20; otherwise the reply is cut where a repetition starts (a unit of
+    >= 5 tokens repeated >= 5 times in a row, or a 15-token sequence seen again), re-joined from
+    tokens, with a final ``.`` when it does not end in punctuation."""
+    if _LONG_LETTER_RUN.search(response):
+        return _LONG_LETTER_RUN.sub(lambda m: m.group()[:_KEEP_LETTERS], response)
+    tokens = tokenize_words(response)
+    cut = _repeat_cut(tokens)
+    if cut is None:
+        return False
+    kept = tokens[:cut]
+    text = _detokenize(kept)
+    if re.fullmatch(r"\w+", kept[-1]):
+        text += "."
+    return text
