@@ -202,3 +202,14 @@ def test_critic_prompt_keeps_placeholders_in_inserted_data():
 def test_environment_messages_keep_their_brackets(version):
     sim = [{"role": ENVIRONMENT, "content": "[rain] falls"}, {"role": "A", "content": "[x] hi"}]
     assert J.simulation_str(sim, version) == "[rain] falls\n\nhi"
+
+
+def test_nsp_fallback_is_deterministic_and_consumes_one_draw():
+    import random
+
+    a, b = random.Random(42), random.Random(42)
+    pick = T.nsp_fallback(["Bob", "Environment", "Alice"], "Alice", a)
+    assert pick in ("Bob", "Environment")
+    b.choice(["x", "y"])  # upstream's single draw over two candidates
+    assert a.getstate() == b.getstate()
+    assert T.nsp_fallback(["Environment", "Bob", "Alice"], "Alice", random.Random(42)) == pick

@@ -213,3 +213,14 @@ def fix_repeation(response: str) -> str | bool:
     if re.fullmatch(r"\w+", kept[-1]):
         text += "."
     return text
+
+
+def nsp_fallback(speakers: list[str], current_speaker: str | None, rng) -> str:
+    """Simulation step "NSP fallback" (invalid prediction, the current speaker, ``random``, or an
+    early ``<END CHAT>``): one draw among the speakers other than the current one.
+
+    Upstream draws from a set (paper ``random.sample``, HEAD ``random.choice(list(set))``), so
+    its pick depends on the hash seed; the platform sorts the candidates first. It consumes the
+    stream exactly as upstream (one draw over the same count), so later draws are unaffected."""
+    candidates = sorted(set(speakers) - {current_speaker})
+    return rng.choice(candidates)
