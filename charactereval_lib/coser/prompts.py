@@ -1,0 +1,328 @@
+"""CoSER prompt building: the actors', the environment's and the NSP agent's system prompts.
+
+Upstream builds these in ``get_character_prompt`` / ``get_environment_prompt`` /
+``get_nsp_prompt`` (utils.py, not part of the pinned data) and finishes them in ``Agent``. The
+section skeletons below are short protocol strings reconstructed from, and pinned by, the
+golden prompt vectors (``prompts_paper/head/variants.jsonl``, 560 scenes x agents).
+
+Randomness: two choices per agent come from a ``random.Random``: the decorator put before each
+other character's profile (one draw per actor whenever the scene has any profile) and the
+environment's self-description (one draw). Upstream draws them from one process-wide stream;
+``prompt_stream`` replays that stream exactly, ``scene_rng`` is the per-scene stream that real,
+concurrent runs use (a recorded platform choice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .data import Scene
+from .versions import ProtocolVersion
+
+ENVIRONMENT = "Environment"
+NSP = "NSP"
+CONVERSATION_START = "===Conversation Start===\n\n"
+PROCESS_SEED = 42
+
+# Population of the decorator draw and of the environment's self-description draw (order matters:
+# the draw is an index into these lists).
+PROFILE_DECORATORS = ("*" * 30 + "\n\n", "*" * 20 + "\n\n", "\n\n", "\n", "")
+ENVIRONMENT_ROLES = ("an environment model", "a world model", "a world simulator", "an environment simulator")
+
+_OUTPUT_FORMAT_THOUGHT = (
+    "Your output should include **thought**, **speech**, and **action**. "
+    "Use [your thought] for thoughts, which others can't see{example_thought}. "
+    "Use (your action) for actions, which others can see{example_action}."
+)
+_EXAMPLE_THOUGHT = ", e.g. [I'm terrified, but I must appear strong.]"
+_EXAMPLE_ACTION = ", such as (watches silently, trying to control her fear and anger)"
+_OUTPUT_FORMAT_THOUGHTLESS = (
+    "Your output should include **speech** and **action**. Use (your action) for actions, which others can see."
+)
+_ACTOR_LENGTH_RULE = "\n\nSpeak concisely as humans, instead of being verbose. Limit your response to 60 words.\n\n"
+_NAME_SUFFIX = 'Start your response with "{name}: ". Avoid speaking as other characters.\n\n'
+
+_ENVIRONMENT_PROMPT = (
+    "You are {role} for a role-playing game. Your task is to provide the environmental feedback: Based on the "
+    "characters' interactions, dialogues, and actions, describe the resulting changes in the environment. "
+    "This includes:\n"
+    "   - Physical changes in the setting\n"
+    "   - Reactions of background characters or crowds\n"
+    "   - Ambient sounds, weather changes, or atmospheric shifts\n"
+    "   - Any other relevant environmental details\n\n"
+    "Your descriptions should be vivid and help set the scene, but avoid dictating the actions or dialogue of "
+    "the main characters (including {majors}).\n\n"
+    "Important notes:\n"
+    "- You may include actions and reactions of minor characters or crowds, as long as they're not main "
+    "characters (including {majors}).\n"
+    "- Keep your environmental descriptions concise but impactful, typically 1-3 sentences.\n"
+    "- Respond to subtle cues in the characters' interactions to create a dynamic, reactive environment.\n"
+    "- Your output should match the tone, setting, and cultural context of the scenario.\n\n"
+    "===The scenario is as follows===\n{scenario}"
+)
+_NSP_PROMPT = (
+    "Your task is to predict the next speaker for a role-playing game. That is, you need to determine which "
+    "character (or the Environment) might act next based on their previous interactions. The Environment is a "
+    "special role that provides the environmental feedback. Choose a name from this list: {names}. If it's "
+    "unclear who should act next, output \"random\". If you believe the scene or conversation should conclude, "
+    "output \"<END CHAT>\".\n\n===The scenario is as follows===\n{scenario}"
+)
+_NSP_OUTPUT_FORMAT = (
+    "\n\n===Output Format===\nYou must structure your response as follows:\n"
+    "1. Reasoning: Explain your thought process.\n"
+    "2. Next Speaker: Select exactly one character name from the list: {names}.\n"
+)
+
+
+@dataclass(frozen=True)
+class ModelRules:
+    """Per-role model-name rules of upstream, as explicit flags (defaults: ``default_rules``)."""
+
+    system_role: str  # "system", or "user" when the family takes no system message
+    name_suffix: bool  # append `Start your response with "<name>: "...`
+    output_example: bool  # actors: the output-format line carries the e.g./such-as examples
+
+
+def default_rules(model: str, version: ProtocolVersion) -> ModelRules:
+    """Upstream's model-name rules for one agent's model.
+
+    - system message sent as ``user`` for ``claude*`` and ``o1*`` (both versions);
+    - name suffix: paper for ``llama3p1-8b-instruct``, ``llama31-70-chat`` and any name containing
+      ``step``; HEAD (d7cee90) for names starting with ``llama`` or ``step``;
+    - no output example: HEAD for names containing ``coser`` (any case); paper for the CoSER
+      fine-tune ``llama3-1210-8epc`` (the only paper-era name the golden vectors pin; pass the flag
+      explicitly for other fine-tunes)."""
+    system_role = "user" if model.startswith(("claude", "o1")) else "system"
+    if version.name_suffix_rule == "paper":
+        name_suffix = model in ("llama3p1-8b-instruct", "llama31-70-chat") or "step" in model
+        output_example = not (model == "llama3-1210-8epc" or "coser" in model.lower())
+    else:
+        name_suffix = model.startswith(("llama", "step"))
+        output_example = "coser" not in model.lower()
+    return ModelRules(system_role=system_role, name_suffix=name_suffix, output_example=output_example)
+
+
+@dataclass
+class AgentPrompt:
+    """One agent of a scene with its prompts and the random draw its prompt consumed."""
+
+    name: str
+    kind: str  # "actor", "env" or "nsp"
+    model: str
+    rules: ModelRules
+    raw_prompt: str
+    system_prompt: str
+    rng_draw: dict[str, Any] | None = None
+    initial_messages: list[dict[str, str]] = field(default_factory=list)
+
+
+def involved_character_profiles(scene: Scene) -> dict[str, str]:
+    """Simulation step "involved profiles" (paper 93c1474): for each speaking character except
+    the Environment, the plot's ``key_characters[].description`` (when present), a blank line and
+    the book profile, stripped of spaces/newlines; characters with an empty result are left out."""
+    raw = scene.raw
+    plot_characters = {c.get("name"): c for c in raw["plot"].get("key_characters", [])}
+    profiles = {}
+    for name in raw["speaking_characters_w_env"]:
+        if name == ENVIRONMENT:
+            continue
+        profile = raw["character_profiles"].get(name, "")
+        info = plot_characters.get(name)
+        if info is not None and "description" in info:
+            profile = info["description"].strip(" \n") + "\n\n" + profile.strip(" \n")
+        profile = profile.strip(" \n")
+        if profile:
+            profiles[name] = profile
+    return profiles
+
+
+def speakers_with_environment(scene: Scene) -> list[str]:
+    """The scene's speakers: ``speaking_characters_w_env`` with the Environment appended when
+    absent (upstream mutates the list, so the NSP candidates include it)."""
+    names = list(scene.raw["speaking_characters_w_env"])
+    if ENVIRONMENT not in names:
+        names.append(ENVIRONMENT)
+    return names
+
+
+def agent_order(scene: Scene) -> list[str]:
+    """Agent creation order: the speakers (Environment at its listed place, else last), then
+    the NSP agent. Random draws follow this order."""
+    return speakers_with_environment(scene) + [NSP]
+
+
+def _draw(rng: random.Random, population: tuple[str, ...], purpose: str, counter: list[int]) -> tuple[str, dict]:
+    value = rng.choice(population)
+    index = population.index(value)  # the populations have distinct members
+    counter[0] += 1
+    return value, {
+        "draw_no": counter[0] - 1,
+        "population_size": len(population),
+        "index": index,
+        "value": population[index],
+        "purpose": purpose,
+    }
+
+
+def actor_prompt(
+    scene: Scene,
+    character: str,
+    profiles: dict[str, str],
+    decorator: str,
+    version: ProtocolVersion,
+    *,
+    thoughtless: bool,
+    output_example: bool,
+) -> str:
+    """Upstream step "character prompt" (``get_character_prompt``): identity, own profile,
+    scenario, the other characters' profiles each behind ``decorator``, inner thoughts (read
+    from ``version.thought_key``, so always empty at HEAD), requirements."""
+    raw = scene.raw
+    thought = ""
+    for entry in raw["key_characters"]:
+        if entry.get("name") == character:
+            thought = entry.get(version.thought_key, "")
+    others = "".join(f"{decorator}{name}: {text}\n\n" for name, text in profiles.items() if name != character)
+    if thoughtless:
+        output_format = _OUTPUT_FORMAT_THOUGHTLESS
+    elif output_example:
+        output_format = _OUTPUT_FORMAT_THOUGHT.format(example_thought=_EXAMPLE_THOUGHT, example_action=_EXAMPLE_ACTION)
+    else:
+        output_format = _OUTPUT_FORMAT_THOUGHT.format(example_thought="", example_action="")
+    prompt = f"You are {character} from {raw['book']}.\n\n"
+    # The profile section is there even when the character has no profile (13 actors).
+    prompt += f"==={character}'s Profile===\n{profiles.get(character, '')}\n\n"
+    prompt += f"===Current Scenario===\n{raw['scenario']}\n\n"
+    if others:
+        prompt += f"===Information about the other Characters===\n{others}\n\n"
+    if thought:
+        prompt += f"===Your Inner Thoughts===\n{thought}\n\n"
+    return prompt + f"\n\n===Requirements===\n{output_format}\n\n"
+
+
+def environment_prompt(scene: Scene, role: str) -> str:
+    """Upstream step "environment prompt" (``get_environment_prompt``): the main characters are
+    the repr of the scene's ``major_characters`` list (not the speaking list)."""
+    majors = repr(scene.raw["major_characters"])
+    return _ENVIRONMENT_PROMPT.format(role=role, majors=majors, scenario=scene.raw["scenario"])
+
+
+def nsp_prompt(scene: Scene, version: ProtocolVersion) -> str:
+    """Upstream step "NSP prompt" (``get_nsp_prompt``): the candidate list is the repr of
+    ``speaking_characters_w_env`` after upstream appended a missing Environment to it; HEAD
+    (958f962) appends the output-format block."""
+    names = repr(speakers_with_environment(scene))
+    prompt = _NSP_PROMPT.format(names=names, scenario=scene.raw["scenario"])
+    if version.nsp_output_format:
+        prompt += _NSP_OUTPUT_FORMAT.format(names=names)
+    return prompt
+
+
+def finish_system_prompt(raw_prompt: str, kind: str, name: str, rules: ModelRules) -> str:
+    """Upstream step "Agent init": strip newlines, add the actors' length rule, then the
+    name suffix (glued without a separator, which shows after the NSP prompt's final ``].``)."""
+    prompt = raw_prompt.strip("\n")
+    if kind == "actor":
+        prompt += _ACTOR_LENGTH_RULE
+    if rules.name_suffix:
+        prompt += _NAME_SUFFIX.format(name=name)
+    return prompt
+
+
+def initial_messages(system_prompt: str, rules: ModelRules) -> list[dict[str, str]]:
+    """An agent's messages once the conversation starts. When the system prompt is sent as a
+    user message, the start marker merges into it (two user messages in a row are joined)."""
+    if rules.system_role == "user":
+        return [{"role": "user", "content": system_prompt + "\n\n" + CONVERSATION_START}]
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": CONVERSATION_START}]
+
+
+def build_scene_agents(
+    scene: Scene,
+    version: ProtocolVersion,
+    rng: random.Random,
+    *,
+    actor_model: str,
+    env_model: str,
+    nsp_model: str,
+    thoughtless: bool = False,
+    rules: dict[str, ModelRules] | None = None,
+    draw_counter: list[int] | None = None,
+) -> list[AgentPrompt]:
+    """Protocol step "create the scene's agents": every agent's prompts in creation order,
+    consuming ``rng`` exactly as upstream does. ``rules`` overrides the per-role model rules
+    (keys ``actor``, ``env``, ``nsp``); ``draw_counter`` numbers the draws of a shared stream."""
+    counter = draw_counter if draw_counter is not None else [0]
+    role_rules = {
+        "actor": default_rules(actor_model, version),
+        "env": default_rules(env_model, version),
+        "nsp": default_rules(nsp_model, version),
+    }
+    role_rules.update(rules or {})
+    profiles = involved_character_profiles(scene)
+    agents = []
+    for name in agent_order(scene):
+        if name == NSP:
+            kind, model, raw, draw = "nsp", nsp_model, nsp_prompt(scene, version), None
+        elif name == ENVIRONMENT:
+            role, draw = _draw(rng, ENVIRONMENT_ROLES, "environment model role phrase", counter)
+            kind, model, raw = "env", env_model, environment_prompt(scene, role)
+        else:
+            decorator, draw = "", None
+            if profiles:
+                decorator, draw = _draw(rng, PROFILE_DECORATORS, "profile decorator", counter)
+            kind, model = "actor", actor_model
+            raw = actor_prompt(
+                scene, name, profiles, decorator, version,
+                thoughtless=thoughtless, output_example=role_rules["actor"].output_example,
+            )
+        agent_rules = role_rules[kind]
+        system_prompt = finish_system_prompt(raw, kind, name, agent_rules)
+        agents.append(
+            AgentPrompt(
+                name=name, kind=kind, model=model, rules=agent_rules, raw_prompt=raw,
+                system_prompt=system_prompt, rng_draw=draw,
+                initial_messages=initial_messages(system_prompt, agent_rules),
+            )
+        )
+    return agents
+
+
+@dataclass
+class StreamedScene:
+    """A scene's agents plus where the shared stream stood when the scene started."""
+
+    scene: Scene
+    agents: list[AgentPrompt]
+    draw_no_at_start: int
+    state_sha256_at_start: str
+
+
+def prompt_stream(scenes: Iterable[Scene], version: ProtocolVersion, **agent_kwargs: Any) -> Iterator[StreamedScene]:
+    """Upstream's process-wide random stream, replayed: ``random.seed(42)`` once (HEAD), or
+    again at the first scene of each test file (paper reseeds per generate call, i.e. when
+    the ``tag`` changes from ``id`` to ``ood``). Exact only when no dialogue draws (NSP
+    fallbacks, HTTP retries) happen between scenes, as in the golden protocol."""
+    rng = random.Random()
+    counter = [0]
+    current_file = None
+    for scene in scenes:
+        if current_file is None or (version.reseed_per_test_file and scene.tag != current_file):
+            rng.seed(PROCESS_SEED)
+            counter = [0]
+        current_file = scene.tag
+        start, state = counter[0], hashlib.sha256(repr(rng.getstate()).encode()).hexdigest()
+        agents = build_scene_agents(scene, version, rng, draw_counter=counter, **agent_kwargs)
+        yield StreamedScene(scene, agents, start, state)
+
+
+def scene_rng(scene_key: str, seed: int = PROCESS_SEED) -> random.Random:
+    """Platform choice for real (concurrent) runs: each scene's own stream, seeded from the
+    SHA-256 of ``"{seed}:{scene_key}"``, so a scene's prompts and fallbacks do not depend on
+    which scenes ran before it, on retries, or on scheduling."""
+    digest = hashlib.sha256(f"{seed}:{scene_key}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))

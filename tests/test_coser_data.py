@@ -1,0 +1,86 @@
+"""CoSER data: pinned files verified, one-line errors, critic prompts read with ast only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from charactereval_lib.coser import data as D
+from charactereval_lib.coser.metrics import BLEU_UNAVAILABLE, BleuUnavailable, bleu, rouge_l
+from charactereval_lib.coser.upstream import DIMENSIONS, load_critic_prompts, parse_critic_prompts
+from charactereval_lib.data import DataError
+
+from tests.coser_golden import data_dir
+
+
+def copy_data(tmp_path):
+    src = data_dir()
+    (tmp_path / "upstream").mkdir()
+    for spec in D.manifest().files:
+        shutil.copyfile(src / spec.name, tmp_path / spec.name)
+    return tmp_path
+
+
+def test_real_data_verifies_and_loads():
+    assert D.verify(data_dir()) == []
+    scenes = D.load_test_set(data_dir())
+    assert len(scenes) == 200
+    assert [s.tag for s in scenes] == ["id"] * 100 + ["ood"] * 100
+    assert len({s.key for s in scenes}) == 200
+    critic = load_critic_prompts(data_dir())
+    assert set(critic.details) == set(DIMENSIONS) and "{dimension_criteria}" in critic.template
+
+
+def test_lookup_order(monkeypatch, tmp_path):
+    monkeypatch.setenv(D.DATA_DIR_ENV, str(tmp_path))
+    assert D.locate_data_dir("explicit") == D.Path("explicit")
+    assert D.locate_data_dir() == tmp_path
+    monkeypatch.delenv(D.DATA_DIR_ENV)
+    assert D.locate_data_dir() == D.DEFAULT_DATA_DIR
+
+
+def test_missing_altered_malformed_are_one_line_errors(tmp_path):
+    root = copy_data(tmp_path)
+    (root / "test_set.json").unlink()
+    problems = D.verify(root)
+    assert len(problems) == 1 and "missing" in problems[0] and "\n" not in problems[0]
+    with pytest.raises(DataError, match="missing"):
+        D.load_test_set(root)
+    (root / "test_set.json").write_text("[1, 2", encoding="utf-8")
+    with pytest.raises(DataError, match="SHA-256 mismatch"):
+        D.load_test_set(root)
+    with pytest.raises(DataError, match="malformed JSON"):
+        D.load_test_set(root, verify_digests=False)
+    (root / "test_set.json").write_text(json.dumps([{"book": "B"}]), encoding="utf-8")
+    with pytest.raises(DataError, match="missing field 'plot'"):
+        D.load_test_set(root, verify_digests=False)
+
+
+def test_prompt_file_is_parsed_never_executed(tmp_path):
+    marker = tmp_path / "executed"
+    source = f"open({str(marker)!r}, 'w').write('x')\ncritic_prompts = {{'self-play-deduct-template': 'T', 'dimension_details': {{}}}}\n"
+    with pytest.raises(DataError, match="exactly the 4 dimensions"):
+        parse_critic_prompts(source.encode(), tmp_path / "prompts.py")
+    assert not marker.exists()
+    with pytest.raises(DataError, match="not a literal"):
+        parse_critic_prompts(b"critic_prompts = dict(a=1)\n", tmp_path / "prompts.py")
+
+
+def test_altered_prompt_file_is_refused(tmp_path):
+    root = copy_data(tmp_path)
+    path = root / D.UPSTREAM_PROMPTS
+    path.write_bytes(path.read_bytes() + b"\n")
+    with pytest.raises(DataError, match="mismatch"):
+        load_critic_prompts(root)
+
+
+def test_rouge_l_and_bleu_availability():
+    assert rouge_l("the cat sat on the mat", "the cat is on the mat") == pytest.approx(0.8, abs=1e-6)
+    try:
+        value = bleu("the cat sat on the mat", "the cat sat on the mat")
+    except BleuUnavailable as exc:
+        assert str(exc) == BLEU_UNAVAILABLE and "\n" not in str(exc)
+    else:
+        assert value == pytest.approx(1.0)
