@@ -28,6 +28,8 @@ class TransformResult:
     no_metric_ids: list[int] = field(default_factory=list)
     # Test samples with no generation record at all (an unfinished run).
     missing_ids: list[int] = field(default_factory=list)
+    # What the caller should show the user (e.g. a torn last line that was skipped).
+    warnings: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -94,12 +96,15 @@ def generation_outputs(generations: Iterable[Mapping[str, Any]]) -> dict[int, st
 
 
 def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
-    """S5 for a run directory: ``generations.jsonl`` -> ``rows.jsonl`` (rewritten atomically)."""
+    """S5 for a run directory: ``generations.jsonl`` -> ``rows.jsonl`` (rewritten atomically).
+
+    A torn last line of ``generations.jsonl`` is skipped and reported in ``warnings``."""
     run_dir = Path(run_dir)
     generations = runs.read_jsonl(run_dir / runs.GENERATIONS)
     if not generations.records:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to transform")
     result = transform(generation_outputs(generations.records), data)
+    result.warnings.extend(generations.warnings)
     runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     runs.update_manifest(
         run_dir,
@@ -108,6 +113,7 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
             "failed_ids": result.failed_ids,
             "no_metric_ids": result.no_metric_ids,
             "torn_lines_ignored": len(generations.warnings),
+            "warnings": result.warnings,
             "finished_at": runs.utc_now(),
         },
     )
