@@ -7,7 +7,7 @@ import json
 import pytest
 
 from charactereval_lib.charactereval.aggregate import summarize_run
-from charactereval_lib.charactereval.official import OfficialFormatError, import_official
+from charactereval_lib.charactereval.official import OfficialFormatError, export_official, import_official
 from charactereval_lib.charactereval.transform import transform_run
 from charactereval_lib.engine import runs
 from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_SAMPLES
@@ -78,3 +78,14 @@ def test_transformed_file_with_a_null_reply_is_refused(synthetic_data, tmp_path)
     with pytest.raises(OfficialFormatError, match="record #0 \\(id 2\\): model_output is null"):
         import_official(write(tmp_path / "e.jsonl", records), tmp_path / "run", synthetic_data)
     assert not (tmp_path / "run").exists()
+
+
+def test_export_of_a_missing_run_leaves_nothing_behind(synthetic_data, tmp_path):
+    run = tmp_path / "nothing"
+    with pytest.raises(runs.RunError, match="no generations to export"):
+        export_official(run, synthetic_data)
+    assert not run.exists()
+    out = tmp_path / "out"
+    with pytest.raises(runs.RunError):
+        export_official(run, synthetic_data, out)
+    assert not out.exists()

@@ -221,13 +221,13 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     ``generation_trans.jsonl`` (S5 rows) and, when scores exist, ``evaluation.jsonl``."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "official"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    by_id = data.by_id()
-    written = []
-
+    # Checked before the output directory exists: a missing or empty run leaves nothing behind.
     generations = runs.read_jsonl(run_dir / runs.GENERATIONS).records
     if not generations:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to export")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_id = data.by_id()
+    written = []
     outputs = generation_outputs(generations)
     generation_records = [
         {"id": sample.id, "role": sample.role, "novel_name": sample.novel_name, "context": sample.context,
