@@ -27,6 +27,22 @@ def test_locate_prefers_flag_then_env_then_default(monkeypatch, tmp_path):
     assert locate_data_dir(None) == data_mod.DEFAULT_DATA_DIR
 
 
+def test_tests_find_the_data_where_the_cli_does(monkeypatch, tmp_path):
+    from tests.conftest import real_data_dir
+
+    monkeypatch.delenv("CHARACTEREVAL_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert real_data_dir() is None
+    # What `charactereval data fetch` fills without --dir: found with no variable set.
+    fetched = tmp_path / data_mod.DEFAULT_DATA_DIR
+    fetched.mkdir(parents=True)
+    (fetched / "test_data.jsonl").write_text("[]", encoding="utf-8")
+    assert real_data_dir() == locate_data_dir() == data_mod.DEFAULT_DATA_DIR
+    # The variable comes first, as for the CLI.
+    monkeypatch.setenv("CHARACTEREVAL_DATA_DIR", str(tmp_path / "env"))
+    assert real_data_dir() == locate_data_dir() == tmp_path / "env"
+
+
 def test_git_blob_digest_matches_git():
     # `printf 'hello\n' | git hash-object --stdin`
     assert digests(b"hello\n")[1] == "ce013625030ba8dba906f756967f9e9ca394464a"
