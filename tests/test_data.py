@@ -189,6 +189,18 @@ def test_fetch_offline_fails_with_one_clear_line(tmp_path):
         fetch(tmp_path, ["required"], mirror=f"http://127.0.0.1:{port}", progress=False, timeout=5)
     message = str(info.value)
     assert "\n" not in message and "download failed" in message and "offline" in message
+    # The line names both ways around it, which the README's section explains.
+    assert "CHARACTEREVAL_DATA_DIR" in message and "--mirror URL" in message
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### When `data fetch` cannot reach GitHub", 1)[1].split("\n## ", 1)[0]
+    assert "CHARACTEREVAL_DATA_DIR" in section and "--mirror" in section and "data verify" in section
+
+
+def test_fetch_from_a_local_checkout_as_the_readme_shows(mirror, tmp_path):
+    _, root = mirror
+    target = tmp_path / "fetched"
+    fetch(target, ["required", "guide"], mirror=root.as_uri(), progress=False)
+    assert verify_files(target, ["required", "guide"]) == []
 
 
 def test_fetch_http_error_names_the_url(mirror, tmp_path):
