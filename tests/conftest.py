@@ -9,17 +9,23 @@ from typing import Any
 
 import pytest
 
-from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
+from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data, locate_data_dir
 
 NO_DATA_REASON = (
     f"official data not configured: set {DATA_DIR_ENV} to a directory with test_data.jsonl, "
-    "character_profiles.json and id2metric.jsonl (CI always sets it)"
+    "character_profiles.json and id2metric.jsonl, or run `charactereval data fetch` "
+    "(data/official/; CI always sets the variable)"
 )
 
 
 def real_data_dir() -> Path | None:
-    value = os.environ.get(DATA_DIR_ENV)
-    return Path(value) if value else None
+    """The official data where the CLI finds it without a flag (``locate_data_dir``): the
+    environment variable, else ``data/official/`` once `charactereval data fetch` filled it, so a
+    user whose `make demo` fetched the data runs the conformance tests too."""
+    path = locate_data_dir()
+    if os.environ.get(DATA_DIR_ENV) or (path / "test_data.jsonl").exists():
+        return path
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,22 @@ def test_locate_prefers_flag_then_env_then_default(monkeypatch, tmp_path):
     assert locate_data_dir(None) == data_mod.DEFAULT_DATA_DIR
 
 
+def test_tests_find_the_data_where_the_cli_does(monkeypatch, tmp_path):
+    from tests.conftest import real_data_dir
+
+    monkeypatch.delenv("CHARACTEREVAL_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert real_data_dir() is None
+    # What `charactereval data fetch` fills without --dir: found with no variable set.
+    fetched = tmp_path / data_mod.DEFAULT_DATA_DIR
+    fetched.mkdir(parents=True)
+    (fetched / "test_data.jsonl").write_text("[]", encoding="utf-8")
+    assert real_data_dir() == locate_data_dir() == data_mod.DEFAULT_DATA_DIR
+    # The variable comes first, as for the CLI.
+    monkeypatch.setenv("CHARACTEREVAL_DATA_DIR", str(tmp_path / "env"))
+    assert real_data_dir() == locate_data_dir() == tmp_path / "env"
+
+
 def test_git_blob_digest_matches_git():
     # `printf 'hello\n' | git hash-object --stdin`
     assert digests(b"hello\n")[1] == "ce013625030ba8dba906f756967f9e9ca394464a"
@@ -173,6 +189,18 @@ def test_fetch_offline_fails_with_one_clear_line(tmp_path):
         fetch(tmp_path, ["required"], mirror=f"http://127.0.0.1:{port}", progress=False, timeout=5)
     message = str(info.value)
     assert "\n" not in message and "download failed" in message and "offline" in message
+    # The line names both ways around it, which the README's section explains.
+    assert "CHARACTEREVAL_DATA_DIR" in message and "--mirror URL" in message
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### When `data fetch` cannot reach GitHub", 1)[1].split("\n## ", 1)[0]
+    assert "CHARACTEREVAL_DATA_DIR" in section and "--mirror" in section and "data verify" in section
+
+
+def test_fetch_from_a_local_checkout_as_the_readme_shows(mirror, tmp_path):
+    _, root = mirror
+    target = tmp_path / "fetched"
+    fetch(target, ["required", "guide"], mirror=root.as_uri(), progress=False)
+    assert verify_files(target, ["required", "guide"]) == []
 
 
 def test_fetch_http_error_names_the_url(mirror, tmp_path):

@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from _reward_support import GOLDEN_DIR
+from charactereval_lib.charactereval.reward import checkpoint as checkpoint_mod
 from charactereval_lib.charactereval.reward.checkpoint import (
     BIN_INDEX,
+    check_weights,
     checkpoint_identity,
     expected_shapes,
     find_layout,
@@ -273,3 +275,46 @@ def test_identity_follows_content(tmp_path):
     shard = _shard_of(b, "score.weight")
     _edit_shard(b / shard, lambda s: s["score.weight"].add_(1))
     assert checkpoint_identity(a)["sha256"] != checkpoint_identity(b)["sha256"]
+
+
+def _mis_shape(state):
+    state["model.layers.1.mlp.up_proj.weight"] = torch.zeros(24, 20, dtype=torch.bfloat16)
+
+
+def _int_bias(state):
+    state["score.bias"] = torch.zeros(1, dtype=torch.int64)
+
+
+def _extra(state):
+    state["lm_head.weight"] = torch.zeros(64, 16, dtype=torch.bfloat16)
+
+
+def _drop_norm(state):
+    state.pop("model.norm.weight")
+
+
+@pytest.mark.parametrize("kind", ["bin", "safetensors"])
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("edit", [_mis_shape, _int_bias, _extra, _drop_norm])
+def test_header_check_refuses_what_loading_refuses_without_reading_weights(tmp_path, monkeypatch, kind, shards, edit):
+    state = {k: v.to(torch.bfloat16) for k, v in random_state(CONFIG, seed=1).items()}
+    edit(state)
+    write_checkpoint(tmp_path, kind=kind, shards=shards, state=state)
+    expected = expected_shapes(CONFIG)
+    with pytest.raises(CheckpointError) as loading:
+        load_model(tmp_path)
+    # The header check must not touch the weights: reading a tensor's data fails the test.
+    monkeypatch.setattr(checkpoint_mod, "_iter_file", lambda *a: pytest.fail("weights were read"))
+    with pytest.raises(CheckpointError) as header:
+        check_weights(tmp_path, expected)
+    assert one_line(header) == one_line(loading)
+
+
+@pytest.mark.parametrize("kind", ["bin", "safetensors"])
+def test_header_check_passes_a_good_checkpoint_and_catches_a_truncated_one(tmp_path, kind):
+    write_checkpoint(tmp_path, kind=kind, shards=3)
+    check_weights(tmp_path, expected_shapes(CONFIG))
+    shard = sorted(tmp_path.glob("*.safetensors" if kind == "safetensors" else "*.bin"))[1]
+    shard.write_bytes(shard.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(shard.name)}: (unreadable|truncated)"):
+        check_weights(tmp_path, expected_shapes(CONFIG))

@@ -62,6 +62,24 @@ def test_rm_check_reports_missing_files(tmp_path, capsys):
     assert RM_FILES[0] == "config.json"
 
 
+def test_rm_check_reports_a_mis_shaped_tensor_from_the_headers(tmp_path, capsys):
+    import shutil
+
+    import torch
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint(layers=1, hidden=16, heads=2), broken)
+    index = json.loads((broken / "pytorch_model.bin.index.json").read_text())["weight_map"]
+    key = "model.layers.0.mlp.up_proj.weight"
+    shard = broken / index[key]
+    state = torch.load(shard, weights_only=True)
+    state[key] = torch.zeros(state[key].shape[0], state[key].shape[1] + 1, dtype=state[key].dtype)
+    torch.save(state, shard)
+    assert check_rm_dir(broken) == [f"{key}: shape {tuple(state[key].shape)} expected {tuple(state[key].shape[:1]) + (16,)} in {shard.name}"]
+    assert main(["rm", "check", str(broken)]) == 1
+    assert f"{key}: shape" in capsys.readouterr().err
+
+
 def test_make_tiny_writes_a_labelled_official_layout(tmp_path, capsys):
     out = tmp_path / "tiny"
     assert main(["rm", "make-tiny", str(out), "--layers", "1", "--hidden", "16", "--heads", "2", "--vocab", "1200"]) == 0

@@ -268,11 +268,9 @@ def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_
 
 
 @pytest.mark.conformance
-def test_cli_dry_run_on_the_official_data(tmp_path, capsys):
+def test_cli_dry_run_on_the_official_data(official_dir, tmp_path, capsys):
     """The score command's dry run joins real contexts and profiles (skipped without data)."""
-    data_dir = os.environ.get("CHARACTEREVAL_DATA_DIR")
-    if not data_dir:
-        pytest.skip("official data not configured: set CHARACTEREVAL_DATA_DIR")
+    data_dir = str(official_dir)
     from charactereval_lib.cli import main
 
     data = load_official_data(data_dir)

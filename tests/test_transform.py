@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from charactereval_lib.charactereval.transform import first_line, generation_outputs, is_failed_output, transform
+from charactereval_lib.charactereval.transform import (
+    first_line,
+    generation_outputs,
+    is_failed_output,
+    transform,
+    transform_run,
+)
+from charactereval_lib.engine import runs
 
 
 def test_first_line_keeps_empty_string_from_leading_newline():
@@ -68,3 +77,12 @@ def test_transform_of_real_data_gives_the_official_row_counts(official_data):
     positions = [order[r["id"]] for r in result.rows]
     assert positions == sorted(positions)
     assert all("\n" not in r["model_output"] for r in result.rows)
+
+
+def test_transform_run_reports_a_torn_last_line(synthetic_data, tmp_path):
+    (tmp_path / runs.GENERATIONS).write_text(
+        json.dumps({"id": 2, "model_output": "丙：好", "status": "ok"}) + '\n{"id": 3, "model_out', encoding="utf-8")
+    result = transform_run(tmp_path, synthetic_data)
+    assert len(result.rows) == 1
+    assert len(result.warnings) == 1 and "torn last line" in result.warnings[0]
+    assert runs.load_manifest(tmp_path)["transform"]["warnings"] == result.warnings

@@ -204,8 +204,9 @@ def _download(url: str, *, timeout: float, progress: bool, label: str) -> bytes:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise DataError(
-            f"{url}: download failed ({reason}); are you offline? Copy the files into the data "
-            f"directory by hand or set {DATA_DIR_ENV}"
+            f"{url}: download failed ({reason}); are you offline? Set {DATA_DIR_ENV} to a copy of "
+            "the files, copy them into the data directory, or fetch from a mirror with --mirror URL "
+            "(README: 'When data fetch cannot reach GitHub')"
         ) from None
 
 

@@ -8,6 +8,10 @@ Import understands three kinds, told apart by their fields:
   ``metric_en`` key, as the official scorer writes it.
 A subset of samples is fine. Every record is checked against the official test data (id, role,
 context) before anything is written, so a failed import leaves nothing behind.
+
+Rows of a ``generation_trans`` or ``evaluation`` file are taken as they are: S5 already ran on
+them. In particular a stored reply that is exactly ``"ERROR"`` (the first line of a raw
+``"ERROR\n..."``) is kept, and scored, as the official scorer did; every imported score is used.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import numbers
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
+from charactereval_lib.charactereval.protocol import ERROR_OUTPUT
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
 
 GENERATION = "generation"
@@ -30,6 +36,29 @@ EVALUATION = "evaluation"
 
 class OfficialFormatError(DataError):
     """An official-format file that cannot be imported as it is."""
+
+
+@dataclass
+class ImportResult(TransformResult):
+    """S5's result for the imported replies plus what the file held, so that nothing it carried
+    goes unused without a count saying so."""
+
+    kind: str = GENERATION
+    records: int = 0
+    # Samples whose stored reply is exactly "ERROR": dropped by S5 in a raw generation file,
+    # kept (and scored by the official scorer) in an already transformed one.
+    error_replies: int = 0
+    scores_imported: int = 0
+    scores_used: int = 0
+
+    def import_counts(self) -> dict[str, int]:
+        return {
+            "records": self.records,
+            "rows": len(self.rows),
+            "error_replies": self.error_replies,
+            "scores_imported": self.scores_imported,
+            "scores_used": self.scores_used,
+        }
 
 
 def detect_kind(records: list[Any], path: Path) -> str:
@@ -63,6 +92,9 @@ def _check_record(record: Any, index: int, path: Path, data_by_id: dict, kind: s
     if "context" in record and record["context"] != sample.context:
         raise OfficialFormatError(f"{where}: context differs from the official test data")
     output = record["model_output"]
+    if output is None and kind != GENERATION:
+        # S5 drops null replies before the official scorer, which could not score one.
+        raise OfficialFormatError(f"{where}: model_output is null; a {kind} file holds only replies that passed S5")
     if output is not None and not isinstance(output, str):
         raise OfficialFormatError(f"{where}: model_output should be a string or null, got {type(output).__name__}")
     if kind == EVALUATION:
@@ -91,7 +123,7 @@ def _outputs_from_rows(records: list[dict[str, Any]], path: Path, data: Official
     return outputs
 
 
-def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str, TransformResult]:
+def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str, ImportResult]:
     """Make a run directory from an official-format file (see module docstring)."""
     path = Path(path)
     run_dir = Path(run_dir)
@@ -115,12 +147,40 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
             outputs[record["id"]] = record["model_output"]
     else:
         outputs = _outputs_from_rows(records, path, data)
-    result = transform(outputs, data)
-    if kind != GENERATION:
-        # The rows were already cut to their first line: importing them must not change them.
-        for row in result.rows:
-            if row["model_output"] != outputs[row["id"]]:
-                raise OfficialFormatError(f"{path}: id {row['id']}: model_output has a newline; not a transformed file")
+        for sample_id, output in outputs.items():
+            if "\n" in output:
+                # The rows were already cut to their first line: importing them must not change them.
+                raise OfficialFormatError(f"{path}: id {sample_id}: model_output has a newline; not a transformed file")
+    already_transformed = kind != GENERATION
+    transformed = transform(outputs, data, already_transformed=already_transformed)
+    result = ImportResult(
+        **vars(transformed),
+        kind=kind,
+        records=len(records),
+        error_replies=sum(output == ERROR_OUTPUT for output in outputs.values()),
+    )
+    if already_transformed and result.error_replies:
+        result.warnings.append(
+            f'{result.error_replies} sample(s) with the stored reply "ERROR" kept as they are: '
+            "the official scorer scores them"
+        )
+
+    scores = []
+    if kind == EVALUATION:
+        scores = [
+            {
+                "id": r["id"],
+                "metric_en": r["metric_en"],
+                "score": float(r[r["metric_en"]]),
+                # The official file keeps only sigmoid*4+1; the raw sigmoid is not recoverable exactly.
+                "sigmoid": None,
+                "mode": "imported",
+            }
+            for r in records
+        ]
+        row_keys = {(row["id"], row["metric_en"]) for row in result.rows}
+        result.scores_imported = len(scores)
+        result.scores_used = sum((s["id"], s["metric_en"]) in row_keys for s in scores)
 
     source = {"file": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "kind": kind}
     generations = [
@@ -136,24 +196,20 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
     run_dir.mkdir(parents=True, exist_ok=True)
     runs.write_jsonl_atomic(run_dir / runs.GENERATIONS, generations)
     runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
-    if kind == EVALUATION:
-        scores = [
-            {
-                "id": r["id"],
-                "metric_en": r["metric_en"],
-                "score": float(r[r["metric_en"]]),
-                # The official file keeps only sigmoid*4+1; the raw sigmoid is not recoverable exactly.
-                "sigmoid": None,
-                "mode": "imported",
-            }
-            for r in records
-        ]
+    if scores:
         runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(
         run_dir,
         protocol_version=PROTOCOL_VERSION,
-        generation={"backend": "import-official", "model": path.stem, "source": source},
+        generation={
+            "backend": "import-official",
+            "model": path.stem,
+            "source": source,
+            # Tells a later `transform` to keep these replies as they are (see transform.py).
+            "already_transformed": already_transformed,
+        },
         transform={"counts": result.counts(), "failed_ids": result.failed_ids, "no_metric_ids": result.no_metric_ids},
+        import_official={"counts": result.import_counts(), "warnings": result.warnings},
     )
     return kind, result
 
@@ -167,13 +223,13 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     ``generation_trans.jsonl`` (S5 rows) and, when scores exist, ``evaluation.jsonl``."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "official"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    by_id = data.by_id()
-    written = []
-
+    # Checked before the output directory exists: a missing or empty run leaves nothing behind.
     generations = runs.read_jsonl(run_dir / runs.GENERATIONS).records
     if not generations:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to export")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_id = data.by_id()
+    written = []
     outputs = generation_outputs(generations)
     generation_records = [
         {"id": sample.id, "role": sample.role, "novel_name": sample.novel_name, "context": sample.context,

@@ -5,6 +5,11 @@ dropped (it neither scores nor counts in any denominator); the rest is cut at th
 ``'\\n'`` with no strip (a reply that starts with a newline becomes ``""`` and is scored);
 samples without metrics are dropped; each remaining sample gives one row per metric in
 ``id2metric`` order, samples in test-file order.
+
+Replies that already went through S5 (a run imported from an official ``generation_trans`` or
+``evaluation`` file) are taken as they are: S5 ran once upstream, and a first line that is
+exactly ``"ERROR"`` (from a raw ``"ERROR\n..."``) survived it and was scored by the official
+scorer, so filtering again would drop rows the official pipeline scored.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class TransformResult:
     no_metric_ids: list[int] = field(default_factory=list)
     # Test samples with no generation record at all (an unfinished run).
     missing_ids: list[int] = field(default_factory=list)
+    # What the caller should show the user (e.g. a torn last line that was skipped).
+    warnings: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -49,10 +56,14 @@ def first_line(output: str) -> str:
     return output.split("\n")[0]
 
 
-def transform(outputs: Mapping[int, str | None], data: OfficialData) -> TransformResult:
+def transform(
+    outputs: Mapping[int, str | None], data: OfficialData, *, already_transformed: bool = False
+) -> TransformResult:
     """S5: expand replies (sample id -> raw model output) into (id, metric) rows.
 
-    Ids of ``outputs`` that are not test samples are an error: they cannot be scored faithfully.
+    With ``already_transformed`` the replies are S5 output already (see the module docstring):
+    only ``None`` counts as failed and the first-line cut changes nothing. Ids of ``outputs``
+    that are not test samples are an error: they cannot be scored faithfully.
     """
     known = {s.id for s in data.samples}
     unknown = sorted(set(outputs) - known)
@@ -64,7 +75,7 @@ def transform(outputs: Mapping[int, str | None], data: OfficialData) -> Transfor
             result.missing_ids.append(sample.id)
             continue
         output = outputs[sample.id]
-        if is_failed_output(output):
+        if output is None or (not already_transformed and is_failed_output(output)):
             result.failed_ids.append(sample.id)
             continue
         metrics = data.id2metric.get(str(sample.id))
@@ -95,12 +106,17 @@ def generation_outputs(generations: Iterable[Mapping[str, Any]]) -> dict[int, st
 
 
 def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
-    """S5 for a run directory: ``generations.jsonl`` -> ``rows.jsonl`` (rewritten atomically)."""
+    """S5 for a run directory: ``generations.jsonl`` -> ``rows.jsonl`` (rewritten atomically).
+
+    A torn last line of ``generations.jsonl`` is skipped and reported in ``warnings``. A run
+    imported from an already transformed official file keeps its replies as they are."""
     run_dir = Path(run_dir)
     generations = runs.read_jsonl(run_dir / runs.GENERATIONS)
     if not generations.records:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to transform")
-    result = transform(generation_outputs(generations.records), data)
+    already = bool(runs.load_manifest(run_dir).get("generation", {}).get("already_transformed", False))
+    result = transform(generation_outputs(generations.records), data, already_transformed=already)
+    result.warnings.extend(generations.warnings)
     runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     runs.update_manifest(
         run_dir,
@@ -110,6 +126,7 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
             "failed_ids": result.failed_ids,
             "no_metric_ids": result.no_metric_ids,
             "torn_lines_ignored": len(generations.warnings),
+            "warnings": result.warnings,
             "finished_at": runs.utc_now(),
         },
     )

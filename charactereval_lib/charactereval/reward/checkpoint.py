@@ -7,6 +7,8 @@ and go one at a time straight to bf16 on the target device into a model built on
 device: no float32 copy of the model and no second copy in RAM. On CPU a bf16 tensor keeps
 using the memory-mapped file pages (zero copy). Every expected key and shape is checked, and a
 missing, unexpected, mis-shaped or unreadable tensor is a one-line ``CheckpointError`` naming it.
+``check_weights`` runs the same checks on the files' headers alone (safetensors headers, ``.bin``
+pickles loaded onto the meta device), so ``rm check`` finds a bad tensor without reading weights.
 """
 
 from __future__ import annotations
@@ -152,16 +154,17 @@ def _raise_first(problems: list[str]) -> None:
 # --- reading tensors ------------------------------------------------------------------------
 
 
-def _open_bin(path: Path) -> tuple[dict[str, torch.Tensor], bool]:
+def _open_bin(path: Path, map_location: str = "cpu") -> tuple[dict[str, torch.Tensor], bool]:
     """The state dict of one ``.bin`` file and whether its tensors are views of a private
-    memory map of the file (``mmap=True``; legacy non-zip files are read into memory)."""
+    memory map of the file (``mmap=True``; legacy non-zip files are read into memory). With
+    ``map_location="meta"`` the tensors carry shapes and dtypes but no data is read."""
     try:
         try:
-            obj, mapped = torch.load(path, map_location="cpu", weights_only=True, mmap=True), True
+            obj, mapped = torch.load(path, map_location=map_location, weights_only=True, mmap=True), True
         except RuntimeError as exc:
             if "mmap" not in str(exc) and "zip" not in str(exc).lower():
                 raise
-            obj, mapped = torch.load(path, map_location="cpu", weights_only=True), False
+            obj, mapped = torch.load(path, map_location=map_location, weights_only=True), False
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle is a bad file
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path.name}: unreadable weights file ({detail[:200]})") from None
@@ -190,6 +193,40 @@ def _iter_file(path: Path, kind: str) -> Iterator[tuple[str, torch.Tensor, bool]
         raise CheckpointError(f"{path.name}: unreadable safetensors file ({str(exc)[:200]})") from None
 
 
+class _TensorChecks:
+    """The checks every tensor of a checkpoint passes, on a loaded tensor or on a file header:
+    one place, so that ``rm check`` and loading refuse the same things with the same words."""
+
+    def __init__(self, layout: Layout, expected: dict[str, tuple[int, ...]]) -> None:
+        self.layout = layout
+        self.expected = expected
+        self.seen: set[str] = set()
+
+    def tensor(self, name: str, key: str, shape: tuple[int, ...], dtype: object, is_float: bool) -> None:
+        where = f"in {name}"
+        weight_map = self.layout.weight_map
+        if key not in self.expected:
+            raise CheckpointError(f"{key}: unexpected tensor {where}")
+        if weight_map is not None and weight_map.get(key) != name:
+            raise CheckpointError(f"{key}: unexpected tensor {where} (the index puts it in {weight_map[key]})")
+        if key in self.seen:
+            raise CheckpointError(f"{key}: duplicate tensor {where}")
+        if shape != self.expected[key]:
+            raise CheckpointError(f"{key}: shape {shape} expected {self.expected[key]} {where}")
+        if not is_float:
+            raise CheckpointError(f"{key}: dtype {dtype} {where}, expected floating point")
+        self.seen.add(key)
+
+    def file_done(self, name: str) -> None:
+        if self.layout.weight_map is not None:
+            absent = [k for k, f in self.layout.weight_map.items() if f == name and k not in self.seen]
+            _raise_first([f"{k}: missing from {name} (the index puts it there)" for k in absent])
+
+    def all_done(self) -> None:
+        missing = [k for k in self.expected if k not in self.seen]
+        _raise_first([f"{k}: missing from the checkpoint ({', '.join(self.layout.files)})" for k in missing])
+
+
 def iter_checkpoint(
     model_dir: str | Path, expected: dict[str, tuple[int, ...]]
 ) -> Iterator[tuple[str, str, torch.Tensor, bool]]:
@@ -198,27 +235,80 @@ def iter_checkpoint(
     model_dir = Path(model_dir)
     layout = find_layout(model_dir)
     check_index(layout, expected, model_dir)
-    seen: set[str] = set()
+    checks = _TensorChecks(layout, expected)
     for name in layout.files:
         for key, tensor, mapped in _iter_file(model_dir / name, layout.kind):
-            where = f"in {name}"
-            if key not in expected:
-                raise CheckpointError(f"{key}: unexpected tensor {where}")
-            if layout.weight_map is not None and layout.weight_map.get(key) != name:
-                raise CheckpointError(f"{key}: unexpected tensor {where} (the index puts it in {layout.weight_map[key]})")
-            if key in seen:
-                raise CheckpointError(f"{key}: duplicate tensor {where}")
-            if tuple(tensor.shape) != expected[key]:
-                raise CheckpointError(f"{key}: shape {tuple(tensor.shape)} expected {expected[key]} {where}")
-            if not tensor.is_floating_point():
-                raise CheckpointError(f"{key}: dtype {tensor.dtype} {where}, expected floating point")
-            seen.add(key)
+            checks.tensor(name, key, tuple(tensor.shape), tensor.dtype, tensor.is_floating_point())
             yield name, key, tensor, mapped
-        if layout.weight_map is not None:
-            absent = [k for k, f in layout.weight_map.items() if f == name and k not in seen]
-            _raise_first([f"{k}: missing from {name} (the index puts it there)" for k in absent])
-    missing = [k for k in expected if k not in seen]
-    _raise_first([f"{k}: missing from the checkpoint ({', '.join(layout.files)})" for k in missing])
+        checks.file_done(name)
+    checks.all_done()
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (8-byte little-endian length, then the JSON), with
+    every tensor's data range checked against the file size so a truncated file is caught."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or length > size - 8:
+                raise ValueError(f"header of {length} bytes does not fit a {size}-byte file")
+            header = json.loads(f.read(length))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path.name}: unreadable safetensors file ({str(exc)[:200]})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path.name}: unreadable safetensors file (header is not an object)")
+    data_size = size - 8 - length
+    tensors = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            shape, dtype, (begin, end) = tuple(info["shape"]), info["dtype"], info["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointError(f"{path.name}: unreadable safetensors file (bad header entry for {key})") from None
+        if not 0 <= begin <= end <= data_size:
+            raise CheckpointError(f"{path.name}: truncated or corrupt ({key} lies outside the file's data)")
+        tensors[key] = {"shape": shape, "dtype": dtype}
+    return tensors
+
+
+# Safetensors header dtype names -> torch dtypes, so header errors read like loading errors.
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def _iter_headers(path: Path, kind: str) -> Iterator[tuple[str, tuple[int, ...], object, bool]]:
+    """(key, shape, dtype, is floating point) of every tensor in one weight file, weights unread."""
+    if kind == "bin":
+        state, _ = _open_bin(path, map_location="meta")
+        for key, tensor in state.items():
+            yield key, tuple(tensor.shape), tensor.dtype, tensor.is_floating_point()
+        return
+    for key, info in _safetensors_header(path).items():
+        dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
+        if dtype is None:
+            # A name not in the table: safetensors spells float types F*/BF*, the rest I*, U*, BOOL.
+            yield key, info["shape"], info["dtype"], info["dtype"].startswith(("F", "BF"))
+        else:
+            yield key, info["shape"], dtype, dtype.is_floating_point
+
+
+def check_weights(model_dir: str | Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """Every check of loading (index, keys, files, shapes, dtypes) from the weight index and the
+    tensor headers, without reading the weights; raises CheckpointError for the first problem."""
+    model_dir = Path(model_dir)
+    layout = find_layout(model_dir)
+    check_index(layout, expected, model_dir)
+    checks = _TensorChecks(layout, expected)
+    for name in layout.files:
+        for key, shape, dtype, is_float in _iter_headers(model_dir / name, layout.kind):
+            checks.tensor(name, key, shape, dtype, is_float)
+        checks.file_done(name)
+    checks.all_done()
 
 
 def _release_pages(tensor: torch.Tensor) -> None:

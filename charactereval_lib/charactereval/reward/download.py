@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from charactereval_lib.charactereval.reward.checkpoint import CONFIG, CheckpointError, check_index, expected_shapes, find_layout, load_config
+from charactereval_lib.charactereval.reward.checkpoint import CONFIG, CheckpointError, check_weights, expected_shapes, load_config
 from charactereval_lib.charactereval.reward.errors import DownloadError
 
 RM_REPO = "morecry/BaichuanCharRM"
@@ -29,7 +29,7 @@ RM_FILES = (
 
 def check_rm_dir(model_dir: str | Path, required: tuple[str, ...] = RM_FILES) -> list[str]:
     """Problems that would stop scoring, one line each (empty: the directory is usable). Reads
-    the config and the index, not the weights."""
+    the config, the index and every tensor's header (key, shape, dtype), not the weights."""
     model_dir = Path(model_dir)
     problems = []
     for name in required:
@@ -41,7 +41,7 @@ def check_rm_dir(model_dir: str | Path, required: tuple[str, ...] = RM_FILES) ->
     if problems:
         return problems
     try:
-        check_index(find_layout(model_dir), expected_shapes(load_config(model_dir)), model_dir)
+        check_weights(model_dir, expected_shapes(load_config(model_dir)))
     except CheckpointError as exc:
         problems.append(str(exc))
     return problems
