@@ -32,7 +32,15 @@ SERVED_MODEL = "mock-served-model"
 ACTIONS = (
     "ok", "multiline", "empty", "refusal", "finish_filter", "429", "500", "503", "timeout",
     "reset", "malformed", "filter400", "bad400", "401", "404", "slow",
+    # Answers shaped like other servers' (FastAPI's {"detail": ...}, plain text, an HTML page):
+    "detail400", "detail404", "text500", "html502",
 )
+
+
+TEXT_500 = "Internal Server Error: index out of range in self"
+# A proxy's error page: long, mostly markup.
+HTML_502 = ("<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
+            + "<!-- padding -->" * 200 + "</body></html>")
 
 
 def request_key(messages: Any) -> str:
@@ -152,6 +160,15 @@ class MockServer:
             return _error(401, "invalid_api_key", f"Incorrect API key provided: {sent}.")
         if name == "404":
             return _error(404, "model_not_found", "The model does not exist")
+        if name == "detail400":
+            # What `transformers serve` answers when the request names another model than it serves.
+            return web.json_response({"detail": f"Server is pinned to '{SERVED_MODEL}'; requested 'x'."}, status=400)
+        if name == "detail404":
+            return web.json_response({"detail": "Not Found"}, status=404)
+        if name == "text500":
+            return web.Response(status=500, text=TEXT_500, content_type="text/plain")
+        if name == "html502":
+            return web.Response(status=502, text=HTML_502, content_type="text/html")
         raise ValueError(f"mock server: unknown action {action!r} (known: {', '.join(ACTIONS)})")
 
     # --- lifecycle: a background thread with its own event loop ------------------------------

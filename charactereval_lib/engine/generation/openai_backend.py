@@ -184,15 +184,36 @@ def _timed_out(exc: BaseException) -> bool:
     return True
 
 
+# How much of an unstructured error body (a plain-text or HTML error page) a record keeps.
+_RAW_BODY_CHARS = 300
+
+
 def _api_message(exc: Any) -> str:
+    """The server's own reason for an error status. OpenAI-style servers put it in
+    ``error.message``, FastAPI-based ones (``transformers serve``, many proxies) in ``detail``,
+    some in a bare ``error`` string; anything else is quoted from the raw body, shortened, because
+    the SDK's "Error code: 400" alone says nothing."""
     body = exc.body
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping) and inner.get("message"):
             return str(inner["message"])
-        if body.get("message"):
-            return str(body["message"])
-    return str(getattr(exc, "message", "") or exc)
+        for value in (body.get("message"), body.get("detail"), inner):
+            if isinstance(value, str) and value:
+                return value
+        if body.get("detail"):  # FastAPI validation errors: a list of objects
+            return json.dumps(body["detail"], ensure_ascii=False)[:_RAW_BODY_CHARS]
+    text = " ".join(_raw_body(exc).split())
+    if text:
+        return text if len(text) <= _RAW_BODY_CHARS else text[:_RAW_BODY_CHARS] + "…"
+    return f"HTTP {exc.status_code} with an empty body"
+
+
+def _raw_body(exc: Any) -> str:
+    try:
+        return exc.response.text
+    except Exception:  # a streamed body that was closed before it was read
+        return ""
 
 
 def _describe_cause(exc: BaseException) -> str:

@@ -1,0 +1,151 @@
+"""How the generation client reports and handles failures of real endpoints: the server's own
+reason in every error record, what happened to a connection named truthfully, a dead endpoint
+stopping the run at once, deterministic failures not retried for minutes, over-long prompts never
+sent, and the exit status that tells scripts about failed samples. Real HTTP to the local mock
+server (or to a port where nothing listens)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import Counter
+
+import pytest
+
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation import openai_backend
+from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
+from charactereval_lib.engine.generation.base import DecodingParams
+from charactereval_lib.engine.generation.engine import run_generation
+from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.testing.mockserver import HTML_502, SERVED_MODEL, TEXT_500, MockServer
+from tests.generation_support import FAKE_KEY, keys_by_id, synthetic_data
+
+MODEL = "test-model"
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=0.5)
+
+
+@pytest.fixture
+def server():
+    with MockServer(hang_s=3.0) as mock:
+        yield mock
+
+
+@pytest.fixture(autouse=True)
+def fake_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+def transport(request, monkeypatch):
+    if request.param == "httpx":  # the fallback when aiohttp is not installed
+        monkeypatch.setattr(openai_backend, "_http_client", lambda openai, timeout_s: ("httpx", None))
+    return request.param
+
+
+def backend_at(base_url: str, *, policy: RetryPolicy = FAST, concurrency: int = 4, **options):
+    return make_backend("openai", MODEL, DecodingParams.resolve(),
+                        BackendOptions(base_url=base_url, concurrency=concurrency, policy=policy, **options))
+
+
+def latest(run_dir) -> dict[int, dict]:
+    read = runs.read_jsonl(run_dir / runs.GENERATIONS)
+    return {key[0]: record for key, record in runs.latest_by_key(read.records, "id").items()}
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- 1. the server's reason is kept --------------------------------------------------------------
+
+
+def test_error_records_keep_the_servers_reason_whatever_its_shape(server, tmp_path, transport):
+    data = synthetic_data(4)
+    keys = keys_by_id(data)
+    actions = dict(zip(keys.values(), (["detail400"], ["detail404"], ["text500"], ["html502"]), strict=True))
+    server.plan = actions
+    run_generation(tmp_path / "run", data, data.samples, backend_at(server.base_url), progress=False)
+
+    errors = {actions[keys[i]][0]: record["error"] for i, record in latest(tmp_path / "run").items()}
+    assert errors["detail400"]["message"] == f"Server is pinned to '{SERVED_MODEL}'; requested 'x'."
+    assert errors["detail400"]["status"] == 400
+    assert errors["detail404"]["message"] == "Not Found"
+    assert errors["text500"]["message"] == TEXT_500
+    # A page of markup is shortened, and still says what it is.
+    assert errors["html502"]["message"].startswith("<html><head><title>502 Bad Gateway")
+    assert len(errors["html502"]["message"]) < 400 < len(HTML_502)
+
+
+# --- 6. what happened to the connection, named truthfully -----------------------------------------
+
+
+def test_a_refused_connection_is_named_as_such_and_stops_the_run_at_once(tmp_path, transport):
+    from charactereval_lib.engine.generation.base import EndpointUnreachable
+
+    data = synthetic_data(20)
+    port = closed_port()
+    slow = RetryPolicy(max_attempts=8, base_delay_s=5, timeout_s=30)
+    started = time.monotonic()
+    with pytest.raises(EndpointUnreachable) as info:
+        run_generation(tmp_path / "run", data, data.samples, backend_at(f"http://127.0.0.1:{port}/v1", policy=slow),
+                       progress=False)
+    assert time.monotonic() - started < 3
+    message = str(info.value)
+    assert "refused" in message and f"127.0.0.1:{port}" in message and "timed out" not in message
+    assert "\n" not in message
+    # Nothing was delivered, so nothing is recorded as this model's failure; the engine says why it stopped.
+    assert latest(tmp_path / "run") == {}
+    generation = runs.load_manifest(tmp_path / "run")["generation"]
+    assert generation["status"] == "aborted" and "refused" in generation["sessions"][-1]["aborted"]
+    assert info.value.summary is not None and info.value.summary.aborted == message
+
+
+def test_an_unresolvable_host_name_stops_the_run_at_once(tmp_path, transport):
+    from charactereval_lib.engine.generation.base import EndpointUnreachable
+
+    data = synthetic_data(4)
+    started = time.monotonic()
+    with pytest.raises(EndpointUnreachable, match="does not resolve") as info:
+        run_generation(tmp_path / "run", data, data.samples, backend_at("http://no-such-host.invalid/v1"),
+                       progress=False)
+    assert time.monotonic() - started < 10
+    assert "no-such-host.invalid" in str(info.value)
+
+
+def test_a_server_that_goes_away_mid_run_is_retried_and_recorded_not_a_dead_endpoint(tmp_path, transport):
+    import threading
+
+    data = synthetic_data(6)
+    mock = MockServer()
+    answered = []
+
+    def plan(key, attempt, payload):
+        # The third request is the last one answered: the server then shuts down (from another
+        # thread, as its own loop is answering), and the rest find nothing listening.
+        answered.append(key)
+        if len(answered) == 3:
+            threading.Thread(target=mock.stop).start()
+        return "ok" if len(answered) <= 3 else "timeout"
+
+    mock.plan = plan
+    mock.start()
+    summary = run_generation(tmp_path / "run", data, data.samples, backend_at(mock.base_url, concurrency=1),
+                             progress=False)
+    mock.stop()
+    assert summary.ok >= 2 and set(summary.errors) <= {"ConnectionRefused", "ConnectionLost"}
+    refused = [r for r in latest(tmp_path / "run").values() if (r["error"] or {}).get("class") == "ConnectionRefused"]
+    assert refused and all(r["attempts"] == FAST.max_attempts and "refused" in r["error"]["message"]
+                           for r in refused)
+
+
+def test_a_read_timeout_is_named_as_one(server, tmp_path, transport):
+    data = synthetic_data(1)
+    server.plan = {k: ["timeout"] for k in keys_by_id(data).values()}
+    run_generation(tmp_path / "run", data, data.samples, backend_at(server.base_url,
+                   policy=RetryPolicy(max_attempts=1, timeout_s=0.3)), progress=False)
+    error = latest(tmp_path / "run")[data.samples[0].id]["error"]
+    assert error["class"] == "ReadTimeout" and "no answer within 0.3 s" in error["message"]
