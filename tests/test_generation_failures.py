@@ -149,3 +149,24 @@ def test_a_read_timeout_is_named_as_one(server, tmp_path, transport):
                    policy=RetryPolicy(max_attempts=1, timeout_s=0.3)), progress=False)
     error = latest(tmp_path / "run")[data.samples[0].id]["error"]
     assert error["class"] == "ReadTimeout" and "no answer within 0.3 s" in error["message"]
+
+
+# --- 2. a deterministic failure is not retried for minutes ---------------------------------------
+
+
+def test_the_same_server_error_three_times_in_a_row_ends_the_retries(server, tmp_path):
+    data = synthetic_data(3)
+    keys = list(keys_by_id(data).values())
+    server.plan = {keys[0]: ["text500"], keys[1]: ["text500", "500", "text500", "500", "ok"], keys[2]: ["timeout"]}
+    policy = RetryPolicy(max_attempts=8, base_delay_s=0.01, max_delay_s=0.02, timeout_s=0.3)
+    summary = run_generation(tmp_path / "run", data, data.samples, backend_at(server.base_url, policy=policy),
+                             progress=False)
+    records = latest(tmp_path / "run")
+    same, alternating, hanging = (records[s.id] for s in data.samples)
+    assert server.attempts[keys[0]] == 3 and same["attempts"] == 3
+    assert same["error"] == {"class": "InternalServerError", "message": TEXT_500, "status": 500, "repeated": 3}
+    # Different answers are not a pattern: retried until they succeed.
+    assert alternating["status"] == "ok" and alternating["attempts"] == 5
+    # A timeout says nothing about the request: every attempt is spent.
+    assert hanging["attempts"] == 8 and "repeated" not in hanging["error"]
+    assert summary.errors == Counter({"InternalServerError": 1, "ReadTimeout": 1})

@@ -25,7 +25,14 @@ from typing import Any
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine.generation.base import STATUS_OK, Backend, DecodingParams, GenerationResult, make_requests
+from charactereval_lib.engine.generation.base import (
+    STATUS_OK,
+    Backend,
+    DecodingParams,
+    GenerationResult,
+    RunAborted,
+    make_requests,
+)
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.charactereval.requests import write_requests
 
@@ -142,6 +149,8 @@ class SessionSummary:
     served_models: Counter = field(default_factory=Counter)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    # Why the run stopped early (RunAborted), e.g. the endpoint refused every connection.
+    aborted: str | None = None
     concurrency: dict[str, Any] | None = None
 
     def add(self, result: GenerationResult) -> None:
@@ -195,6 +204,7 @@ class SessionSummary:
             "served_models": dict(self.served_models),
             "elapsed_s": round(self.elapsed_s, 3),
             "interrupted": self.interrupted,
+            "aborted": self.aborted,
             "concurrency": self.concurrency,
         }
 
@@ -238,6 +248,10 @@ async def generate_async(
         started = time.monotonic()
         try:
             await _drive(run_dir, plan, data, backend, summary, progress)
+        except RunAborted as exc:
+            summary.aborted = str(exc)
+            exc.summary = summary
+            raise
         finally:
             summary.elapsed_s = time.monotonic() - started
             summary.concurrency = backend.stats().get("concurrency")
@@ -292,6 +306,8 @@ def _finish_manifest(run_dir: Path, data: OfficialData, summary: SessionSummary,
     # complete: every test sample has a record (state says how many are errors).
     if summary.interrupted:
         status = "interrupted"
+    elif summary.aborted:
+        status = "aborted"
     else:
         status = "complete" if state["ok"] + state["error"] == len(data.samples) else "partial"
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,14 +92,11 @@ class OpenAIBackend(RetryingBackend):
             response = await self._client.post("/chat/completions", cast_to=object, body=payload)
         except openai.APIStatusError as exc:
             raise self._classify_status(exc) from None
-        except openai.APITimeoutError as exc:
-            if _timed_out(exc):
-                raise TransientError("APITimeoutError", f"no answer within {self.policy.timeout_s:g} s") from None
-            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
-        except openai.APIConnectionError as exc:
-            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
+        except openai.APIConnectionError as exc:  # APITimeoutError included
+            raise self._connection_failure(exc) from None
         except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
-            raise TransientError("MalformedResponse", self._clean(f"unparsable response: {exc}")) from None
+            message = self._clean(f"unparsable response: {exc}")
+            raise TransientError("MalformedResponse", message, answer=message) from None
         if not isinstance(response, dict):
             raise TransientError("MalformedResponse", self._clean(f"not a JSON object: {str(response)[:200]!r}"))
         return self._result(request, response)
@@ -138,6 +136,25 @@ class OpenAIBackend(RetryingBackend):
             extra={"refusal_text": refusal_text} if refusal_text is not None else {},
         )
 
+    def _connection_failure(self, exc: BaseException) -> TransientError:
+        """Say what happened, in our words: the SDK calls a refused connection "Request timed out"."""
+        error_class = connection_failure_class(exc)
+        where = self._endpoint()
+        message = {
+            "ConnectionRefused": f"connection refused by {where.netloc} (is the server running on that port?)",
+            "NameNotResolved": f"the host name {where.hostname} does not resolve",
+            "ConnectionLost": f"{where.netloc} closed the connection before answering",
+            "ConnectTimeout": f"no connection to {where.netloc} within {self.policy.timeout_s:g} s",
+            "ReadTimeout": f"no answer within {self.policy.timeout_s:g} s",
+        }.get(error_class) or self._clean(_describe_cause(exc))
+        # Refused or unresolvable: nothing reached a server. Only these can mean a wrong address.
+        unreachable = error_class in ("ConnectionRefused", "NameNotResolved")
+        connected = error_class not in ("ConnectionRefused", "NameNotResolved", "ConnectTimeout")
+        return TransientError(error_class, message, connected=connected, unreachable=unreachable)
+
+    def _endpoint(self) -> Any:
+        return urllib.parse.urlsplit(str(self._client.base_url))
+
     def _classify_status(self, exc: Any) -> Exception:
         status = exc.status_code
         error_class = type(exc).__name__
@@ -146,7 +163,8 @@ class OpenAIBackend(RetryingBackend):
             return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
                                   throttled=True)
         if status >= 500 or status in _RETRYABLE_4XX:
-            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers))
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
+                                  answer=f"{status} {message}")
         if _is_content_filter(exc):
             return PermanentError("ContentFilterError", message, status=status, content_filter=True)
         return PermanentError(error_class, message, status=status)
@@ -169,19 +187,31 @@ def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
     return "aiohttp", openai.DefaultAioHttpClient(timeout=timeout_s)
 
 
-def _timed_out(exc: BaseException) -> bool:
-    """Whether an APITimeoutError was a real timeout. The aiohttp transport reports every aiohttp
-    connection error (a reset, a refused connection) as a connect timeout, so look at the
-    original error: a TimeoutError is one, any other aiohttp error is a connection failure."""
-    cause, seen = exc.__cause__ or exc.__context__, set()
+# What went wrong below HTTP, most specific first. Both transports wrap the socket error in their
+# own types, and the aiohttp one reports every failure (even a refusal) as a "connect timeout",
+# so the class names along the whole cause chain decide, not the outermost exception.
+_DNS_ERRORS = {"gaierror", "ClientConnectorDNSError"}
+_LOST_ERRORS = {"ConnectionResetError", "BrokenPipeError", "ServerDisconnectedError", "RemoteProtocolError",
+                "ClientPayloadError"}
+_CONNECT_TIMEOUTS = {"ConnectionTimeoutError"}
+_READ_TIMEOUTS = {"ReadTimeout", "SocketTimeoutError", "ServerTimeoutError", "TimeoutError"}
+
+
+def connection_failure_class(exc: BaseException) -> str:
+    """ConnectionRefused, NameNotResolved, ConnectionLost, ConnectTimeout, ReadTimeout, or
+    APIConnectionError when the cause is none of these."""
+    names, cause, seen = set(), exc, set()
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, TimeoutError):
-            return True
-        if type(cause).__module__.split(".")[0] == "aiohttp":
-            return False
+        names.update(k.__name__ for k in type(cause).__mro__)
         cause = cause.__cause__ or cause.__context__
-    return True
+    for error_class, markers in (("ConnectionRefused", {"ConnectionRefusedError"}), ("NameNotResolved", _DNS_ERRORS),
+                                 ("ConnectionLost", _LOST_ERRORS), ("ConnectTimeout", _CONNECT_TIMEOUTS),
+                                 ("ReadTimeout", _READ_TIMEOUTS)):
+        if names & markers:
+            return error_class
+    # httpx's own ConnectTimeout is a real one (no socket error underneath); aiohttp's is caught above.
+    return "ConnectTimeout" if "ConnectTimeout" in names else "APIConnectionError"
 
 
 # How much of an unstructured error body (a plain-text or HTML error page) a record keeps.
@@ -219,7 +249,7 @@ def _raw_body(exc: Any) -> str:
 def _describe_cause(exc: BaseException) -> str:
     """``Connection error.`` alone says little; name the underlying transport error."""
     cause = exc.__cause__ or exc.__context__
-    return f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
+    return f"{type(cause).__name__}: {cause}" if cause else str(exc)
 
 
 def _is_content_filter(exc: Any) -> bool:
