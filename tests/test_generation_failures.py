@@ -170,3 +170,25 @@ def test_the_same_server_error_three_times_in_a_row_ends_the_retries(server, tmp
     # A timeout says nothing about the request: every attempt is spent.
     assert hanging["attempts"] == 8 and "repeated" not in hanging["error"]
     assert summary.errors == Counter({"InternalServerError": 1, "ReadTimeout": 1})
+
+
+# --- issue 9.3: a missing API key is found before anything is sent; local servers need none ------
+
+
+def test_a_missing_key_is_refused_before_sending_even_for_a_local_server(server, monkeypatch):
+    from charactereval_lib.engine.generation.base import ConfigError
+
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set.*--api-key-env ''"):
+        backend_at(server.base_url)
+    assert sum(server.attempts.values()) == 0
+
+
+def test_no_key_mode_sends_a_placeholder_to_a_local_server(server, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    data = synthetic_data(2)
+    summary = run_generation(tmp_path / "run", data, data.samples, backend_at(server.base_url, api_key_env=""),
+                             progress=False)
+    assert summary.ok == 2 and server.authorizations == {"Bearer no-key"}
+    generation = runs.load_manifest(tmp_path / "run")["generation"]
+    assert generation["api_key_env"] == "" and generation["api_key_sent"] is False

@@ -25,18 +25,26 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RETRYABLE_4XX = {408, 409}
 
 
-def read_api_key(env_name: str, base_url: str | None) -> str:
-    """The key from the named environment variable. A local server (``--base-url``) often needs
-    none, so a placeholder is sent there; the official OpenAI endpoint requires one."""
+# The api_key_env value of a server that needs no key (a local one): a placeholder is sent then,
+# because the client library refuses to send no key at all.
+NO_API_KEY = ""
+PLACEHOLDER_KEY = "no-key"
+
+
+def read_api_key(env_name: str) -> str:
+    """The key from the named environment variable, checked before anything is sent: a missing
+    key is a ConfigError, not 200 failed requests. ``NO_API_KEY`` (the empty name) says the
+    server needs none."""
+    if env_name == NO_API_KEY:
+        return PLACEHOLDER_KEY
     if not _ENV_NAME.match(env_name):
         # Do not echo the value: users sometimes pass the key itself here.
         raise ConfigError("--api-key-env takes the NAME of an environment variable (letters, digits, _), not a key")
     key = os.environ.get(env_name)
     if key:
         return key
-    if base_url:
-        return "no-key"
-    raise ConfigError(f"the API key variable {env_name} is not set (set it, or name another one with --api-key-env)")
+    raise ConfigError(f"the API key variable {env_name} is not set (set it, name another one with --api-key-env, "
+                      "or pass --api-key-env '' for a local server that needs no key)")
 
 
 class OpenAIBackend(RetryingBackend):
@@ -59,7 +67,7 @@ class OpenAIBackend(RetryingBackend):
         self.params = params
         self.base_url = base_url
         self.api_key_env = api_key_env
-        self._key = read_api_key(api_key_env, base_url)
+        self._key = read_api_key(api_key_env)
         self.transport, http_client = _http_client(openai, self.policy.timeout_s)
         self._client = openai.AsyncOpenAI(
             api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s, http_client=http_client
@@ -74,6 +82,7 @@ class OpenAIBackend(RetryingBackend):
             **self.identity(),
             "base_url": self.base_url,
             "api_key_env": self.api_key_env,
+            "api_key_sent": self.api_key_env != NO_API_KEY,
             "concurrency": self.concurrency,
             "retry_policy": self.policy.as_dict(),
             "sent_parameters": self.params.sent(),
