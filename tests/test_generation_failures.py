@@ -192,3 +192,56 @@ def test_no_key_mode_sends_a_placeholder_to_a_local_server(server, tmp_path, mon
     assert summary.ok == 2 and server.authorizations == {"Bearer no-key"}
     generation = runs.load_manifest(tmp_path / "run")["generation"]
     assert generation["api_key_env"] == "" and generation["api_key_sent"] is False
+
+
+# --- 3. the exit status tells scripts about failed samples ---------------------------------------
+
+
+def test_exit_code_is_1_when_any_sample_failed_and_stays_so_until_it_is_retried(server, tmp_path):
+    from charactereval_lib.engine.generation.engine import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
+
+    data = synthetic_data(10)
+    keys = list(keys_by_id(data).values())
+    server.plan = {keys[3]: ["401"]}
+    run = tmp_path / "run"
+    first = run_generation(run, data, data.samples, backend_at(server.base_url), progress=False)
+    assert (first.ok, first.failed, exit_code(first)) == (9, 1, EXIT_FAILED)
+    again = run_generation(run, data, data.samples, backend_at(server.base_url), progress=False)
+    assert (again.pending, again.failed, exit_code(again)) == (0, 1, EXIT_FAILED)  # the error is still there
+    server.plan = {}
+    retried = run_generation(run, data, data.samples, backend_at(server.base_url), retry_errors=True, progress=False)
+    assert (retried.ok, retried.failed, exit_code(retried)) == (1, 0, EXIT_OK)
+    retried.interrupted = True
+    assert exit_code(retried) == EXIT_INTERRUPTED
+
+
+def test_exit_code_of_an_aborted_run_is_1(tmp_path):
+    from charactereval_lib.engine.generation.base import RunAborted
+    from charactereval_lib.engine.generation.engine import EXIT_FAILED, exit_code
+
+    data = synthetic_data(3)
+    with pytest.raises(RunAborted) as info:
+        run_generation(tmp_path / "run", data, data.samples, backend_at(f"http://127.0.0.1:{closed_port()}/v1"),
+                       progress=False)
+    assert exit_code(info.value.summary) == EXIT_FAILED
+
+
+# --- issue 9.2: only a positive limit -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [0, -5, 2.5, True])
+def test_a_limit_that_is_not_a_positive_count_is_refused(limit):
+    from charactereval_lib.charactereval.data import DataError
+    from charactereval_lib.charactereval.requests import check_limit, select_samples
+
+    with pytest.raises(DataError, match="--limit must be a positive number"):
+        select_samples(synthetic_data(8), limit=limit)
+    with pytest.raises(DataError):
+        check_limit(limit)
+
+
+def test_a_positive_limit_takes_the_first_samples():
+    from charactereval_lib.charactereval.requests import select_samples
+
+    data = synthetic_data(8)
+    assert select_samples(data, limit=3) == data.samples[:3] and select_samples(data) == data.samples

@@ -39,6 +39,13 @@ from charactereval_lib.charactereval.requests import write_requests
 LOCK_FILE = ".generate.lock"
 
 
+# Exit statuses of `generate` (README "Exit status"); `exit_code` picks one for a finished session.
+EXIT_OK = 0  # every selected sample has an ok reply
+EXIT_FAILED = 1  # some selected sample ended in error, or the run was aborted (RunAborted)
+EXIT_BAD_INPUT = 2  # bad arguments, settings, data or a missing API key: nothing was sent
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; everything received is saved
+
+
 class GenerationInterrupted(Exception):
     """The run was stopped (Ctrl-C / SIGTERM); everything received so far is saved."""
 
@@ -171,6 +178,12 @@ class SessionSummary:
     def done(self) -> int:
         return self.ok + sum(self.errors.values())
 
+    @property
+    def failed(self) -> int:
+        """Selected samples whose latest record is an error: this session's failures and the
+        earlier ones it left alone (no retry_errors)."""
+        return sum(self.errors.values()) + self.errors_kept
+
     def line(self) -> str:
         errors = sum(self.errors.values())
         by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
@@ -207,6 +220,16 @@ class SessionSummary:
             "aborted": self.aborted,
             "concurrency": self.concurrency,
         }
+
+
+def exit_code(summary: SessionSummary) -> int:
+    """The exit status for a session (see the EXIT_* constants): scripts and ``batch`` must notice
+    a run in which any selected sample failed, even when most succeeded."""
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
+    if summary.aborted or summary.failed:
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def run_state(run_dir: Path, data: OfficialData) -> dict[str, int]:
