@@ -245,3 +245,34 @@ def test_a_positive_limit_takes_the_first_samples():
 
     data = synthetic_data(8)
     assert select_samples(data, limit=3) == data.samples[:3] and select_samples(data) == data.samples
+
+
+# --- 2. an over-long prompt is its own error class and is never sent ------------------------------
+
+
+def test_with_max_context_an_over_long_prompt_is_recorded_without_sending_it(server, tmp_path):
+    pytest.importorskip("transformers")
+    from charactereval_lib.engine.generation.base import make_requests
+    from charactereval_lib.engine.generation.context import chat_prompt_ids
+    from tests.tiny_chat_model import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path / "tokenizer")
+    data = synthetic_data(8)
+    lengths = {r.id: len(chat_prompt_ids(tokenizer, r.messages)) for r in make_requests(data.samples, data)}
+    max_tokens = 16
+    max_context = sorted(lengths.values())[4] + max_tokens  # some prompts fit, some do not
+    params = DecodingParams.resolve(max_tokens=max_tokens)
+    backend = make_backend("openai", MODEL, params, BackendOptions(
+        base_url=server.base_url, policy=FAST, max_context=max_context, context_tokenizer=str(tmp_path / "tokenizer")))
+    summary = run_generation(tmp_path / "run", data, data.samples, backend, progress=False)
+
+    keys = keys_by_id(data)
+    too_long = {i for i, n in lengths.items() if n + max_tokens > max_context}
+    assert too_long and summary.errors == Counter({"PromptTooLong": len(too_long)}) and summary.ok == 8 - len(too_long)
+    for sample_id, record in latest(tmp_path / "run").items():
+        if sample_id in too_long:
+            assert record["attempts"] == 0 and server.attempts[keys[sample_id]] == 0
+            assert record["error"]["class"] == "PromptTooLong"
+            assert record["error"]["prompt_tokens"] == lengths[sample_id] and "--max-context" in record["error"]["message"]
+    generation = runs.load_manifest(tmp_path / "run")["generation"]
+    assert generation["max_context"] == max_context and generation["context_tokenizer"] == str(tmp_path / "tokenizer")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload, redact
+from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -59,6 +60,8 @@ class OpenAIBackend(RetryingBackend):
         api_key_env: str = DEFAULT_API_KEY_ENV,
         concurrency: int = 32,
         policy: RetryPolicy | None = None,
+        max_context: int | None = None,
+        context_tokenizer: str | None = None,
     ) -> None:
         import openai
 
@@ -73,6 +76,14 @@ class OpenAIBackend(RetryingBackend):
             api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s, http_client=http_client
         )
         self._openai = openai
+        self.context_tokenizer = (context_tokenizer or model) if max_context is not None else None
+        self._counter = _load_counting_tokenizer(self.context_tokenizer) if self.context_tokenizer else None
+        self.context = ContextWindow(max_context, params.max_tokens, "--max-context") if max_context else None
+
+    def reject(self, request: GenerationRequest, sha: str) -> GenerationResult | None:
+        if self.context is None:
+            return None
+        return self.context.reject(request.id, sha, len(chat_prompt_ids(self._counter, request.messages)))
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "parameters": self.params.as_dict()}
@@ -87,6 +98,8 @@ class OpenAIBackend(RetryingBackend):
             "retry_policy": self.policy.as_dict(),
             "sent_parameters": self.params.sent(),
             "http_transport": self.transport,
+            "max_context": self.context.max_context if self.context else None,
+            "context_tokenizer": self.context_tokenizer,
         }
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
@@ -183,6 +196,21 @@ class OpenAIBackend(RetryingBackend):
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _load_counting_tokenizer(name: str) -> Any:
+    """The served model's tokenizer (a local directory or a cached hub id), to count prompt tokens
+    exactly as the server's chat template will."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise ConfigError(f"--max-context needs the served model's tokenizer to count prompt tokens; {name!r} "
+                          f"cannot be loaded ({type(exc).__name__}); pass --context-tokenizer PATH") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"--max-context: the tokenizer {name!r} has no chat template to count prompt tokens with")
+    return tokenizer
 
 
 def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
