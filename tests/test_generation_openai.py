@@ -14,7 +14,7 @@ from charactereval_lib.engine.generation import openai_backend
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.engine.generation.engine import run_generation, writer_lock
-from charactereval_lib.testing.mockserver import SERVED_MODEL, MockServer, echo_reply, multiline_reply
+from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.charactereval.transform import generation_outputs
 from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
@@ -102,6 +102,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
             assert record["model_output"] == expected, name
             assert record["refusal"] is (name == "refusal")
             assert record["usage"]["prompt_tokens"] > 0 and record["finish_reason"] == "stop"
+            assert record["system_fingerprint"] == SYSTEM_FINGERPRINT  # what the server reported back
         else:
             assert record["model_output"] is None and record["error"]["class"] == error_class, name
             assert record["content_filter"] is (error_class == "ContentFilterError")

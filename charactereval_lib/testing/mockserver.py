@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 SERVED_MODEL = "mock-served-model"
+SYSTEM_FINGERPRINT = "fp_mock"
 
 # Actions a plan can name (see ``MockServer.respond``); "429" and "slow" take ":seconds".
 ACTIONS = (
@@ -77,6 +78,9 @@ class MockServer:
     actions: Counter = field(default_factory=Counter)
     authorizations: set[str] = field(default_factory=set)
     keep_payloads: bool = True
+    # Forward every request to this OpenAI-compatible base URL and pass its answer back (a
+    # recording proxy in front of a real server); the plan is not used then.
+    forward_to: str | None = None
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
     max_in_flight: int = 0
@@ -119,11 +123,23 @@ class MockServer:
         if self.keep_payloads:
             self.received.append(payload)
         self.authorizations.add(request.headers.get("Authorization", ""))
+        if self.forward_to:
+            return await self._forward(request)
         action = self.action_for(key, attempt, payload)
         self.actions[action.split(":")[0]] += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         return await self.respond(request, action, key, messages)
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        import aiohttp
+
+        url = self.forward_to.rstrip("/") + "/chat/completions"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, data=await request.read(), headers={"Content-Type": "application/json",
+                                    "Authorization": request.headers.get("Authorization", "")}) as upstream:
+                return web.Response(status=upstream.status, body=await upstream.read(),
+                                    content_type=upstream.content_type)
 
     async def respond(self, request: web.Request, action: str, key: str, messages: list) -> web.StreamResponse:
         name, _, argument = action.partition(":")
@@ -234,6 +250,7 @@ def _completion(content: str | None, messages: list, finish_reason: str, refusal
         "object": "chat.completion",
         "created": 0,
         "model": SERVED_MODEL,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [
             {
                 "index": 0,

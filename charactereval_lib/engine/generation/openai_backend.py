@@ -24,6 +24,8 @@ DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Statuses worth another attempt besides 429 and 5xx: request timeout, conflict (lock timeouts).
 _RETRYABLE_4XX = {408, 409}
+# Fields of a chat completion that report how the server answered, kept in each record.
+_REPORTED = ("system_fingerprint", "service_tier")
 
 
 # The api_key_env value of a server that needs no key (a local one): a placeholder is sent then,
@@ -145,6 +147,11 @@ class OpenAIBackend(RetryingBackend):
                 content_filter=True, finish_reason=finish_reason, usage=usage, model=model,
                 extra={"filtered_output": content},
             )
+        # What the server says about how it answered, where it says it (OpenAI: the backend
+        # configuration and the tier): the record keeps it next to what was sent.
+        reported = {name: response[name] for name in _REPORTED if response.get(name) is not None}
+        if refusal_text is not None:
+            reported["refusal_text"] = refusal_text
         # Only the reply text counts; reasoning models' thinking is not part of it (seed 001 row 10).
         return GenerationResult(
             id=request.id,
@@ -155,7 +162,7 @@ class OpenAIBackend(RetryingBackend):
             usage=usage,
             model=model,
             refusal=refusal_text is not None,
-            extra={"refusal_text": refusal_text} if refusal_text is not None else {},
+            extra=reported,
         )
 
     def _connection_failure(self, exc: BaseException) -> TransientError:
