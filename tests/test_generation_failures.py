@@ -122,20 +122,21 @@ def test_a_server_that_goes_away_mid_run_is_retried_and_recorded_not_a_dead_endp
     data = synthetic_data(6)
     mock = MockServer()
     answered = []
+    stopper = threading.Thread(target=mock.stop)
 
     def plan(key, attempt, payload):
         # The third request is the last one answered: the server then shuts down (from another
         # thread, as its own loop is answering), and the rest find nothing listening.
         answered.append(key)
         if len(answered) == 3:
-            threading.Thread(target=mock.stop).start()
+            stopper.start()
         return "ok" if len(answered) <= 3 else "timeout"
 
     mock.plan = plan
     mock.start()
     summary = run_generation(tmp_path / "run", data, data.samples, backend_at(mock.base_url, concurrency=1),
                              progress=False)
-    mock.stop()
+    stopper.join(10)
     assert summary.ok >= 2 and set(summary.errors) <= {"ConnectionRefused", "ConnectionLost"}
     refused = [r for r in latest(tmp_path / "run").values() if (r["error"] or {}).get("class") == "ConnectionRefused"]
     assert refused and all(r["attempts"] == FAST.max_attempts and "refused" in r["error"]["message"]
