@@ -117,9 +117,10 @@ def _settings(cls, args: argparse.Namespace, **overrides):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from charactereval_lib.engine.generation.engine import GenerationInterrupted
+    from charactereval_lib.engine.generation.base import RunAborted
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted, exit_code
 
-    settings = _settings(pipeline.GenerateSettings, args)
+    settings = _settings(pipeline.GenerateSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     progress = not args.no_progress and sys.stderr.isatty()
     try:
         result = pipeline.generate(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run, progress=progress)
@@ -127,7 +128,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(exc.summary.line())
         print(f"interrupted: everything received is saved in {runs.RunDir.resolve(args.run).generations}; "
               "re-run the same command to resume", file=sys.stderr)
-        return 130
+        return exit_code(exc.summary)
+    except RunAborted as exc:
+        if exc.summary is not None:
+            print(exc.summary.line())
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc.summary) if exc.summary is not None else 1
     run = result.run
     if result.dry_run is not None:
         planned = result.dry_run
@@ -143,8 +149,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print("note: offline backend: replies are deterministic placeholders and mean nothing", file=sys.stderr)
     state = result.state
     print(f"{run.generations}: {state['ok']} ok, {state['error']} error, {state['missing']} test sample(s) not generated")
-    # Nothing succeeded but something failed: a bad key, model or URL; scripts should notice.
-    return 1 if result.session.ok == 0 and result.session.errors else 0
+    # Any selected sample that ended in error makes the exit status 1: scripts and batch notice.
+    return result.exit_code()
 
 
 # --- transform / summarize -------------------------------------------------------------------
@@ -284,7 +290,8 @@ def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
         layers=args.layers,
         hidden=args.hidden,
         heads=args.heads,
-        vocab_size=args.vocab,
+        # The data's text needs more than 3,890 pieces; 8,000 keeps the demo's inputs short.
+        vocab_size=args.vocab or (8000 if data_dir else 2000),
         seed=args.seed,
     )
     print(f"{path}: {TINY_LABEL}")
@@ -309,8 +316,13 @@ def cmd_import_official(args: argparse.Namespace) -> int:
 
     run_dir = runs.resolve_run_dir(args.run)
     kind, result = import_official(Path(args.file), run_dir, load_official_data(args.data_dir))
-    c = result.counts()
-    print(f"{run_dir}: imported an official {kind} file: {c['rows']} rows, {c['failed']} failed generation(s)")
+    c, ic = result.counts(), result.import_counts()
+    line = (f"{run_dir}: imported an official {kind} file: {c['rows']} rows from {ic['records']} records, "
+            f"{c['failed']} failed generation(s)")
+    if kind == "evaluation":
+        line += f", {ic['scores_used']} of {ic['scores_imported']} imported scores used"
+    print(line)
+    _warn(result.warnings)
     return 0
 
 
@@ -391,6 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    g.add_argument("--no-api-key", action="store_true",
+                   help="send no key (a local server that needs none; a placeholder is sent)")
+    g.add_argument("--max-context", type=int, metavar="N",
+                   help="the served model's context in tokens: longer prompts are recorded as PromptTooLong, not sent "
+                        "(hf: read from the model config unless given)")
+    g.add_argument("--context-tokenizer", metavar="PATH",
+                   help="tokenizer (local path or hub id) that counts prompt tokens for --max-context (default: --model)")
+    g.add_argument("--same-answer-limit", type=int, default=3, metavar="N",
+                   help="stop retrying a request after N identical failures in a row (default 3)")
     g.add_argument("--max-attempts", type=int, default=8, help="attempts per request, first one included (default 8)")
     g.add_argument("--retry-base-delay", type=float, default=1.0, metavar="S",
                    help="first back-off in seconds, doubled per attempt, with jitter (default 1)")
@@ -458,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--vocab", type=int, default=2000)
+    p.add_argument("--vocab", type=int, help="tokenizer pieces (default 8000 with --from-data, else 2000)")
     p.add_argument("--seed", type=int, default=0)
     _data_dir_option(p)
     p.set_defaults(func=cmd_rm_make_tiny)

@@ -132,6 +132,9 @@ class GenerateSettings(_Settings):
     dtype: str = "auto"
     batch_size: int = 8
     trust_remote_code: bool = False
+    max_context: int | None = None
+    context_tokenizer: str | None = None
+    same_answer_limit: int = 3
     offline_latency: float = 0.0
     offline_fault_rate: float = 0.0
     price_in: float | None = None
@@ -142,7 +145,8 @@ class GenerateSettings(_Settings):
 
         if self.backend not in BACKENDS:
             raise SettingsError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
-        for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout"):
+        for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout", "max_context",
+                     "same_answer_limit"):
             _positive(name, getattr(self, name))
         self.decoding()  # a bad preset or max_tokens is reported now, not after the data loads
 
@@ -157,10 +161,12 @@ class GenerateSettings(_Settings):
         from charactereval_lib.engine.generation.retry import RetryPolicy
 
         policy = RetryPolicy(max_attempts=self.max_attempts, base_delay_s=self.retry_base_delay,
-                             max_delay_s=self.retry_max_delay, timeout_s=self.timeout)
+                             max_delay_s=self.retry_max_delay, timeout_s=self.timeout,
+                             same_answer_limit=self.same_answer_limit)
         return BackendOptions(base_url=self.base_url, api_key_env=self.api_key_env, concurrency=self.concurrency,
                               policy=policy, device=self.device, dtype=self.dtype, batch_size=self.batch_size,
-                              trust_remote_code=self.trust_remote_code, offline_latency_s=self.offline_latency,
+                              trust_remote_code=self.trust_remote_code, max_context=self.max_context,
+                              context_tokenizer=self.context_tokenizer, offline_latency_s=self.offline_latency,
                               offline_fault_rate=self.offline_fault_rate)
 
 
@@ -249,7 +255,13 @@ class GenerateResult:
 
     @property
     def failed(self) -> int:
-        return self.state.get("error", 0)
+        """Selected samples whose latest record is an error (this session's or kept from before)."""
+        return self.session.failed if self.session is not None else 0
+
+    def exit_code(self) -> int:
+        from charactereval_lib.engine.generation.engine import EXIT_OK, exit_code
+
+        return EXIT_OK if self.session is None else exit_code(self.session)
 
 
 @dataclass
@@ -300,8 +312,9 @@ def generate(
     progress: bool = False,
 ) -> GenerateResult:
     """S3 + S4: the replies of the model under test, resuming (ids already ok are skipped).
-    Raises ``GenerationInterrupted`` (records saved) when stopped by Ctrl-C or SIGTERM; works
-    under Jupyter and papermill too (the engine runs its own event loop there)."""
+    Raises ``GenerationInterrupted`` (records saved) when stopped by Ctrl-C or SIGTERM and
+    ``RunAborted`` when the endpoint cannot be reached at all; works under Jupyter and papermill
+    too (the engine runs its own event loop there)."""
     from charactereval_lib.charactereval.requests import generation_task, make_requests, read_ids_file, select_samples
     from charactereval_lib.engine.generation import engine
     from charactereval_lib.engine.generation.backends import make_backend
@@ -335,9 +348,8 @@ def transform(
 
     run = runs.RunDir.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
-    warnings: list[str] = []
-    run.latest_generations(warnings)
-    return TransformOutcome(run, transform_run(run.path, _data(data_dir, data)), warnings)
+    result = transform_run(run.path, _data(data_dir, data))
+    return TransformOutcome(run, result, list(result.warnings))
 
 
 def score(

@@ -9,7 +9,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 from charactereval_lib.engine import runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
@@ -17,45 +16,24 @@ from charactereval_lib.charactereval.requests import generation_task, make_reque
 from charactereval_lib.engine.generation.base import DecodingParams  # noqa: E402
 from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
 from tests.generation_support import expected_sha, synthetic_data  # noqa: E402
+from tests.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 
-# "</s>" first, so the end-of-sequence id is 0 (the silent model below relies on it).
-SPECIALS = ["</s>", "<s>", "<pad>", "<|user|>", "<|assistant|>"]
-TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 MAX_TOKENS = 6
 
 
-def build_tokenizer(path: Path) -> transformers.PreTrainedTokenizerFast:
-    data = synthetic_data(16)
-    corpus = [str(p) for p in data.profiles.values()] + [m["content"] for r in make_requests(data.samples, data)
-                                                            for m in r.messages]
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
-                                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
-                                                pad_token="<pad>")
-    fast.chat_template = TEMPLATE
-    fast.save_pretrained(path)
-    return fast
-
-
-def build_model(path: Path, tokenizer, *, silent: bool = False) -> None:
+def build_gpt2(path: Path, tokenizer, n_positions: int) -> None:
+    """A model with learned absolute positions: a prompt longer than ``n_positions`` fails inside
+    its position embedding (an IndexError), as in the issue."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
-    model = transformers.LlamaForCausalLM(config)
-    if silent:
-        # A zero final norm makes every logit 0, so greedy picks id 0, the end token, at once.
-        with torch.no_grad():
-            model.model.norm.weight.zero_()
-    model.save_pretrained(path)
+    config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=1,
+                                     n_head=2, bos_token_id=tokenizer.bos_token_id,
+                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+# The GPT-2 model's context: between the shortest and the longest synthetic prompts.
+SHORT_CONTEXT = 64
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +44,8 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
     build_model(root / "random", tokenizer)
     tokenizer.save_pretrained(root / "silent")
     build_model(root / "silent", tokenizer, silent=True)
-    return {"random": root / "random", "silent": root / "silent"}
+    build_gpt2(root / "short", tokenizer, SHORT_CONTEXT)
+    return {"random": root / "random", "silent": root / "silent", "short": root / "short"}
 
 
 def generate(model_dir: Path, run: Path, data, *, batch_size: int, params: DecodingParams | None = None):
@@ -126,6 +105,45 @@ def test_sampling_with_a_seed_is_reproducible(model_dirs, tmp_path):
     _, _, second = generate(model_dirs["random"], tmp_path / "b", data, batch_size=2, params=params)
     assert {i: r["model_output"] for i, r in first.items()} == {i: r["model_output"] for i, r in second.items()}
     assert runs.load_manifest(tmp_path / "a")["generation"]["decoding"] == "sampling"
+
+
+def test_a_prompt_longer_than_the_context_is_an_error_record_and_the_batch_goes_on(model_dirs, tmp_path):
+    data = synthetic_data(8)
+    backend, summary, records = generate(model_dirs["short"], tmp_path / "run", data, batch_size=8)
+    lengths = {r.id: len(backend.prompt_ids(r)) for r in make_requests(data.samples, data)}
+    too_long = {i for i, n in lengths.items() if n + MAX_TOKENS > SHORT_CONTEXT}
+    assert 0 < len(too_long) < len(data.samples)  # the batch mixes both kinds
+    assert set(records) == set(lengths)  # every sample has a record
+    for sample_id, record in records.items():
+        if sample_id in too_long:
+            assert record["status"] == "error" and record["attempts"] == 0
+            assert record["error"] == {
+                "class": "PromptTooLong", "prompt_tokens": lengths[sample_id], "max_tokens": MAX_TOKENS,
+                "max_context": SHORT_CONTEXT,
+                "message": f"prompt of {lengths[sample_id]} tokens + max_tokens {MAX_TOKENS} > context of "
+                           f"{SHORT_CONTEXT} tokens (max_position_embeddings of the model config); not generated"}
+        else:
+            assert record["status"] == "ok", record
+    assert summary.errors == {"PromptTooLong": len(too_long)}
+    assert runs.load_manifest(tmp_path / "run")["generation"]["max_context"] == SHORT_CONTEXT
+
+
+def test_a_sample_that_fails_inside_generate_is_an_error_record_for_it_alone(model_dirs, tmp_path):
+    # A max_context larger than the model's positions is taken at its word (rope-scaled models
+    # can go past their config), so the long prompts reach the model and fail there.
+    data = synthetic_data(8)
+    params = DecodingParams.resolve(max_tokens=MAX_TOKENS)
+    backend = make_backend("hf", str(model_dirs["short"]), params,
+                           BackendOptions(batch_size=8, dtype="float32", max_context=4096))
+    summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data), progress=False)
+    records = {k[0]: r for k, r in runs.latest_by_key(runs.read_jsonl(tmp_path / "run" / runs.GENERATIONS).records,
+                                                        "id").items()}
+    lengths = {r.id: len(backend.prompt_ids(r)) for r in make_requests(data.samples, data)}
+    assert set(records) == set(lengths)
+    failed = {i for i, r in records.items() if r["status"] == "error"}
+    assert failed and failed == {i for i, n in lengths.items() if n + MAX_TOKENS > SHORT_CONTEXT}
+    assert all(records[i]["error"]["class"] == "IndexError" and records[i]["attempts"] == 1 for i in failed)
+    assert summary.ok == len(data.samples) - len(failed)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

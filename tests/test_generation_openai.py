@@ -15,7 +15,7 @@ from charactereval_lib.engine.generation.backends import BackendOptions, make_ba
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.engine.generation.engine import LOCK_FILE, run_generation
-from charactereval_lib.testing.mockserver import SERVED_MODEL, MockServer, echo_reply, multiline_reply
+from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.charactereval.transform import generation_outputs
 from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
@@ -66,9 +66,10 @@ SCENARIOS = {
     "bad400": (["bad400"], "error", "BadRequestError", 1),
     "401": (["401"], "error", "AuthenticationError", 1),
     "404": (["404"], "error", "NotFoundError", 1),
-    "always_500": (["500"], "error", "InternalServerError", MAX_ATTEMPTS),
-    "always_reset": (["reset"], "error", "APIConnectionError", MAX_ATTEMPTS),
-    "always_timeout": (["timeout"], "error", "APITimeoutError", MAX_ATTEMPTS),
+    # The same 500 three times in a row is taken as deterministic (RetryPolicy.same_answer_limit).
+    "always_500": (["500"], "error", "InternalServerError", 3),
+    "always_reset": (["reset"], "error", "ConnectionLost", MAX_ATTEMPTS),
+    "always_timeout": (["timeout"], "error", "ReadTimeout", MAX_ATTEMPTS),
 }
 
 
@@ -102,6 +103,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
             assert record["model_output"] == expected, name
             assert record["refusal"] is (name == "refusal")
             assert record["usage"]["prompt_tokens"] > 0 and record["finish_reason"] == "stop"
+            assert record["system_fingerprint"] == SYSTEM_FINGERPRINT  # what the server reported back
         else:
             assert record["model_output"] is None and record["error"]["class"] == error_class, name
             assert record["content_filter"] is (error_class == "ContentFilterError")
@@ -115,7 +117,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
     assert sum(v is None for v in outputs.values()) == sum(SCENARIOS[n][1] == "error" for n in scenario.values())
     assert summary.ok + sum(summary.errors.values()) == len(data.samples)
     assert summary.errors["ContentFilterError"] == 4 and summary.refusals == 2 and summary.empty == 4
-    assert summary.errors["APITimeoutError"] == 2 and summary.errors["APIConnectionError"] == 2
+    assert summary.errors["ReadTimeout"] == 2 and summary.errors["ConnectionLost"] == 2
 
     # The key went out as a bearer token but was written nowhere and printed nowhere.
     assert server.authorizations == {f"Bearer {FAKE_KEY}"}

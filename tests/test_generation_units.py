@@ -171,14 +171,13 @@ def test_redact_removes_the_key_and_masked_or_partial_echoes():
 
 def test_api_key_env_must_be_a_name_and_is_never_echoed(monkeypatch):
     with pytest.raises(ConfigError) as info:
-        read_api_key(FAKE_KEY, None)
+        read_api_key(FAKE_KEY)
     assert FAKE_KEY not in str(info.value)
     monkeypatch.delenv("CE_TEST_KEY", raising=False)
     with pytest.raises(ConfigError, match="CE_TEST_KEY is not set"):
-        read_api_key("CE_TEST_KEY", None)
-    assert read_api_key("CE_TEST_KEY", "http://127.0.0.1:1/v1") == "no-key"
+        read_api_key("CE_TEST_KEY")
     monkeypatch.setenv("CE_TEST_KEY", FAKE_KEY)
-    assert read_api_key("CE_TEST_KEY", None) == FAKE_KEY
+    assert read_api_key("CE_TEST_KEY") == FAKE_KEY
 
 
 # --- offline replies and estimates ----------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from charactereval_lib.charactereval.aggregate import summarize_run
+from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.charactereval.official import OfficialFormatError, export_official, import_official
 from charactereval_lib.charactereval.transform import transform_run
 from charactereval_lib.engine import runs

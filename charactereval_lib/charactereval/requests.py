@@ -27,8 +27,17 @@ def read_ids_file(path: Path) -> list[int]:
     return ids
 
 
+def check_limit(limit: int | None) -> int | None:
+    """``limit`` as given, if it is a positive count (or None: no limit). A negative one would
+    slice from the end (``-5`` = all but five) and 0 would make an empty run: both are mistakes."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise DataError(f"--limit must be a positive number of samples, got {limit!r}")
+    return limit
+
+
 def select_samples(data: OfficialData, *, limit: int | None = None, ids: list[int] | None = None) -> list[Sample]:
     """The samples to generate for, in test-file order: all, those in ``ids``, or the first ``limit``."""
+    check_limit(limit)
     samples = data.samples
     if ids is not None:
         by_id = data.by_id()

@@ -27,12 +27,21 @@ from typing import Any
 from aiohttp import web
 
 SERVED_MODEL = "mock-served-model"
+SYSTEM_FINGERPRINT = "fp_mock"
 
 # Actions a plan can name (see ``MockServer.respond``); "429" and "slow" take ":seconds".
 ACTIONS = (
     "ok", "multiline", "empty", "refusal", "finish_filter", "429", "500", "503", "timeout",
     "reset", "malformed", "filter400", "bad400", "401", "404", "slow",
+    # Answers shaped like other servers' (FastAPI's {"detail": ...}, plain text, an HTML page):
+    "detail400", "detail404", "text500", "html502",
 )
+
+
+TEXT_500 = "Internal Server Error: index out of range in self"
+# A proxy's error page: long, mostly markup.
+HTML_502 = ("<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
+            + "<!-- padding -->" * 200 + "</body></html>")
 
 
 def request_key(messages: Any) -> str:
@@ -69,6 +78,9 @@ class MockServer:
     actions: Counter = field(default_factory=Counter)
     authorizations: set[str] = field(default_factory=set)
     keep_payloads: bool = True
+    # Forward every request to this OpenAI-compatible base URL and pass its answer back (a
+    # recording proxy in front of a real server); the plan is not used then.
+    forward_to: str | None = None
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
     max_in_flight: int = 0
@@ -111,11 +123,23 @@ class MockServer:
         if self.keep_payloads:
             self.received.append(payload)
         self.authorizations.add(request.headers.get("Authorization", ""))
+        if self.forward_to:
+            return await self._forward(request)
         action = self.action_for(key, attempt, payload)
         self.actions[action.split(":")[0]] += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         return await self.respond(request, action, key, messages)
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        import aiohttp
+
+        url = self.forward_to.rstrip("/") + "/chat/completions"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, data=await request.read(), headers={"Content-Type": "application/json",
+                                    "Authorization": request.headers.get("Authorization", "")}) as upstream:
+                return web.Response(status=upstream.status, body=await upstream.read(),
+                                    content_type=upstream.content_type)
 
     async def respond(self, request: web.Request, action: str, key: str, messages: list) -> web.StreamResponse:
         name, _, argument = action.partition(":")
@@ -152,6 +176,15 @@ class MockServer:
             return _error(401, "invalid_api_key", f"Incorrect API key provided: {sent}.")
         if name == "404":
             return _error(404, "model_not_found", "The model does not exist")
+        if name == "detail400":
+            # What `transformers serve` answers when the request names another model than it serves.
+            return web.json_response({"detail": f"Server is pinned to '{SERVED_MODEL}'; requested 'x'."}, status=400)
+        if name == "detail404":
+            return web.json_response({"detail": "Not Found"}, status=404)
+        if name == "text500":
+            return web.Response(status=500, text=TEXT_500, content_type="text/plain")
+        if name == "html502":
+            return web.Response(status=502, text=HTML_502, content_type="text/html")
         raise ValueError(f"mock server: unknown action {action!r} (known: {', '.join(ACTIONS)})")
 
     # --- lifecycle: a background thread with its own event loop ------------------------------
@@ -217,6 +250,7 @@ def _completion(content: str | None, messages: list, finish_reason: str, refusal
         "object": "chat.completion",
         "created": 0,
         "model": SERVED_MODEL,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [
             {
                 "index": 0,

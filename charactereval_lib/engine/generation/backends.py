@@ -22,6 +22,11 @@ class BackendOptions:
     dtype: str = "auto"
     batch_size: int = 8
     trust_remote_code: bool = False
+    # Tokens of context of the model (prompt + max_tokens must fit). The hf backend reads it from
+    # the model config unless given; for a server it is checked only when given, counting tokens
+    # with context_tokenizer (default: the model name as a local path or hub id).
+    max_context: int | None = None
+    context_tokenizer: str | None = None
     offline_latency_s: float = 0.0
     offline_fault_rate: float = 0.0
 
@@ -31,12 +36,13 @@ def make_backend(name: str, model: str, params: DecodingParams, options: Backend
         from charactereval_lib.engine.generation.openai_backend import OpenAIBackend
 
         return OpenAIBackend(model, params, base_url=options.base_url, api_key_env=options.api_key_env,
-                             concurrency=options.concurrency, policy=options.policy)
+                             concurrency=options.concurrency, policy=options.policy, max_context=options.max_context,
+                             context_tokenizer=options.context_tokenizer)
     if name == "hf":
         from charactereval_lib.engine.generation.hf import HFBackend
 
         return HFBackend(model, params, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
-                         trust_remote_code=options.trust_remote_code)
+                         trust_remote_code=options.trust_remote_code, max_context=options.max_context)
     if name == "offline":
         from charactereval_lib.engine.generation.offline import OfflineBackend
 

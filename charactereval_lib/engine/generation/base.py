@@ -28,6 +28,20 @@ class ConfigError(ValueError):
     """A generation setting that cannot work (reported as one line)."""
 
 
+class RunAborted(Exception):
+    """The run cannot go on; every record received so far is saved. The engine attaches the
+    session's summary (``summary``) before the exception leaves ``run_generation``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.summary: Any = None
+
+
+class EndpointUnreachable(RunAborted):
+    """The endpoint refused the connection or its name does not resolve, before it ever answered:
+    a wrong address or a server that is not running, which retries would only wait out."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     id: int
@@ -146,12 +160,15 @@ def error_result(
     *,
     attempts: int,
     status_code: int | None = None,
+    details: dict[str, Any] | None = None,
     **fields: Any,
 ) -> GenerationResult:
-    """A permanent failure: ``model_output`` null so that S5 drops the sample and reports count it."""
+    """A permanent failure: ``model_output`` null so that S5 drops the sample and reports count it.
+    ``details`` go into the record's ``error`` object beside class, message and status."""
     error: dict[str, Any] = {"class": error_class, "message": message}
     if status_code is not None:
         error["status"] = status_code
+    error.update(details or {})
     return GenerationResult(request_id, STATUS_ERROR, None, sha, attempts=attempts, error=error, **fields)
 
 

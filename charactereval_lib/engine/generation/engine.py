@@ -22,10 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.generation.base import STATUS_OK, Backend, DecodingParams, GenerationRequest, GenerationResult
+from charactereval_lib.engine.generation.base import (
+    STATUS_OK,
+    Backend,
+    DecodingParams,
+    GenerationRequest,
+    GenerationResult,
+    RunAborted,
+)
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 
 LOCK_FILE = ".generate.lock"
+
+
+# Exit statuses of `generate` (README "Exit status"); `exit_code` picks one for a finished session.
+EXIT_OK = 0  # every selected sample has an ok reply
+EXIT_FAILED = 1  # some selected sample ended in error, or the run was aborted (RunAborted)
+EXIT_BAD_INPUT = 2  # bad arguments, settings, data or a missing API key: nothing was sent
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; everything received is saved
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,8 @@ class SessionSummary:
     served_models: Counter = field(default_factory=Counter)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    # Why the run stopped early (RunAborted), e.g. the endpoint refused every connection.
+    aborted: str | None = None
     concurrency: dict[str, Any] | None = None
 
     def add(self, result: GenerationResult) -> None:
@@ -150,6 +166,12 @@ class SessionSummary:
     @property
     def done(self) -> int:
         return self.ok + sum(self.errors.values())
+
+    @property
+    def failed(self) -> int:
+        """Selected samples whose latest record is an error: this session's failures and the
+        earlier ones it left alone (no retry_errors)."""
+        return sum(self.errors.values()) + self.errors_kept
 
     def line(self) -> str:
         errors = sum(self.errors.values())
@@ -184,8 +206,19 @@ class SessionSummary:
             "served_models": dict(self.served_models),
             "elapsed_s": round(self.elapsed_s, 3),
             "interrupted": self.interrupted,
+            "aborted": self.aborted,
             "concurrency": self.concurrency,
         }
+
+
+def exit_code(summary: SessionSummary) -> int:
+    """The exit status for a session (see the EXIT_* constants): scripts and ``batch`` must notice
+    a run in which any selected sample failed, even when most succeeded."""
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
+    if summary.aborted or summary.failed:
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def run_state(run_dir: Path, all_ids: frozenset[int]) -> dict[str, int]:
@@ -229,6 +262,10 @@ async def generate_async(
         started = time.monotonic()
         try:
             await _drive(run_dir, plan, backend, summary, progress)
+        except RunAborted as exc:
+            summary.aborted = str(exc)
+            exc.summary = summary
+            raise
         finally:
             summary.elapsed_s = time.monotonic() - started
             summary.concurrency = backend.stats().get("concurrency")
@@ -282,6 +319,8 @@ def _finish_manifest(run_dir: Path, task: GenerationTask, summary: SessionSummar
     # complete: every id of the task has a record (state says how many are errors).
     if summary.interrupted:
         status = "interrupted"
+    elif summary.aborted:
+        status = "aborted"
     else:
         status = "complete" if state["missing"] == 0 else "partial"
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}

@@ -18,8 +18,18 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
-from charactereval_lib.engine.generation.base import request_sha256
+from charactereval_lib.engine.generation.base import (
+    STATUS_OK,
+    ConfigError,
+    DecodingParams,
+    GenerationRequest,
+    GenerationResult,
+    build_payload,
+    error_result,
+    request_sha256,
+)
+from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids, config_context
+
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -36,6 +46,7 @@ class HFBackend:
         dtype: str = "auto",
         batch_size: int = 8,
         trust_remote_code: bool = False,
+        max_context: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,6 +72,13 @@ class HFBackend:
             model, dtype=dtype if dtype == "auto" else getattr(torch, dtype), trust_remote_code=trust_remote_code
         ).to(device)
         self.model.eval()
+        # An explicit max_context wins: a rope-scaled model can go past its config's positions.
+        positions, field = config_context(self.model.config)
+        if max_context is not None:
+            positions, field = max_context, "max_context option"
+        else:
+            field = f"{field} of the model config" if field else None
+        self.context = ContextWindow(positions, params.max_tokens, field) if positions else None
         self._stop = threading.Event()
         # Always the same worker thread: torch keeps per-thread state (its intra-op thread pool),
         # and hopping between executor threads made each batch many times slower.
@@ -78,6 +96,7 @@ class HFBackend:
             "device": self.device,
             "batch_size": self.batch_size,
             "trust_remote_code": self.trust_remote_code,
+            "max_context": self.context.max_context if self.context else None,
             "decoding": "sampling" if self.params.do_sample else "greedy",
             "chat_template_sha256": hashlib.sha256(str(template).encode("utf-8")).hexdigest(),
             "loaded_dtype": str(self.model.dtype).removeprefix("torch."),
@@ -101,15 +120,23 @@ class HFBackend:
         return config
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
-        text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-        # The template already wrote any BOS it wants.
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return chat_prompt_ids(self.tokenizer, request.messages)
+
+    def _sha(self, request: GenerationRequest) -> str:
+        return request_sha256(build_payload(self.model_name, request.messages, self.params))
 
     async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
         self._stop.clear()
         if self.params.seed is not None:
             self._torch.manual_seed(self.params.seed)
-        prompts = [(request, self.prompt_ids(request)) for request in requests]
+        prompts = []
+        for request in requests:
+            ids = self.prompt_ids(request)
+            rejected = self.context.reject(request.id, self._sha(request), len(ids)) if self.context else None
+            if rejected is not None:
+                yield rejected
+            else:
+                prompts.append((request, ids))
         prompts.sort(key=lambda item: len(item[1]), reverse=True)
         try:
             for start in range(0, len(prompts), self.batch_size):
@@ -124,6 +151,25 @@ class HFBackend:
             self._stop.set()
 
     def _generate_batch(self, batch: list[tuple[GenerationRequest, list[int]]]) -> list[GenerationResult]:
+        """One result per prompt. When generate() fails for the batch, each prompt is tried alone,
+        so that one bad sample (a prompt the model cannot take, memory for one long input) is an
+        error record for that sample and the others still get their replies."""
+        try:
+            return self._generate_together(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                request = batch[0][0]
+                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+                return [error_result(request.id, self._sha(request), type(exc).__name__, message, attempts=1,
+                                     model=self.model_name, extra={"batch_size": 1})]
+        results = []
+        for one in batch:
+            if self._stop.is_set():
+                break
+            results += self._generate_batch([one])
+        return results
+
+    def _generate_together(self, batch: list[tuple[GenerationRequest, list[int]]]) -> list[GenerationResult]:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         torch = self._torch
@@ -157,7 +203,7 @@ class HFBackend:
                     id=request.id,
                     status=STATUS_OK,
                     model_output=reply,
-                    request_sha256=request_sha256(build_payload(self.model_name, request.messages, self.params)),
+                    request_sha256=self._sha(request),
                     finish_reason="stop" if end is not None else "length",
                     usage={"prompt_tokens": len(ids), "completion_tokens": len(generated),
                            "total_tokens": len(ids) + len(generated)},

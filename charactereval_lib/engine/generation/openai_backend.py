@@ -12,30 +12,42 @@ import json
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload, redact
+from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Statuses worth another attempt besides 429 and 5xx: request timeout, conflict (lock timeouts).
 _RETRYABLE_4XX = {408, 409}
+# Fields of a chat completion that report how the server answered, kept in each record.
+_REPORTED = ("system_fingerprint", "service_tier")
 
 
-def read_api_key(env_name: str, base_url: str | None) -> str:
-    """The key from the named environment variable. A local server (``--base-url``) often needs
-    none, so a placeholder is sent there; the official OpenAI endpoint requires one."""
+# The api_key_env value of a server that needs no key (a local one): a placeholder is sent then,
+# because the client library refuses to send no key at all.
+NO_API_KEY = ""
+PLACEHOLDER_KEY = "no-key"
+
+
+def read_api_key(env_name: str) -> str:
+    """The key from the named environment variable, checked before anything is sent: a missing
+    key is a ConfigError, not 200 failed requests. ``NO_API_KEY`` (the empty name) says the
+    server needs none."""
+    if env_name == NO_API_KEY:
+        return PLACEHOLDER_KEY
     if not _ENV_NAME.match(env_name):
         # Do not echo the value: users sometimes pass the key itself here.
         raise ConfigError("--api-key-env takes the NAME of an environment variable (letters, digits, _), not a key")
     key = os.environ.get(env_name)
     if key:
         return key
-    if base_url:
-        return "no-key"
-    raise ConfigError(f"the API key variable {env_name} is not set (set it, or name another one with --api-key-env)")
+    raise ConfigError(f"the API key variable {env_name} is not set (set it, name another one with --api-key-env, "
+                      "or pass --api-key-env '' for a local server that needs no key)")
 
 
 class OpenAIBackend(RetryingBackend):
@@ -50,6 +62,8 @@ class OpenAIBackend(RetryingBackend):
         api_key_env: str = DEFAULT_API_KEY_ENV,
         concurrency: int = 32,
         policy: RetryPolicy | None = None,
+        max_context: int | None = None,
+        context_tokenizer: str | None = None,
     ) -> None:
         import openai
 
@@ -58,12 +72,20 @@ class OpenAIBackend(RetryingBackend):
         self.params = params
         self.base_url = base_url
         self.api_key_env = api_key_env
-        self._key = read_api_key(api_key_env, base_url)
+        self._key = read_api_key(api_key_env)
         self.transport, http_client = _http_client(openai, self.policy.timeout_s)
         self._client = openai.AsyncOpenAI(
             api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s, http_client=http_client
         )
         self._openai = openai
+        self.context_tokenizer = (context_tokenizer or model) if max_context is not None else None
+        self._counter = _load_counting_tokenizer(self.context_tokenizer) if self.context_tokenizer else None
+        self.context = ContextWindow(max_context, params.max_tokens, "--max-context") if max_context else None
+
+    def reject(self, request: GenerationRequest, sha: str) -> GenerationResult | None:
+        if self.context is None:
+            return None
+        return self.context.reject(request.id, sha, len(chat_prompt_ids(self._counter, request.messages)))
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "parameters": self.params.as_dict()}
@@ -73,10 +95,13 @@ class OpenAIBackend(RetryingBackend):
             **self.identity(),
             "base_url": self.base_url,
             "api_key_env": self.api_key_env,
+            "api_key_sent": self.api_key_env != NO_API_KEY,
             "concurrency": self.concurrency,
             "retry_policy": self.policy.as_dict(),
             "sent_parameters": self.params.sent(),
             "http_transport": self.transport,
+            "max_context": self.context.max_context if self.context else None,
+            "context_tokenizer": self.context_tokenizer,
         }
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
@@ -91,14 +116,11 @@ class OpenAIBackend(RetryingBackend):
             response = await self._client.post("/chat/completions", cast_to=object, body=payload)
         except openai.APIStatusError as exc:
             raise self._classify_status(exc) from None
-        except openai.APITimeoutError as exc:
-            if _timed_out(exc):
-                raise TransientError("APITimeoutError", f"no answer within {self.policy.timeout_s:g} s") from None
-            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
-        except openai.APIConnectionError as exc:
-            raise TransientError("APIConnectionError", self._clean(_describe_cause(exc))) from None
+        except openai.APIConnectionError as exc:  # APITimeoutError included
+            raise self._connection_failure(exc) from None
         except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
-            raise TransientError("MalformedResponse", self._clean(f"unparsable response: {exc}")) from None
+            message = self._clean(f"unparsable response: {exc}")
+            raise TransientError("MalformedResponse", message, answer=message) from None
         if not isinstance(response, dict):
             raise TransientError("MalformedResponse", self._clean(f"not a JSON object: {str(response)[:200]!r}"))
         return self._result(request, response)
@@ -125,6 +147,11 @@ class OpenAIBackend(RetryingBackend):
                 content_filter=True, finish_reason=finish_reason, usage=usage, model=model,
                 extra={"filtered_output": content},
             )
+        # What the server says about how it answered, where it says it (OpenAI: the backend
+        # configuration and the tier): the record keeps it next to what was sent.
+        reported = {name: response[name] for name in _REPORTED if response.get(name) is not None}
+        if refusal_text is not None:
+            reported["refusal_text"] = refusal_text
         # Only the reply text counts; reasoning models' thinking is not part of it (seed 001 row 10).
         return GenerationResult(
             id=request.id,
@@ -135,8 +162,27 @@ class OpenAIBackend(RetryingBackend):
             usage=usage,
             model=model,
             refusal=refusal_text is not None,
-            extra={"refusal_text": refusal_text} if refusal_text is not None else {},
+            extra=reported,
         )
+
+    def _connection_failure(self, exc: BaseException) -> TransientError:
+        """Say what happened, in our words: the SDK calls a refused connection "Request timed out"."""
+        error_class = connection_failure_class(exc)
+        where = self._endpoint()
+        message = {
+            "ConnectionRefused": f"connection refused by {where.netloc} (is the server running on that port?)",
+            "NameNotResolved": f"the host name {where.hostname} does not resolve",
+            "ConnectionLost": f"{where.netloc} closed the connection before answering",
+            "ConnectTimeout": f"no connection to {where.netloc} within {self.policy.timeout_s:g} s",
+            "ReadTimeout": f"no answer within {self.policy.timeout_s:g} s",
+        }.get(error_class) or self._clean(_describe_cause(exc))
+        # Refused or unresolvable: nothing reached a server. Only these can mean a wrong address.
+        unreachable = error_class in ("ConnectionRefused", "NameNotResolved")
+        connected = error_class not in ("ConnectionRefused", "NameNotResolved", "ConnectTimeout")
+        return TransientError(error_class, message, connected=connected, unreachable=unreachable)
+
+    def _endpoint(self) -> Any:
+        return urllib.parse.urlsplit(str(self._client.base_url))
 
     def _classify_status(self, exc: Any) -> Exception:
         status = exc.status_code
@@ -146,7 +192,8 @@ class OpenAIBackend(RetryingBackend):
             return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
                                   throttled=True)
         if status >= 500 or status in _RETRYABLE_4XX:
-            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers))
+            return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
+                                  answer=f"{status} {message}")
         if _is_content_filter(exc):
             return PermanentError("ContentFilterError", message, status=status, content_filter=True)
         return PermanentError(error_class, message, status=status)
@@ -156,6 +203,21 @@ class OpenAIBackend(RetryingBackend):
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _load_counting_tokenizer(name: str) -> Any:
+    """The served model's tokenizer (a local directory or a cached hub id), to count prompt tokens
+    exactly as the server's chat template will."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise ConfigError(f"--max-context needs the served model's tokenizer to count prompt tokens; {name!r} "
+                          f"cannot be loaded ({type(exc).__name__}); pass --context-tokenizer PATH") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"--max-context: the tokenizer {name!r} has no chat template to count prompt tokens with")
+    return tokenizer
 
 
 def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
@@ -169,36 +231,69 @@ def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
     return "aiohttp", openai.DefaultAioHttpClient(timeout=timeout_s)
 
 
-def _timed_out(exc: BaseException) -> bool:
-    """Whether an APITimeoutError was a real timeout. The aiohttp transport reports every aiohttp
-    connection error (a reset, a refused connection) as a connect timeout, so look at the
-    original error: a TimeoutError is one, any other aiohttp error is a connection failure."""
-    cause, seen = exc.__cause__ or exc.__context__, set()
+# What went wrong below HTTP, most specific first. Both transports wrap the socket error in their
+# own types, and the aiohttp one reports every failure (even a refusal) as a "connect timeout",
+# so the class names along the whole cause chain decide, not the outermost exception.
+_DNS_ERRORS = {"gaierror", "ClientConnectorDNSError"}
+_LOST_ERRORS = {"ConnectionResetError", "BrokenPipeError", "ServerDisconnectedError", "RemoteProtocolError",
+                "ClientPayloadError"}
+_CONNECT_TIMEOUTS = {"ConnectionTimeoutError"}
+_READ_TIMEOUTS = {"ReadTimeout", "SocketTimeoutError", "ServerTimeoutError", "TimeoutError"}
+
+
+def connection_failure_class(exc: BaseException) -> str:
+    """ConnectionRefused, NameNotResolved, ConnectionLost, ConnectTimeout, ReadTimeout, or
+    APIConnectionError when the cause is none of these."""
+    names, cause, seen = set(), exc, set()
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, TimeoutError):
-            return True
-        if type(cause).__module__.split(".")[0] == "aiohttp":
-            return False
+        names.update(k.__name__ for k in type(cause).__mro__)
         cause = cause.__cause__ or cause.__context__
-    return True
+    for error_class, markers in (("ConnectionRefused", {"ConnectionRefusedError"}), ("NameNotResolved", _DNS_ERRORS),
+                                 ("ConnectionLost", _LOST_ERRORS), ("ConnectTimeout", _CONNECT_TIMEOUTS),
+                                 ("ReadTimeout", _READ_TIMEOUTS)):
+        if names & markers:
+            return error_class
+    # httpx's own ConnectTimeout is a real one (no socket error underneath); aiohttp's is caught above.
+    return "ConnectTimeout" if "ConnectTimeout" in names else "APIConnectionError"
+
+
+# How much of an unstructured error body (a plain-text or HTML error page) a record keeps.
+_RAW_BODY_CHARS = 300
 
 
 def _api_message(exc: Any) -> str:
+    """The server's own reason for an error status. OpenAI-style servers put it in
+    ``error.message``, FastAPI-based ones (``transformers serve``, many proxies) in ``detail``,
+    some in a bare ``error`` string; anything else is quoted from the raw body, shortened, because
+    the SDK's "Error code: 400" alone says nothing."""
     body = exc.body
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping) and inner.get("message"):
             return str(inner["message"])
-        if body.get("message"):
-            return str(body["message"])
-    return str(getattr(exc, "message", "") or exc)
+        for value in (body.get("message"), body.get("detail"), inner):
+            if isinstance(value, str) and value:
+                return value
+        if body.get("detail"):  # FastAPI validation errors: a list of objects
+            return json.dumps(body["detail"], ensure_ascii=False)[:_RAW_BODY_CHARS]
+    text = " ".join(_raw_body(exc).split())
+    if text:
+        return text if len(text) <= _RAW_BODY_CHARS else text[:_RAW_BODY_CHARS] + "…"
+    return f"HTTP {exc.status_code} with an empty body"
+
+
+def _raw_body(exc: Any) -> str:
+    try:
+        return exc.response.text
+    except Exception:  # a streamed body that was closed before it was read
+        return ""
 
 
 def _describe_cause(exc: BaseException) -> str:
     """``Connection error.`` alone says little; name the underlying transport error."""
     cause = exc.__cause__ or exc.__context__
-    return f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
+    return f"{type(cause).__name__}: {cause}" if cause else str(exc)
 
 
 def _is_content_filter(exc: Any) -> bool:

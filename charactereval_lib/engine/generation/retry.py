@@ -8,6 +8,14 @@ Policy (recorded in run.json with every run):
   ``retry-after-ms``) answer is honoured instead: the wait is that value (capped) plus up to one
   ``base_delay`` of jitter so that throttled clients do not return in lockstep.
 - Permanent failures (400 including content filters, 401, 403, 404, 422) are recorded at once.
+- A deterministic failure is not retried for minutes: when the server gives the same answer
+  (status and body) to ``same_answer_limit`` attempts of one request in a row, e.g. a 500 for a
+  prompt the model cannot take, the request is recorded as failed with ``"repeated": n``.
+  Timeouts, 429s and connection failures never count: they say nothing about the request.
+- A dead endpoint stops the run: a refused connection or an unresolvable host name before the
+  server ever answered this backend raises ``EndpointUnreachable`` instead of being retried and
+  recorded for every sample. Once the server has answered, the same failures are a server going
+  away (a restart) and are retried like any transient failure.
 - Concurrency follows AIMD: a 429 halves the concurrency limit (never below 1), at most once per
   "epoch" so that a burst of 429s from requests sent under the old limit counts once; each
   success adds ``1/limit``, i.e. about one slot per limit's worth of successes, up to the
@@ -26,8 +34,14 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from charactereval_lib.engine.generation.base import ConfigError, GenerationRequest, GenerationResult, error_result
-from charactereval_lib.engine.generation.base import request_sha256
+from charactereval_lib.engine.generation.base import (
+    ConfigError,
+    EndpointUnreachable,
+    GenerationRequest,
+    GenerationResult,
+    error_result,
+    request_sha256,
+)
 
 
 @dataclass(frozen=True)
@@ -39,10 +53,14 @@ class RetryPolicy:
     max_retry_after_s: float = 300.0
     # Per attempt; long generations on a busy server can take minutes.
     timeout_s: float = 300.0
+    # The same server error this many times in a row for one request ends its retries.
+    same_answer_limit: int = 3
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.same_answer_limit < 1:
+            raise ConfigError(f"same_answer_limit must be at least 1, got {self.same_answer_limit}")
         if self.base_delay_s < 0 or self.max_delay_s < 0 or self.timeout_s <= 0:
             raise ConfigError("retry delays must be >= 0 and the timeout > 0")
 
@@ -61,7 +79,8 @@ class TransientError(Exception):
     """An attempt failed in a way that may succeed later."""
 
     def __init__(self, error_class: str, message: str, *, status: int | None = None,
-                 retry_after_s: float | None = None, throttled: bool = False) -> None:
+                 retry_after_s: float | None = None, throttled: bool = False, connected: bool = True,
+                 unreachable: bool = False, answer: str | None = None) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
@@ -69,6 +88,14 @@ class TransientError(Exception):
         self.retry_after_s = retry_after_s
         # A 429: the server asks us to slow down, which lowers the concurrency limit.
         self.throttled = throttled
+        # Whether the attempt reached a server at all, and whether it failed because the address
+        # is refused or does not resolve (see RetryingBackend.complete).
+        self.connected = connected
+        self.unreachable = unreachable
+        # The server's answer (status and body) when it is one that may repeat for this request
+        # every time, e.g. a 500 for a prompt the model cannot take; None for timeouts, 429s and
+        # connection failures, which say nothing about the request itself.
+        self.answer = answer
 
 
 class PermanentError(Exception):
@@ -156,10 +183,17 @@ class RetryingBackend(ABC):
         self.policy = policy
         self.limiter: AdaptiveLimiter | None = None
         self._rng = random.Random(rng_seed)
+        # Whether any attempt of this backend has reached the server (see EndpointUnreachable).
+        self._reached = False
 
     @abstractmethod
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The exact payload sent for a request (its digest goes into the record)."""
+
+    def reject(self, request: GenerationRequest, sha: str) -> GenerationResult | None:
+        """An error result for a request that must not be sent (e.g. a prompt longer than the
+        model's context), or None to send it."""
+        return None
 
     @abstractmethod
     async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
@@ -170,8 +204,12 @@ class RetryingBackend(ABC):
         assert self.limiter is not None
         payload = self.payload(request)
         sha = request_sha256(payload)
+        rejected = self.reject(request, sha)
+        if rejected is not None:
+            return rejected
         started: float | None = None
         last: TransientError | None = None
+        same_answers = 0
         for attempt in range(1, self.policy.max_attempts + 1):
             epoch = await self.limiter.acquire()
             sent = time.monotonic()
@@ -182,9 +220,12 @@ class RetryingBackend(ABC):
                 result = await self.attempt(request, payload)
                 outcome["success"] = True
             except TransientError as exc:
+                repeated = exc.answer is not None and last is not None and exc.answer == last.answer
+                same_answers = same_answers + 1 if repeated else 1
                 last = exc
                 outcome["throttled"] = exc.throttled
             except PermanentError as exc:
+                self._reached = True
                 return error_result(
                     request.id, sha, exc.error_class, exc.message, attempts=attempt, status_code=exc.status,
                     content_filter=exc.content_filter, latency_s=_seconds(time.monotonic() - sent),
@@ -193,11 +234,20 @@ class RetryingBackend(ABC):
             finally:
                 self.limiter.release(epoch, **outcome)
             if outcome.get("success"):
+                self._reached = True
                 result.request_sha256 = sha
                 result.attempts = attempt
                 result.latency_s = _seconds(time.monotonic() - sent)
                 result.elapsed_s = _seconds(time.monotonic() - started)
                 return result
+            self._reached = self._reached or last.connected
+            if last.unreachable and not self._reached:
+                raise EndpointUnreachable(last.message)
+            if last.answer is not None and same_answers >= self.policy.same_answer_limit:
+                return error_result(
+                    request.id, sha, last.error_class, last.message, attempts=attempt, status_code=last.status,
+                    elapsed_s=_seconds(time.monotonic() - started), details={"repeated": same_answers},
+                )
             if attempt < self.policy.max_attempts:
                 await asyncio.sleep(self.policy.delay(attempt, last.retry_after_s, self._rng))
         assert last is not None
