@@ -10,27 +10,24 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from charactereval_lib.coser.data import DATA_DIR_ENV as DATA_ENV
+from charactereval_lib.coser.data import locate_data_dir
+
 GOLDEN_ENV = "COSER_GOLDEN_DIR"
-DATA_ENV = "COSER_DATA_DIR"
-
-
-def _dir(env: str, fallback: Path) -> Path | None:
-    path = Path(os.environ[env]) if os.environ.get(env) else fallback
-    return path if path.is_dir() else None
 
 
 def golden_dir() -> Path:
-    path = _dir(GOLDEN_ENV, ROOT.parent / "shared" / "golden" / "coser-official")
-    if path is None:
-        pytest.skip(f"CoSER golden vectors not found: set {GOLDEN_ENV} (CI has them in ../shared/golden/coser-official)")
-    return path
+    value = os.environ.get(GOLDEN_ENV)
+    if not value or not Path(value).is_dir():
+        pytest.skip(f"CoSER golden vectors not found: set {GOLDEN_ENV} (CI always sets it)")
+    return Path(value)
 
 
 def data_dir() -> Path:
-    path = _dir(DATA_ENV, ROOT.parent / "shared" / "coser-data")
-    if path is None or not (path / "test_set.json").exists():
-        pytest.skip(f"CoSER data not found: set {DATA_ENV} (CI has it in ../shared/coser-data)")
+    """Where the CLI finds the CoSER data without a flag: $COSER_DATA_DIR, else data/coser/."""
+    path = locate_data_dir()
+    if not (path / "test_set.json").exists():
+        pytest.skip(f"CoSER data not found: set {DATA_ENV} or fetch it into data/coser/ (CI always sets it)")
     return path
 
 

@@ -1,7 +1,7 @@
 """The grading engine's `evals` mode against every golden vector of openai/evals.
 
-The vectors live outside the repository (EVALS_GOLDEN_DIR, else ../shared/golden/evals-grading
-next to the repository root); without them these tests skip with the reason.
+The vectors live outside the repository (the directory in $EVALS_GOLDEN_DIR); without them
+these tests skip with the reason.
 """
 
 from __future__ import annotations
@@ -25,22 +25,19 @@ from charactereval_lib.engine.grading.spec import (
     needed_outputs,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_ENV = "EVALS_GOLDEN_DIR"
 
 
 def golden_dir() -> Path | None:
     value = os.environ.get(GOLDEN_ENV)
-    path = Path(value) if value else ROOT.parent / "shared" / "golden" / "evals-grading"
-    return path if path.is_dir() else None
+    return Path(value) if value and Path(value).is_dir() else None
 
 
 def load(name: str) -> list[dict[str, Any]]:
     path = golden_dir()
     if path is None:
         pytest.skip(
-            f"evals golden vectors not found: set {GOLDEN_ENV} or provide "
-            "../shared/golden/evals-grading (CI always has them)"
+            f"evals golden vectors not found: set {GOLDEN_ENV} (CI always sets it)"
         )
     with open(path / name, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]

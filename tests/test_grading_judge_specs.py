@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from charactereval_lib.charactereval.judge_specs import (
@@ -18,7 +17,6 @@ from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.fill import prompt_fields
 from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply
 
-ROOT = Path(__file__).resolve().parent.parent
 # The paper's 12 metrics (English name as in the protocol, Chinese name as in id2metric).
 METRICS = {
     "Fluency": "对话流利度", "Coherence": "对话连贯性", "Consistency": "对话一致性",
@@ -52,12 +50,6 @@ def test_each_spec_fills_and_grades_a_reply():
         assert grade_reply(spec, "The reply fits.\n4")["score"] == 4.0
         record = grade_reply(spec, "cannot grade")
         assert (record["choice"], record["score"], record["invalid"]) == (INVALID, None, True)
-
-
-def test_the_specs_are_declared_package_data():
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = setuptools["package-data"]["charactereval_lib.charactereval.judge_specs"]
-    assert {"*.yaml", "battles/*.yaml"} <= set(patterns)
 
 
 def test_the_battle_spec_judges_both_orders():

@@ -135,6 +135,10 @@ def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official
     where = subprocess.run([python, "-c", "import charactereval_lib; print(charactereval_lib.__file__)"], cwd=work,
                            env=env, check=True, capture_output=True, text=True).stdout
     assert where.startswith(site), where
+    # Package data beside the code: the judge specs and CoSER's pinned manifest.
+    installed = Path(site, "charactereval_lib")
+    assert len(list((installed / "charactereval" / "judge_specs").glob("*.yaml"))) == 12
+    assert (installed / "coser" / "manifest.json").exists()
     assert "all files match the pinned digests" in run("data", "verify", "--dir", str(official_dir))
     assert "11/11 checks passed" in run("doctor", "--data-dir", str(official_dir))
     run("rm", "make-tiny", "tiny-rm")

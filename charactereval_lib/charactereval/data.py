@@ -7,21 +7,17 @@ where known and by git blob SHA-1 always, and are parsed as whole JSON documents
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
+from charactereval_lib.engine import pinned
+from charactereval_lib.engine.pinned import DataError, Upstream, digests
 from charactereval_lib.engine.resources import resource_path
-from charactereval_lib.engine.runs import workspace_root, write_bytes_atomic
+from charactereval_lib.engine.runs import in_workspace
 
 UPSTREAM_MANIFEST = "data/upstream.json"
 # Under the workspace root, like the run directories under ./outputs.
@@ -32,39 +28,6 @@ TEST_DATA = "test_data.jsonl"
 PROFILES = "character_profiles.json"
 ID2METRIC = "id2metric.jsonl"
 REQUIRED_GROUP = "required"
-
-
-class DataError(RuntimeError):
-    """An official data file that is missing, altered, malformed or of the wrong shape."""
-
-
-@dataclass(frozen=True)
-class UpstreamFile:
-    name: str
-    path: str
-    group: str
-    sha256: str | None
-    git_blob_sha1: str
-
-
-@dataclass(frozen=True)
-class Upstream:
-    repository: str
-    commit: str
-    raw_url: str
-    files: tuple[UpstreamFile, ...]
-
-    def file(self, name: str) -> UpstreamFile:
-        for f in self.files:
-            if f.name == name:
-                return f
-        raise KeyError(name)
-
-    def url(self, f: UpstreamFile, mirror: str | None = None) -> str:
-        quoted = urllib.parse.quote(f.path)
-        if mirror:
-            return mirror.rstrip("/") + "/" + quoted
-        return self.raw_url.format(repository=self.repository, commit=self.commit, path=quoted)
 
 
 @dataclass(frozen=True)
@@ -92,9 +55,7 @@ class OfficialData:
 
 def load_upstream(path: Path | None = None) -> Upstream:
     """The pinned upstream manifest (commit, URLs, digests): the shipped one unless ``path``."""
-    raw = json.loads(Path(path or resource_path(UPSTREAM_MANIFEST)).read_text(encoding="utf-8"))
-    files = tuple(UpstreamFile(**{k: f[k] for k in UpstreamFile.__dataclass_fields__}) for f in raw["files"])
-    return Upstream(raw["repository"], raw["commit"], raw["raw_url"], files)
+    return pinned.load_upstream(Path(path or resource_path(UPSTREAM_MANIFEST)))
 
 
 def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -104,128 +65,34 @@ def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env)
-    root = workspace_root()
-    return DEFAULT_DATA_DIR if root == Path.cwd() else root / DEFAULT_DATA_DIR
+    return in_workspace(DEFAULT_DATA_DIR)
 
 
-# --- digests ---------------------------------------------------------------------------------
-
-
-def digests(data: bytes) -> tuple[str, str]:
-    """(SHA-256, git blob SHA-1) of a file's bytes."""
-    blob = hashlib.sha1(b"blob " + str(len(data)).encode() + b"\0" + data).hexdigest()
-    return hashlib.sha256(data).hexdigest(), blob
-
-
-def check_digests(path: Path, data: bytes, spec: UpstreamFile) -> None:
-    sha256, blob = digests(data)
-    if spec.sha256 and sha256 != spec.sha256:
-        raise DataError(f"{path}: SHA-256 mismatch: expected {spec.sha256}, got {sha256} (altered or wrong file)")
-    if blob != spec.git_blob_sha1:
-        raise DataError(
-            f"{path}: git blob SHA-1 mismatch: expected {spec.git_blob_sha1}, got {blob} (altered or wrong file)"
-        )
+MISSING_HINT = f"run `charactereval data fetch`, pass --dir, or set {DATA_DIR_ENV}"
+OFFLINE_HINT = (
+    f"Set {DATA_DIR_ENV} to a copy of the files, copy them into the data directory, or fetch from a "
+    "mirror with --mirror URL (README: 'When data fetch cannot reach GitHub')"
+)
 
 
 def verify_files(data_dir: Path, groups: Iterable[str] = (REQUIRED_GROUP,), upstream: Upstream | None = None) -> list[str]:
     """Check every file of the given groups; returns one problem line per bad file (empty = OK)."""
-    upstream = upstream or load_upstream()
-    wanted = set(groups)
-    problems = []
-    for spec in upstream.files:
-        if spec.group not in wanted:
-            continue
-        path = Path(data_dir) / spec.name
-        try:
-            check_digests(path, _read_bytes(path), spec)
-        except DataError as exc:
-            problems.append(str(exc))
-    return problems
+    return pinned.verify_files(data_dir, groups, upstream or load_upstream(), missing_hint=MISSING_HINT)
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise DataError(
-            f"{path}: missing (run `charactereval data fetch`, pass --dir, or set {DATA_DIR_ENV})"
-        ) from None
-
-
-# --- fetch -----------------------------------------------------------------------------------
-
-
-def fetch(
-    data_dir: Path,
-    groups: Iterable[str],
-    *,
-    mirror: str | None = None,
-    timeout: float = 60.0,
-    progress: bool = True,
-    upstream: Upstream | None = None,
-) -> list[Path]:
-    """Download the files of ``groups`` at the pinned commit, verify them and move each into
-    place atomically. Files already present and valid are kept. Returns the paths fetched."""
-    upstream = upstream or load_upstream()
-    data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    wanted = set(groups)
-    fetched = []
-    for spec in upstream.files:
-        if spec.group not in wanted:
-            continue
-        target = data_dir / spec.name
-        if target.exists():
-            with contextlib.suppress(DataError):
-                check_digests(target, target.read_bytes(), spec)
-                continue
-        url = upstream.url(spec, mirror)
-        data = _download(url, timeout=timeout, progress=progress, label=spec.name)
-        check_digests(Path(url), data, spec)
-        write_bytes_atomic(target, data)
-        fetched.append(target)
-    return fetched
-
-
-def _download(url: str, *, timeout: float, progress: bool, label: str) -> bytes:
-    from tqdm.auto import tqdm
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            chunks = []
-            with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False) as bar:
-                while chunk := response.read(1 << 16):
-                    chunks.append(chunk)
-                    bar.update(len(chunk))
-            return b"".join(chunks)
-    except urllib.error.HTTPError as exc:
-        raise DataError(f"{url}: download failed: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DataError(
-            f"{url}: download failed ({reason}); are you offline? Set {DATA_DIR_ENV} to a copy of "
-            "the files, copy them into the data directory, or fetch from a mirror with --mirror URL "
-            "(README: 'When data fetch cannot reach GitHub')"
-        ) from None
+def fetch(data_dir: Path, groups: Iterable[str], *, mirror: str | None = None, timeout: float = 60.0,
+          progress: bool = True, upstream: Upstream | None = None) -> list[Path]:
+    """Download the files of ``groups`` at the pinned commit (see ``engine.pinned.fetch``)."""
+    return pinned.fetch(data_dir, groups, upstream or load_upstream(), offline_hint=OFFLINE_HINT, mirror=mirror,
+                        timeout=timeout, progress=progress)
 
 
 # --- parse (S1) ------------------------------------------------------------------------------
 
 
 def load_json_document(path: Path, data: bytes | None = None) -> Any:
-    """Parse a whole file as ONE JSON document; errors name the file, line and column."""
-    path = Path(path)
-    if data is None:
-        data = _read_bytes(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 (byte {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    """Parse a whole file as ONE JSON document (S1); errors name the file, line and column."""
+    return pinned.load_json_document(path, data, missing_hint=MISSING_HINT)
 
 
 def parse_samples(obj: Any, path: Path) -> list[Sample]:
@@ -293,9 +160,9 @@ def load_official_data(data_dir: str | os.PathLike[str] | None = None, *, verify
     sha: dict[str, str] = {}
     for name in (TEST_DATA, PROFILES, ID2METRIC):
         path = data_dir / name
-        data = _read_bytes(path)
+        data = pinned.read_bytes(path, MISSING_HINT)
         if upstream is not None:
-            check_digests(path, data, upstream.file(name))
+            pinned.check_digests(path, data, upstream.file(name))
         sha[name] = digests(data)[0]
         parsed[name] = load_json_document(path, data)
     samples = parse_samples(parsed[TEST_DATA], data_dir / TEST_DATA)

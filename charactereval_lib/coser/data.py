@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data import DataError, Upstream, check_digests, fetch, load_upstream
+from charactereval_lib.engine.pinned import DataError, Upstream, check_digests, fetch, load_upstream
+from charactereval_lib.engine.runs import in_workspace
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.json"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-DEFAULT_DATA_DIR = PROJECT_ROOT / "data" / "coser"
+# Under the workspace root, like CharacterEval's data/official/.
+DEFAULT_DATA_DIR = Path("data") / "coser"
 DATA_DIR_ENV = "COSER_DATA_DIR"
 
 TEST_SET = "test_set.json"
@@ -61,7 +62,7 @@ def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit:
         return Path(explicit)
     env = os.environ.get(DATA_DIR_ENV)
-    return Path(env) if env else DEFAULT_DATA_DIR
+    return Path(env) if env else in_workspace(DEFAULT_DATA_DIR)
 
 
 def read_verified(data_dir: Path, name: str) -> bytes:
@@ -93,7 +94,8 @@ def fetch_data(
     data_dir: str | os.PathLike[str] | None = None, *, mirror: str | None = None, progress: bool = True
 ) -> list[Path]:
     """Download the pinned files that are missing or altered, verify them, write them atomically."""
-    return fetch(locate_data_dir(data_dir), (GROUP,), mirror=mirror, progress=progress, upstream=manifest())
+    return fetch(locate_data_dir(data_dir), (GROUP,), manifest(), mirror=mirror, progress=progress,
+                 offline_hint=f"Set {DATA_DIR_ENV} to a copy of the files or fetch from a mirror with --mirror URL")
 
 
 def scene_key(entry: dict[str, Any]) -> str:

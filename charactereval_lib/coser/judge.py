@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .text import extract_json, fix_json_model, fix_json_prompt, remove_inner_thoughts, tokenize_words, ttr
-from .upstream import DIMENSIONS, CriticPrompts
-from .versions import ProtocolVersion
+from charactereval_lib.coser.text import extract_json, fix_json_model, fix_json_prompt, remove_inner_thoughts, tokenize_words, ttr
+from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
+from charactereval_lib.coser.versions import ProtocolVersion
 
 ENVIRONMENT = "Environment"
 NSP = "NSP"

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .data import Scene
-from .versions import ProtocolVersion
+from charactereval_lib.coser.data import Scene
+from charactereval_lib.coser.versions import ProtocolVersion
 
 ENVIRONMENT = "Environment"
 NSP = "NSP"

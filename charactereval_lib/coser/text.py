@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from .versions import ProtocolVersion
+from charactereval_lib.coser.versions import ProtocolVersion
 
 END_CHAT = "<END CHAT>"
 

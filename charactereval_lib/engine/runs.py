@@ -59,6 +59,12 @@ def workspace_root() -> Path:
     return cwd
 
 
+def in_workspace(relative: Path) -> Path:
+    """``relative`` under the workspace root (kept relative when that is the current directory)."""
+    root = workspace_root()
+    return relative if root == Path.cwd() else root / relative
+
+
 def outputs_dir() -> Path:
     return workspace_root() / OUTPUTS_DIR
 

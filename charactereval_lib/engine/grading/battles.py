@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .agreement import Estimate, bootstrap_weights, over_replicates, percentile_estimate
-from .choices import INVALID
-from .spec import ModelGradedSpec, build_judge_messages, grade_reply
+from charactereval_lib.engine.grading.agreement import Estimate, bootstrap_weights, over_replicates, percentile_estimate
+from charactereval_lib.engine.grading.choices import INVALID
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
 
 Order = Literal["ab", "ba"]
 ORDERS: tuple[Order, Order] = ("ab", "ba")

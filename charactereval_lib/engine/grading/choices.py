@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from .errors import (
+from charactereval_lib.engine.grading.errors import (
     ChoicePunctuationError,
     MissingEvalTypeError,
     ScoreMapError,

@@ -12,7 +12,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import MissingTemplateKeyError
+from charactereval_lib.engine.grading.errors import MissingTemplateKeyError
 
 Messages = list[dict[str, str]]
 

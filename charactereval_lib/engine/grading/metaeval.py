@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import MissingLabelError
+from charactereval_lib.engine.grading.errors import MissingLabelError
 
 EVALS_SHUFFLE_SEED = 123
 

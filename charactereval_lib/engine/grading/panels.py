@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .agreement import (
+from charactereval_lib.engine.grading.agreement import (
     Estimate,
     bootstrap_weights,
     krippendorff_alpha,
@@ -17,7 +17,7 @@ from .agreement import (
     percentile_estimate,
     weighted_krippendorff_alpha,
 )
-from .choices import INVALID
+from charactereval_lib.engine.grading.choices import INVALID
 
 Method = Literal["majority", "mean"]
 OUTCOME_VALUES = {"loss": 0.0, "tie": 0.5, "win": 1.0}

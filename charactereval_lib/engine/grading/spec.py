@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from .choices import (
+from charactereval_lib.engine.grading.choices import (
     EVAL_TYPES,
     EVALS,
     INVALID,
@@ -43,8 +43,8 @@ from .choices import (
     resolve_choice_strings,
     score_choice,
 )
-from .errors import GradingError, SpecError
-from .fill import (
+from charactereval_lib.engine.grading.errors import GradingError, SpecError
+from charactereval_lib.engine.grading.fill import (
     Messages,
     fill_prompt,
     format_kwargs,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import EmptyIdealsError, InvalidIdealError
+from charactereval_lib.engine.grading.errors import EmptyIdealsError, InvalidIdealError
 
 _DELETE_ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
