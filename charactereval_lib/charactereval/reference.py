@@ -16,6 +16,7 @@ import pandas as pd
 
 from charactereval_lib.charactereval.aggregate import Statistics
 from charactereval_lib.charactereval.data import DataError
+from charactereval_lib.charactereval.diagnostics import metric_label
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS
 
@@ -113,7 +114,7 @@ def delta_table(stats: Statistics, models: Sequence[str], table: pd.DataFrame | 
     first = long[long["model"] == models[0]] if models else run_cells(stats).rename(columns={"mean": "run"})
     display = pd.DataFrame(
         {
-            "cell": [f"{n} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(first["kind"], first["name"], first["abbr"])],
+            "cell": [f"{metric_label(n)} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(first["kind"], first["name"], first["abbr"])],
             run_label: [_interval_text(r, lo, hi) for r, lo, hi in zip(first["run"], first["ci_low"], first["ci_high"])],
         }
     )
@@ -135,7 +136,7 @@ def delta_matrix(stats_by_run: Mapping[str, Statistics], model: str, table: pd.D
     cells = paper_cells([model], table)
     display = pd.DataFrame(
         {
-            "cell": [f"{n} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(cells["kind"], cells["name"], cells["abbr"])],
+            "cell": [f"{metric_label(n)} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(cells["kind"], cells["name"], cells["abbr"])],
             f"{model} (paper)": [_number(v) for v in cells["value"]],
         }
     )

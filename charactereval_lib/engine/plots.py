@@ -1,27 +1,50 @@
-"""Figures for the reports. Each function returns a matplotlib Figure; ``save_png`` writes one.
+"""Figures for the reports. Each function returns a matplotlib Figure; ``save_png`` writes one
+and ``keep`` renders one for display (and saves it beside the report).
 
 Figures are built on the Agg canvas directly (no pyplot): nothing depends on, or changes, a
-global backend, no figure accumulates in pyplot's registry, and Jupyter still displays a
-returned Figure inline. Labels stay ASCII (metric abbreviations, English names) because the
-default fonts have no CJK glyphs.
+global backend, and no figure accumulates in pyplot's registry. Chinese text (character and
+novel names, the ``role：`` marker) needs a CJK font: ``cjk_font`` finds one when installed
+(Debian: ``fonts-noto-cjk``) and every figure is rendered with it as the fallback for glyphs the
+default font lacks; without one, ``font_warnings`` says so for the report's warning box.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import math
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib import font_manager
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.charactereval import reference
 from charactereval_lib.charactereval.aggregate import PairedComparison, Statistics
-from charactereval_lib.charactereval.diagnostics import binned_means, grid_bins, grid_check, grid_step, on_bf16_grid, sample_size_table, score_grid
-from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
+from charactereval_lib.charactereval.diagnostics import (
+    NOT_ESTIMABLE,
+    binned_means,
+    dimension_estimable,
+    estimable,
+    grid_bins,
+    grid_check,
+    grid_step,
+    on_bf16_grid,
+    paired_estimable,
+    sample_size_table,
+    score_grid,
+)
+from charactereval_lib.charactereval.protocol import COLON, DIMENSIONS, METRICS
 
 RUN_PALETTE = "deep"
 BASELINE_PALETTE = "Dark2"
@@ -29,6 +52,61 @@ BASELINE_PALETTE = "Dark2"
 GRID_STEP_BOUNDARIES = (1.5, 2.0, 3.0)
 # Above this many grid values in the plotted range, minor ticks would merge into a bar.
 MAX_GRID_TICKS = 300
+# The declared score scale: the reward model's sigmoid x 4 + 1.
+SCORE_MIN, SCORE_MAX = 1.0, 5.0
+PNG_DPI = 120
+
+# CJK-capable families, most common first (fontconfig names on Debian/Ubuntu, macOS, Windows).
+CJK_FONTS = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
+    "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "PingFang SC", "Hiragino Sans GB",
+    "Heiti SC", "Microsoft YaHei", "SimHei", "AR PL UMing CN",
+)
+# File name fragments of those fonts, to find one installed after matplotlib cached its font list.
+CJK_FONT_FILES = ("notosanscjk", "notoserifcjk", "sourcehansans", "wqy-", "droidsansfallback", "ukai", "uming")
+FONT_WARNING = (
+    "No CJK font was found, so Chinese text in the figures (character and novel names, the "
+    f"role{COLON} marker) renders as empty boxes. Install one (Debian/Ubuntu: "
+    "`apt-get install fonts-noto-cjk`) and render the report again."
+)
+# Matplotlib's complaint about each glyph no font has: without a CJK font the report says it once.
+_MISSING_GLYPH = r"Glyph \d+ .*missing from font"
+
+
+@functools.cache
+def cjk_font() -> str | None:
+    """The family name of an installed CJK-capable font, or None. Looks in matplotlib's font
+    list first, then registers a system font file it does not list yet (its cache predates the
+    font's installation)."""
+    listed = {f.name for f in font_manager.fontManager.ttflist}
+    for name in CJK_FONTS:
+        if name in listed:
+            return name
+    for path in font_manager.findSystemFonts():
+        if any(part in Path(path).name.lower() for part in CJK_FONT_FILES):
+            try:
+                font_manager.fontManager.addfont(path)
+            except (OSError, RuntimeError):
+                continue  # an unreadable font file: try the next one
+            return font_manager.FontProperties(fname=path).get_name()
+    return None
+
+
+def font_warnings() -> list[str]:
+    """The report's warning about fonts: empty when a CJK font is installed."""
+    return [] if cjk_font() else [FONT_WARNING]
+
+
+@contextlib.contextmanager
+def _fonts() -> Iterator[None]:
+    """Render with the default sans-serif font, falling back to the CJK font glyph by glyph; with
+    no CJK font, the missing-glyph warnings are dropped (``font_warnings`` reports it once)."""
+    family = matplotlib.rcParams["font.sans-serif"]
+    cjk = cjk_font()
+    with matplotlib.rc_context({"font.sans-serif": [*family, cjk] if cjk else family}), warnings.catch_warnings():
+        if cjk is None:
+            warnings.filterwarnings("ignore", message=_MISSING_GLYPH, category=UserWarning)
+        yield
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -37,22 +115,35 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def save_png(fig: Figure, path: Path | str, *, dpi: int = 120) -> Path:
+def render_png(fig: Figure, *, dpi: int = PNG_DPI) -> bytes:
+    """The figure as PNG bytes, trimmed to its content so that no title or legend is clipped."""
+    buffer = io.BytesIO()
+    with _fonts():
+        fig.savefig(buffer, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.15, facecolor="white")
+    return buffer.getvalue()
+
+
+def save_png(fig: Figure, path: Path | str, *, dpi: int = PNG_DPI) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, format="png")
+    path.write_bytes(render_png(fig, dpi=dpi))
     return path
 
 
-def keep(fig: Figure, name: str, directory: Path | str | None) -> Figure:
-    """Save ``fig`` as ``directory/name.png`` when a directory is given, and return it for display:
-    reports show each figure inline and leave a PNG beside the HTML for slides and papers."""
+def keep(fig: Figure, name: str, directory: Path | str | None) -> Any:
+    """Render ``fig`` once as PNG, save it as ``directory/name.png`` when a directory is given,
+    and return it for display: the report shows exactly the image left beside it."""
+    from IPython.display import Image
+
+    png = render_png(fig)
     if directory is not None:
-        save_png(fig, Path(directory) / f"{name}.png")
-    return fig
+        path = Path(directory) / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png)
+    return Image(data=png, format="png")
 
 
-def _message_figure(text: str, width: float = 6, height: float = 2) -> Figure:
+def _message_figure(text: str, width: float = 6, height: float = 1.5) -> Figure:
     fig = new_figure(width, height)
     ax = fig.add_subplot()
     ax.axis("off")
@@ -60,56 +151,82 @@ def _message_figure(text: str, width: float = 6, height: float = 2) -> Figure:
     return fig
 
 
+def _count_axis(axis: Any, label: str) -> None:
+    """A count axis: integer ticks only, and its unit named."""
+    axis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_label_text(label)
+
+
+def integer_bins(values: np.ndarray, max_bins: int = 30) -> np.ndarray:
+    """Histogram edges for integer data: each bin covers whole numbers, centred on them (edges at
+    k - 0.5), several integers per bin when the range is wider than ``max_bins``."""
+    low, high = int(np.min(values)), int(np.max(values))
+    width = max(1, math.ceil((high - low + 1) / max_bins))
+    return np.arange(low, high + width + 1, width) - 0.5
+
+
 # --- radar -------------------------------------------------------------------------------------
 
 
-def radar(values: pd.DataFrame, axes: Sequence[str], *, title: str) -> Figure:
-    """Radar chart of tidy ``values`` (series, axis, value, kind run|paper, optional ci_low /
-    ci_high). Runs are solid with their interval shaded; paper baselines are dashed."""
-    if values.empty:
-        return _message_figure(f"{title}: nothing to plot")
+def _wrap(label: str, width: int = 14) -> str:
+    """Break a long axis label at spaces so it stays beside its spoke instead of running off."""
+    words, lines = label.split(), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}".strip()
+    return "\n".join(lines)
+
+
+def _radar_axes(ax: Axes, values: pd.DataFrame, axes: Sequence[str], labels: Sequence[str], title: str) -> None:
+    """One radar on ``ax`` on the declared 1-5 scale: runs solid with their interval shaded
+    (no shading where it cannot be estimated), paper baselines dashed."""
     angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False)
     closed = np.append(angles, angles[0])
-    fig = new_figure(7, 7.5)
-    ax = fig.add_subplot(projection="polar")
     ax.set_theta_offset(np.pi / 2)
     ax.set_theta_direction(-1)
     kinds = values.groupby("series", sort=False)["kind"].first()
-    run_colors = iter(sns.color_palette(RUN_PALETTE, max(1, (kinds == "run").sum())))
-    paper_colors = iter(sns.color_palette(BASELINE_PALETTE, max(1, (kinds == "paper").sum())))
+    run_colors = iter(sns.color_palette(RUN_PALETTE, max(1, int((kinds == "run").sum()))))
+    paper_colors = iter(sns.color_palette(BASELINE_PALETTE, max(1, int((kinds == "paper").sum()))))
     for series, kind in kinds.items():
         part = values[values["series"] == series].set_index("axis").reindex(list(axes))
         ring = np.append(part["value"].to_numpy(float), part["value"].iloc[0])
         if kind == "run":
             color = next(run_colors)
             ax.plot(closed, ring, color=color, linewidth=2, marker="o", markersize=3, label=series)
-            if {"ci_low", "ci_high"} <= set(part.columns):
-                low = np.append(part["ci_low"].to_numpy(float), part["ci_low"].iloc[0])
-                high = np.append(part["ci_high"].to_numpy(float), part["ci_high"].iloc[0])
-                ax.fill_between(closed, low, high, color=color, alpha=0.2, linewidth=0)
+            low = part["ci_low"].where(part["estimable"].astype(bool)).to_numpy(float)
+            high = part["ci_high"].where(part["estimable"].astype(bool)).to_numpy(float)
+            ax.fill_between(closed, np.append(low, low[0]), np.append(high, high[0]), color=color, alpha=0.2,
+                            linewidth=0)
         else:
             ax.plot(closed, ring, color=next(paper_colors), linewidth=1.2, linestyle="--", label=f"{series} (paper)")
-    finite = values[["value"]].to_numpy(float)
-    finite = finite[np.isfinite(finite)]
-    if finite.size:
-        ax.set_ylim(max(1.0, math.floor((finite.min() - 0.25) * 2) / 2), min(5.0, math.ceil((finite.max() + 0.25) * 2) / 2))
-    ax.set_xticks(angles)
-    ax.set_xticklabels(list(axes))
-    # Radial scale between the first two spokes, clear of the axis labels and the first values.
+    ax.set_ylim(SCORE_MIN, SCORE_MAX)
+    # The centre is the scale's minimum, 1, not 0: it is labelled on its own (matplotlib does not
+    # draw a tick label at the origin). Tick labels sit between the first two spokes on a white
+    # patch, clear of the lines.
+    ax.set_yticks(np.arange(SCORE_MIN + 1, SCORE_MAX + 1))
     ax.set_rlabel_position(float(np.degrees(angles[1] / 2)))
-    ax.set_title(title, pad=24)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, fontsize="small", frameon=False)
-    return fig
+    ax.text(0, SCORE_MIN, str(int(SCORE_MIN)), ha="center", va="center", fontsize="small", color="dimgrey",
+            bbox={"facecolor": "white", "edgecolor": "lightgrey", "boxstyle": "circle", "pad": 0.2})
+    for tick in ax.get_yticklabels():
+        tick.set_fontsize("small")
+        tick.set_color("dimgrey")
+        tick.set_bbox({"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+    ax.set_xticks(angles, list(labels))
+    ax.tick_params(axis="x", pad=10)
+    ax.set_title(title, pad=28, fontsize="medium")
 
 
 def _run_values(runs: Mapping[str, Statistics], level: str) -> pd.DataFrame:
     frames = []
     for name, stats in runs.items():
         if level == "metric":
-            table = stats.metrics.assign(axis=stats.metrics["abbr"])
+            table = stats.metrics.assign(axis=stats.metrics["abbr"], estimable=estimable(stats.metrics["n"]))
         else:
-            table = stats.dimensions.assign(axis=stats.dimensions["name"])
-        frames.append(table.assign(series=name, kind="run", value=table["mean"])[["series", "kind", "axis", "value", "ci_low", "ci_high"]])
+            table = stats.dimensions.assign(axis=stats.dimensions["name"], estimable=dimension_estimable(stats))
+        frames.append(table.assign(series=name, kind="run", value=table["mean"])[
+            ["series", "kind", "axis", "value", "ci_low", "ci_high", "estimable"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -122,20 +239,39 @@ def _paper_values(baselines: Sequence[str], level: str, table: pd.DataFrame | No
     return pd.DataFrame({"series": cells["model"], "kind": "paper", "axis": axis, "value": cells["value"]})
 
 
-def radar_metrics(
-    runs: Mapping[str, Statistics], baselines: Sequence[str] = (), *, table: pd.DataFrame | None = None
-) -> Figure:
-    """The 12 metric means of one or more runs (with intervals) and chosen paper baselines."""
-    values = pd.concat([_run_values(runs, "metric"), _paper_values(baselines, "metric", table)], ignore_index=True)
-    return radar(values, [m.abbr for m in METRICS], title="12 metrics (mean score, 1-5)")
+def _not_estimable_labels(names: Sequence[str], runs: Mapping[str, Statistics], level: str) -> list[str]:
+    """Axis labels, with "(n<2)" where some run's interval on that axis cannot be estimated."""
+    flagged = set()
+    for stats in runs.values():
+        if level == "metric":
+            flagged |= set(stats.metrics.loc[~estimable(stats.metrics["n"]), "abbr"])
+        else:
+            flagged |= set(stats.dimensions.loc[~dimension_estimable(stats), "name"])
+    return [f"{name}\n({NOT_ESTIMABLE})" if name in flagged else name for name in names]
 
 
-def radar_dimensions(
+def radars(
     runs: Mapping[str, Statistics], baselines: Sequence[str] = (), *, table: pd.DataFrame | None = None
 ) -> Figure:
-    """The 3 dimension averages of one or more runs (with intervals) and chosen paper baselines."""
-    values = pd.concat([_run_values(runs, "dimension"), _paper_values(baselines, "dimension", table)], ignore_index=True)
-    return radar(values, [d.name for d in DIMENSIONS], title="3 dimensions (unweighted mean of metric means)")
+    """Two radars side by side on the declared 1-5 scale: the 12 metric means and the 3
+    dimension averages of one or more runs (intervals shaded) with chosen paper baselines
+    (dashed), one legend for both. Axes whose interval cannot be estimated say n<2."""
+    fig = new_figure(14, 7.2)
+    fig.suptitle("Mean scores on the 1-5 scale (shaded: bootstrap interval; dashed: paper, Table 4)")
+    ax_m, ax_d = fig.subplots(1, 2, subplot_kw={"projection": "polar"})
+    metric_axes = [m.abbr for m in METRICS]
+    _radar_axes(ax_m, pd.concat([_run_values(runs, "metric"), _paper_values(baselines, "metric", table)],
+                                ignore_index=True),
+                metric_axes, _not_estimable_labels(metric_axes, runs, "metric"), "12 metrics")
+    dimension_axes = [d.name for d in DIMENSIONS]
+    _radar_axes(ax_d, pd.concat([_run_values(runs, "dimension"), _paper_values(baselines, "dimension", table)],
+                                ignore_index=True),
+                dimension_axes, [_wrap(lab) for lab in _not_estimable_labels(dimension_axes, runs, "dimension")],
+                "3 dimensions (unweighted mean of metric means)")
+    fig.align_titles()
+    handles, labels = ax_m.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
+    return fig
 
 
 # --- bf16 score grid ---------------------------------------------------------------------------
@@ -178,6 +314,10 @@ def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figur
         f"Scores on the bf16 grid (bins centred on grid values; step {steps}; dotted: step changes). "
         f"Off grid in total: {int(checks['off_grid'].sum())} of {len(scores)}"
     )
+    for ax in axes[:, 0]:
+        _count_axis(ax.yaxis, "rows")
+    for ax in axes.ravel():
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.supxlabel("score = bf16 sigmoid x 4 + 1")
     return fig
 
@@ -190,8 +330,10 @@ def sample_size_figure(
     alpha: float = 0.05, power: float = 0.8,
 ) -> Figure:
     """Four panels: rows per metric (failed rows stacked when known), interval half-width vs n
-    with the 1.96*sd/sqrt(n) curve, minimum detectable difference per metric, rows per
-    character."""
+    with the 1.96*sd/sqrt(n) curve (metrics with n<2 named, not plotted), minimum detectable
+    difference per metric, and a histogram of rows per character."""
+    if scores.empty:
+        return _message_figure("No scores yet: sample sizes are shown once the run is scored.")
     table = sample_size_table(stats, alpha=alpha, power=power)
     fig = new_figure(13, 8.5)
     (ax_n, ax_hw), (ax_mdd, ax_role) = fig.subplots(2, 2)
@@ -202,23 +344,29 @@ def sample_size_figure(
         lost = np.array([failed.get(name, 0) for name in table["metric_en"]])
         ax_n.bar(x, lost, bottom=table["n"], color=palette[3], label="lost to failed generations")
     ax_n.set_xticks(x, table["abbr"], rotation=45)
-    ax_n.set_ylabel("rows")
+    _count_axis(ax_n.yaxis, "rows")
     ax_n.set_title("Rows per metric")
     ax_n.legend(fontsize="small")
 
-    ax_hw.scatter(table["n"], table["ci_half_width"], color=palette[0])
-    for _, row in table.iterrows():
+    shown = table[estimable(table["n"])]
+    ax_hw.scatter(shown["n"], shown["ci_half_width"], color=palette[0])
+    for _, row in shown.iterrows():
         ax_hw.annotate(row["abbr"], (row["n"], row["ci_half_width"]), fontsize="x-small", xytext=(3, 3),
                        textcoords="offset points")
-    valid = table.dropna(subset=["sd"])
-    if len(valid) and valid["n"].max() > 1:
+    valid = shown.dropna(subset=["sd"])
+    if len(valid):
         grid_n = np.linspace(max(2, valid["n"].min() * 0.8), valid["n"].max() * 1.2, 100)
         pooled_sd = float(np.sqrt(np.average(valid["sd"] ** 2, weights=valid["n"])))
         ax_hw.plot(grid_n, 1.96 * pooled_sd / np.sqrt(grid_n), color="grey", linestyle="--",
                    label=f"1.96 x sd / sqrt(n), sd = {pooled_sd:.2f}")
         ax_hw.legend(fontsize="small")
+    small = table.loc[~estimable(table["n"]), "abbr"]
+    if len(small):
+        ax_hw.text(0.98, 0.02, f"{NOT_ESTIMABLE}, no interval: {', '.join(small)}", transform=ax_hw.transAxes,
+                   ha="right", va="bottom", fontsize="small", color="firebrick")
+    ax_hw.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_hw.set_xlabel("n (rows)")
-    ax_hw.set_ylabel(f"{round(stats.level * 100)}% CI half-width")
+    ax_hw.set_ylabel(f"{round(stats.level * 100)}% CI half-width (score points)")
     ax_hw.set_title("Interval half-width vs n")
 
     ax_mdd.bar(x, table["mdd"], color=palette[2])
@@ -226,15 +374,15 @@ def sample_size_figure(
     ax_mdd.set_ylabel("score points")
     ax_mdd.set_title(f"Minimum detectable difference vs another run ({round(power * 100)}% power, alpha {alpha})")
 
-    if "role" in scores.columns and len(scores):
-        per_role = scores.groupby("role").size()
-        ax_role.hist(per_role.to_numpy(), bins=min(30, max(5, len(per_role) // 2)), color=palette[1])
+    if "role" in scores.columns:
+        per_role = scores.groupby("role").size().to_numpy()
+        ax_role.hist(per_role, bins=integer_bins(per_role), color=palette[1], edgecolor="white")
         ax_role.set_title(
             f"Rows per character ({len(per_role)} characters; min {per_role.min()}, "
-            f"median {int(per_role.median())}, max {per_role.max()})"
+            f"median {np.median(per_role):g}, max {per_role.max()})"
         )
-        ax_role.set_xlabel("rows")
-        ax_role.set_ylabel("characters")
+        _count_axis(ax_role.xaxis, "rows per character")
+        _count_axis(ax_role.yaxis, "characters")
     else:
         ax_role.axis("off")
         ax_role.text(0.5, 0.5, "no character information", ha="center")
@@ -247,8 +395,10 @@ def sample_size_figure(
 def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -> Figure:
     """Score vs dialogue-context length (characters, log scale) per dimension, with the mean
     score in equal-count length bins."""
-    if scores_with_context.empty or "context_chars" not in scores_with_context:
+    if "context_chars" not in scores_with_context:
         return _message_figure("No context lengths: the official data was not available.")
+    if scores_with_context.empty:
+        return _message_figure("No scores yet: nothing to plot against context length.")
     dimension_of = {m.metric_en: m.dimension for m in METRICS}
     frame = scores_with_context.assign(dimension=scores_with_context["metric_en"].map(lambda m: dimension_of[m].name))
     fig = new_figure(15, 4.5)
@@ -273,10 +423,11 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
 
 
 def failure_figure(breakdown: pd.DataFrame) -> Figure:
-    """Share of samples or rows affected by each failure kind, with counts."""
+    """Share of samples or rows affected by each failure kind, with counts. Labels keep the
+    ``role：`` marker as the tables spell it (full-width colon)."""
     if breakdown.empty:
         return _message_figure("No generations or rows to inspect.")
-    labels = breakdown["category"] + ": " + breakdown["detail"].str.replace("\uff1a", ":", regex=False)
+    labels = breakdown["category"] + ": " + breakdown["detail"]
     fig = new_figure(10, 0.45 * len(breakdown) + 1.5)
     ax = fig.add_subplot()
     shares = breakdown["share"].fillna(0).to_numpy(float) * 100
@@ -293,12 +444,45 @@ def failure_figure(breakdown: pd.DataFrame) -> Figure:
     return fig
 
 
+# --- characters and novels -----------------------------------------------------------------------
+
+
+def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, level: float = 0.95) -> Figure:
+    """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest centred
+    mean (``analysis.group_results``), with their intervals; all groups when there are at most
+    2k. Groups of one sample have no interval and say n<2."""
+    if table.empty:
+        return _message_figure(f"No scores yet: no {label} results.")
+    shown = table if len(table) <= 2 * k else pd.concat([table.head(k), table.tail(k)])
+    fig = new_figure(9, 0.32 * len(shown) + 1.6)
+    ax = fig.add_subplot()
+    y = np.arange(len(shown))
+    ok = estimable(shown["n_ids"])
+    mean = shown["mean_centred"].to_numpy(float)
+    err = np.vstack([mean - shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float) - mean])
+    color = sns.color_palette(RUN_PALETTE)[0]
+    ax.errorbar(mean[ok], y[ok], xerr=err[:, ok], fmt="o", color=color, capsize=2, markersize=4)
+    ax.plot(mean[~ok], y[~ok], "o", markerfacecolor="white", color=color, markersize=4)
+    names = [f"{name} (n={n})" if good else f"{name} ({NOT_ESTIMABLE})"
+             for name, n, good in zip(shown[by], shown["n_ids"], ok)]
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", linewidth=0.8)
+    if len(shown) < len(table):
+        ax.axhline(k - 0.5, color="lightgrey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel(f"centred mean score (score minus its metric's run mean), {round(level * 100)}% interval")
+    which = f"lowest and highest {k} of {len(table)}" if len(shown) < len(table) else f"all {len(table)}"
+    ax.set_title(f"{label.capitalize()}: {which} (n = samples)")
+    return fig
+
+
 # --- comparisons ---------------------------------------------------------------------------------
 
 
 def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Figure:
-    """Forest plot: per metric and dimension, each comparison's mean difference (A - B on shared
-    rows) with its paired bootstrap interval."""
+    """Forest plot: per metric and dimension, each comparison's mean difference (on shared rows)
+    with its paired bootstrap interval; a hollow marker where fewer than 2 shared rows leave no
+    interval."""
     if not comparisons:
         return _message_figure("No comparisons.")
     labels = [m.abbr for m in METRICS] + [f"{d.name} avg." for d in DIMENSIONS]
@@ -307,15 +491,22 @@ def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Fig
     palette = sns.color_palette(RUN_PALETTE, len(comparisons))
     offsets = np.linspace(-0.25, 0.25, len(comparisons)) if len(comparisons) > 1 else [0.0]
     y = np.arange(len(labels))
+    flagged = False
     for (label, comparison), color, offset in zip(comparisons.items(), palette, offsets):
+        ok = paired_estimable(comparison)
         cells = pd.concat([comparison.metrics, comparison.dimensions], ignore_index=True)
         diff = cells["diff"].to_numpy(float)
         err = np.vstack([diff - cells["ci_low"].to_numpy(float), cells["ci_high"].to_numpy(float) - diff])
-        ax.errorbar(diff, y + offset, xerr=err, fmt="o", color=color, capsize=2, markersize=4, label=label)
+        ax.errorbar(diff[ok], (y + offset)[ok], xerr=err[:, ok], fmt="o", color=color, capsize=2, markersize=4,
+                    label=label)
+        if (~ok).any():
+            flagged = True
+            ax.plot(diff[~ok], (y + offset)[~ok], "o", color=color, markerfacecolor="white", markersize=4)
     ax.axvline(0, color="grey", linewidth=0.8)
     ax.axhline(len(METRICS) - 0.5, color="lightgrey", linewidth=0.8)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
-    ax.set_xlabel("mean score difference on shared rows (with paired bootstrap interval)")
+    note = f"; hollow: {NOT_ESTIMABLE} shared rows, no interval" if flagged else ""
+    ax.set_xlabel(f"mean score difference on shared rows (with paired bootstrap interval{note})")
     ax.legend(fontsize="small")
     return fig
