@@ -4,7 +4,7 @@ and ``keep`` renders one for display (and saves it beside the report).
 Figures are built on the Agg canvas directly (no pyplot): nothing depends on, or changes, a
 global backend, and no figure accumulates in pyplot's registry. Chinese text (character and
 novel names, the ``role：`` marker) needs a CJK font: ``cjk_font`` finds one when installed
-(Debian: ``fonts-noto-cjk``) and every figure is rendered with it as the fallback for glyphs the
+(Debian: ``fonts-noto-cjk``) and every figure is built with it as the fallback for glyphs the
 default font lacks; without one, ``font_warnings`` says so for the report's warning box.
 """
 
@@ -15,7 +15,7 @@ import functools
 import io
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,21 +75,31 @@ _MISSING_GLYPH = r"Glyph \d+ .*missing from font"
 
 @functools.cache
 def cjk_font() -> str | None:
-    """The family name of an installed CJK-capable font, or None. Looks in matplotlib's font
-    list first, then registers a system font file it does not list yet (its cache predates the
-    font's installation)."""
+    """The family name of an installed CJK-capable font (``CJK_FONTS`` order), or None. Fonts
+    installed after matplotlib cached its font list are found on disk and registered."""
+    found = _listed_cjk_font()
+    if found is None:
+        registered = _register_system_cjk_fonts()
+        found = _listed_cjk_font() or (registered[0] if registered else None)
+    return found
+
+
+def _listed_cjk_font() -> str | None:
     listed = {f.name for f in font_manager.fontManager.ttflist}
-    for name in CJK_FONTS:
-        if name in listed:
-            return name
-    for path in font_manager.findSystemFonts():
+    return next((name for name in CJK_FONTS if name in listed), None)
+
+
+def _register_system_cjk_fonts() -> list[str]:
+    """Register every system font file that looks CJK by its file name; their family names."""
+    names = []
+    for path in sorted(font_manager.findSystemFonts()):
         if any(part in Path(path).name.lower() for part in CJK_FONT_FILES):
             try:
                 font_manager.fontManager.addfont(path)
             except (OSError, RuntimeError):
-                continue  # an unreadable font file: try the next one
-            return font_manager.FontProperties(fname=path).get_name()
-    return None
+                continue  # an unreadable font file: the others may do
+            names.append(font_manager.FontProperties(fname=path).get_name())
+    return names
 
 
 def font_warnings() -> list[str]:
@@ -97,14 +107,26 @@ def font_warnings() -> list[str]:
     return [] if cjk_font() else [FONT_WARNING]
 
 
+def _with_cjk_font(build: Callable[..., Figure]) -> Callable[..., Figure]:
+    """Build a figure with the CJK font after the default ones: matplotlib then draws each glyph
+    the default font lacks (Chinese names, the full-width colon) with it. Text takes its font
+    family when it is created, so this must wrap the building, not the drawing."""
+
+    @functools.wraps(build)
+    def built_with_fonts(*args: Any, **kwargs: Any) -> Figure:
+        cjk = cjk_font()
+        with matplotlib.rc_context({"font.family": [*matplotlib.rcParams["font.family"], cjk]} if cjk else {}):
+            return build(*args, **kwargs)
+
+    return built_with_fonts
+
+
 @contextlib.contextmanager
-def _fonts() -> Iterator[None]:
-    """Render with the default sans-serif font, falling back to the CJK font glyph by glyph; with
-    no CJK font, the missing-glyph warnings are dropped (``font_warnings`` reports it once)."""
-    family = matplotlib.rcParams["font.sans-serif"]
-    cjk = cjk_font()
-    with matplotlib.rc_context({"font.sans-serif": [*family, cjk] if cjk else family}), warnings.catch_warnings():
-        if cjk is None:
+def _glyph_warnings_reported_once() -> Iterator[None]:
+    """Without a CJK font, drop matplotlib's warning for every missing glyph while drawing:
+    ``font_warnings`` puts one in the report instead."""
+    with warnings.catch_warnings():
+        if cjk_font() is None:
             warnings.filterwarnings("ignore", message=_MISSING_GLYPH, category=UserWarning)
         yield
 
@@ -118,7 +140,7 @@ def new_figure(width: float, height: float) -> Figure:
 def render_png(fig: Figure, *, dpi: int = PNG_DPI) -> bytes:
     """The figure as PNG bytes, trimmed to its content so that no title or legend is clipped."""
     buffer = io.BytesIO()
-    with _fonts():
+    with _glyph_warnings_reported_once():
         fig.savefig(buffer, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.15, facecolor="white")
     return buffer.getvalue()
 
@@ -143,6 +165,7 @@ def keep(fig: Figure, name: str, directory: Path | str | None) -> Any:
     return Image(data=png, format="png")
 
 
+@_with_cjk_font
 def _message_figure(text: str, width: float = 6, height: float = 1.5) -> Figure:
     fig = new_figure(width, height)
     ax = fig.add_subplot()
@@ -250,6 +273,7 @@ def _not_estimable_labels(names: Sequence[str], runs: Mapping[str, Statistics], 
     return [f"{name}\n({NOT_ESTIMABLE})" if name in flagged else name for name in names]
 
 
+@_with_cjk_font
 def radars(
     runs: Mapping[str, Statistics], baselines: Sequence[str] = (), *, table: pd.DataFrame | None = None
 ) -> Figure:
@@ -277,6 +301,7 @@ def radars(
 # --- bf16 score grid ---------------------------------------------------------------------------
 
 
+@_with_cjk_font
 def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figure:
     """One histogram per metric with bins centred on the bf16 score grid (one grid value per bin
     unless the range holds more than ``max_bins`` values). Dotted lines mark where the grid step
@@ -325,6 +350,7 @@ def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figur
 # --- sample size -------------------------------------------------------------------------------
 
 
+@_with_cjk_font
 def sample_size_figure(
     stats: Statistics, scores: pd.DataFrame, *, failed: Mapping[str, int] | None = None,
     alpha: float = 0.05, power: float = 0.8,
@@ -392,6 +418,7 @@ def sample_size_figure(
 # --- context length ------------------------------------------------------------------------------
 
 
+@_with_cjk_font
 def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -> Figure:
     """Score vs dialogue-context length (characters, log scale) per dimension, with the mean
     score in equal-count length bins."""
@@ -422,6 +449,7 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
 # --- failures ------------------------------------------------------------------------------------
 
 
+@_with_cjk_font
 def failure_figure(breakdown: pd.DataFrame) -> Figure:
     """Share of samples or rows affected by each failure kind, with counts. Labels keep the
     ``role：`` marker as the tables spell it (full-width colon)."""
@@ -447,6 +475,7 @@ def failure_figure(breakdown: pd.DataFrame) -> Figure:
 # --- characters and novels -----------------------------------------------------------------------
 
 
+@_with_cjk_font
 def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, level: float = 0.95) -> Figure:
     """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest centred
     mean (``analysis.group_results``), with their intervals; all groups when there are at most
@@ -479,6 +508,7 @@ def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, leve
 # --- comparisons ---------------------------------------------------------------------------------
 
 
+@_with_cjk_font
 def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Figure:
     """Forest plot: per metric and dimension, each comparison's mean difference (on shared rows)
     with its paired bootstrap interval; a hollow marker where fewer than 2 shared rows leave no
