@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -190,6 +191,10 @@ def test_holm_p_spans_every_comparison_in_the_report(tmp_path):
 
 
 def test_show_hides_the_index_and_rounds_for_display_only():
+    # Text left; numbers, and text that reads as numbers (signed, intervals, n<2, p), right.
+    aligned = analysis.show(pd.DataFrame({"name": ["a"], "delta": ["+0.5"], "ci": ["3.1 n<2"], "p": ["1e-06"]}))
+    rule = re.search(r"([^{}]*)\{\s*text-align: left;", aligned.to_html())
+    assert re.findall(r"_col(\d+)", rule.group(1)) == ["0"]
     frame = pd.DataFrame({"metric_en": ["Communication_skills"], "dimension": ["conversational_ability"],
                           "ci_half_width": [0.123456], "off_grid": [3]})
     styled = analysis.show(frame)

@@ -260,18 +260,25 @@ COLUMN_LABELS = {
     "role": "character",
 }
 _DIMENSION_NAMES = {d.key: d.name for d in DIMENSIONS}
+# Text that reads as a number (signed, scientific, an interval, or a marker in a column of
+# numbers): aligned right with the numbers.
+_NUMBER_LIKE = re.compile(r"(?:[-+−–\d.,e\[\] ]|n<2|n/a)*")
 
 
 def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
     """A table as the reports show it: readable column names and metric names (no
-    underscores), dimension names instead of keys, no index column, floats rounded to ``digits`` for display only."""
+    underscores), dimension names instead of keys, no index column, text left and numbers
+    right, floats rounded to ``digits`` for display only."""
     shown = frame.reset_index(drop=not _named_index(frame))
     shown = shown.rename(columns=lambda c: COLUMN_LABELS.get(str(c), str(c).replace("_", " ")))
     if "dimension" in shown.columns:
         shown["dimension"] = shown["dimension"].map(lambda v: _DIMENSION_NAMES.get(v, v))
     if "metric_en" in frame.columns:
         shown["metric"] = shown["metric"].map(metric_label)
-    return shown.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
+    text = [c for c in shown.columns if not pd.api.types.is_numeric_dtype(shown[c])
+            and not shown[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
+    return (shown.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
+            .set_properties(subset=text, **{"text-align": "left"}))
 
 
 def _named_index(frame: pd.DataFrame) -> bool:

@@ -372,7 +372,9 @@ def sample_size_figure(
     ax_n.set_xticks(x, table["abbr"], rotation=45)
     _count_axis(ax_n.yaxis, "rows")
     ax_n.set_title("Rows per metric")
-    ax_n.legend(fontsize="small")
+    # Headroom above the tallest bar keeps the legend off the bars.
+    ax_n.set_ylim(0, ax_n.get_ylim()[1] * 1.2)
+    ax_n.legend(fontsize="small", loc="upper center", ncol=2)
 
     shown = table[estimable(table["n"])]
     ax_hw.scatter(shown["n"], shown["ci_half_width"], color=palette[0])
