@@ -160,6 +160,7 @@ def test_paired_cells_of_one_shared_row_have_no_interval():
     cells = analysis.paired_tables([SimpleNamespace(name="b"), SimpleNamespace(name="a")],
                                    {"a − b": comparison})["a − b"].set_index("cell")
     assert cells.loc["Fluency (Flu)", "95% CI"] == "n<2"
+    assert cells.loc["Fluency (Flu)", "Wilcoxon p"] == "n<2" and cells.loc["Fluency (Flu)", "Holm p"] == "–"
     assert cells.loc["Empathy (Emp)", "95% CI"].startswith("[")
     assert cells.loc["Conversational Ability avg.", "95% CI"] == "n<2"
 

@@ -408,8 +408,9 @@ def paired_tables(
 ) -> dict[str, pd.DataFrame]:
     """One display table per comparison (``compare_to_first``'s order), columns named by run:
     the first run's mean, the other run's mean, their difference with its paired interval
-    (n<2 where it cannot be estimated), the Wilcoxon p and the Holm-adjusted p over every test
-    in the report (all cells of all comparisons), and the MDD at 80% power."""
+    (n<2 where it cannot be estimated), the Wilcoxon p (n<2 for fewer than two shared rows) and
+    the Holm-adjusted p over every test in the report (all cells of all comparisons), and the
+    MDD at 80% power."""
     if len(comparisons) != len(analyses) - 1:
         raise ValueError("comparisons must be compare_to_first(analyses)")
     cells_by_label = {}
@@ -418,6 +419,9 @@ def paired_tables(
         dims = comparison.dimensions.assign(n=comparison.dimensions["n_ids"])
         cells = pd.concat([metrics, dims], ignore_index=True)
         cells["estimable"] = paired_estimable(comparison)
+        # A test of fewer than two differences says nothing (one difference gives p = 1): it is
+        # shown as n<2 and left out of the Holm family.
+        cells["p_wilcoxon"] = cells["p_wilcoxon"].where(estimable(cells["n"]))
         cells["cell"] = _cell_labels(metrics, comparison.dimensions["name"])
         cells_by_label[label] = cells
     adjusted = holm(np.concatenate([c["p_wilcoxon"].to_numpy(float) for c in cells_by_label.values()]))
@@ -435,7 +439,7 @@ def paired_tables(
                 other.name: cells["mean_a"],
                 label: cells["diff"],
                 f"{pct}% CI": [interval_text(lo, hi, k) for lo, hi, k in zip(cells["ci_low"], cells["ci_high"], cells["estimable"])],
-                "Wilcoxon p": [_p_text(p) for p in cells["p_wilcoxon"]],
+                "Wilcoxon p": [_p_text(p) if ok else NOT_ESTIMABLE for p, ok in zip(cells["p_wilcoxon"], estimable(cells["n"]))],
                 "Holm p": [_p_text(p) for p in holm_p],
                 "MDD (80% power)": cells["mdd"],
             }

@@ -294,7 +294,7 @@ def radars(
                 "3 dimensions (unweighted mean of metric means)")
     fig.align_titles()
     handles, labels = ax_m.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6), frameon=False)
     return fig
 
 
