@@ -223,3 +223,9 @@ def test_paired_differences_mark_cells_without_an_interval():
     hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     # Fluency (one shared row) and the Conversational Ability average built on it.
     assert len(hollow) == 1 and len(hollow[0].get_xdata()) >= 2
+
+
+def test_an_unscored_run_leaves_radar_axes_unflagged():
+    fig = plots.radars({"unscored": metric_statistics(pd.DataFrame(columns=["id", "metric_en", "score"]), n_boot=5)},
+                       ["GPT-4"])
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [m.abbr for m in METRICS]

@@ -154,7 +154,8 @@ def test_a_metric_of_one_row_has_no_interval_in_any_table(tmp_path):
 
 def test_paired_cells_of_one_shared_row_have_no_interval():
     a = pd.DataFrame([{"id": 1, "metric_en": "Fluency", "score": 3.5}]
-                     + [{"id": 10 + i, "metric_en": "Empathy", "score": 3.0 + (i % 3) * 0.25} for i in range(20)])
+                     + [{"id": 10 + i, "metric_en": metric, "score": 3.0 + (i % 3) * 0.25}
+                        for metric in ("Empathy", "Coherence", "Consistency") for i in range(20)])
     b = a.assign(score=a["score"] - 0.25 * (a["id"] % 2))
     comparison = paired_comparison(a, b, n_boot=30)
     cells = analysis.paired_tables([SimpleNamespace(name="b"), SimpleNamespace(name="a")],
@@ -194,8 +195,10 @@ def test_holm_p_spans_every_comparison_in_the_report(tmp_path):
 def test_show_hides_the_index_and_rounds_for_display_only():
     # Text left; numbers, and text that reads as numbers (signed, intervals, n<2, p), right.
     aligned = analysis.show(pd.DataFrame({"name": ["a"], "delta": ["+0.5"], "ci": ["3.1 n<2"], "p": ["1e-06"]}))
-    rule = re.search(r"([^{}]*)\{\s*text-align: left;", aligned.to_html())
-    assert re.findall(r"_col(\d+)", rule.group(1)) == ["0"]
+    css = aligned.to_html().split("</style>", 1)[0]
+    left = re.findall(r"([^{}]*)\{\s*text-align: left;", css)
+    assert {col for selectors in left for col in re.findall(r"col(\d+)", selectors)} == {"0"}
+    assert any("th.col0" in selectors for selectors in left)
     frame = pd.DataFrame({"metric_en": ["Communication_skills"], "dimension": ["conversational_ability"],
                           "ci_half_width": [0.123456], "off_grid": [3]})
     styled = analysis.show(frame)
@@ -219,3 +222,10 @@ def test_group_results_by_hand():
     assert math.isnan(one.loc["乙", "ci_low"]) and one.loc["甲", "n_ids"] == 1
     shown = analysis.group_display(single, "role").set_index("character")
     assert shown.loc["乙", "95% CI (centred)"] == "n<2"
+
+
+def test_metrics_without_rows_show_a_dash_not_n_lt_2():
+    stats = metric_statistics(pd.DataFrame([{"id": 1, "metric_en": "Fluency", "score": 3.0}]), n_boot=10)
+    shown = analysis.metric_display(stats).set_index("metric")
+    assert shown.loc["Fluency", "95% CI"] == "n<2" and shown.loc["Empathy", "95% CI"] == "–"
+    assert analysis.dimension_display(stats).set_index("dimension").loc["Conversational Ability", "95% CI"] == "–"

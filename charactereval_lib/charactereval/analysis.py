@@ -277,8 +277,9 @@ def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
         shown["metric"] = shown["metric"].map(metric_label)
     text = [c for c in shown.columns if not pd.api.types.is_numeric_dtype(shown[c])
             and not shown[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
+    headers = [{"selector": f"th.col{shown.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
     return (shown.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
-            .set_properties(subset=text, **{"text-align": "left"}))
+            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
 
 
 def _named_index(frame: pd.DataFrame) -> bool:
@@ -313,8 +314,11 @@ def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def interval_text(low: float, high: float, ok: bool) -> str:
-    """An interval as shown: "[low, high]", or ``NOT_ESTIMABLE`` when it cannot be estimated."""
+def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> str:
+    """An interval as shown: "[low, high]", ``NOT_ESTIMABLE`` when too few rows leave none, and
+    "–" for a cell with no value at all (``empty``: no rows)."""
+    if empty:
+        return "–"
     return f"[{_fmt(low)}, {_fmt(high)}]" if ok else NOT_ESTIMABLE
 
 
@@ -331,7 +335,8 @@ def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> p
             "n": m["n"],
             "failed": [failed.get(name, 0) for name in m["metric_en"]] if failed is not None else "–",
             "mean": m["mean"],
-            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k) for lo, hi, k in zip(m["ci_low"], m["ci_high"], ok)],
+            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                                                for v, lo, hi, k in zip(m["mean"], m["ci_low"], m["ci_high"], ok)],
             "SD": m["sd"],
         }
     )
@@ -345,7 +350,8 @@ def dimension_display(stats: Statistics) -> pd.DataFrame:
             "dimension": d["name"],
             "metrics": d["n_metrics"],
             "average (unweighted mean of metric means)": d["mean"],
-            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k) for lo, hi, k in zip(d["ci_low"], d["ci_high"], ok)],
+            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                                                for v, lo, hi, k in zip(d["mean"], d["ci_low"], d["ci_high"], ok)],
         }
     )
 
@@ -438,7 +444,9 @@ def paired_tables(
                 base: cells["mean_b"],
                 other.name: cells["mean_a"],
                 label: cells["diff"],
-                f"{pct}% CI": [interval_text(lo, hi, k) for lo, hi, k in zip(cells["ci_low"], cells["ci_high"], cells["estimable"])],
+                f"{pct}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                               for v, lo, hi, k in zip(cells["diff"], cells["ci_low"], cells["ci_high"],
+                                                       cells["estimable"])],
                 "Wilcoxon p": [_p_text(p) if ok else NOT_ESTIMABLE for p, ok in zip(cells["p_wilcoxon"], estimable(cells["n"]))],
                 "Holm p": [_p_text(p) for p in holm_p],
                 "MDD (80% power)": cells["mdd"],

@@ -263,13 +263,16 @@ def _paper_values(baselines: Sequence[str], level: str, table: pd.DataFrame | No
 
 
 def _not_estimable_labels(names: Sequence[str], runs: Mapping[str, Statistics], level: str) -> list[str]:
-    """Axis labels, with "(n<2)" where some run's interval on that axis cannot be estimated."""
+    """Axis labels, with "(n<2)" where some run has a value on that axis but no interval (an
+    axis without any value, before scoring, is simply left empty)."""
     flagged = set()
     for stats in runs.values():
         if level == "metric":
-            flagged |= set(stats.metrics.loc[~estimable(stats.metrics["n"]), "abbr"])
+            m = stats.metrics
+            flagged |= set(m.loc[~estimable(m["n"]) & m["mean"].notna(), "abbr"])
         else:
-            flagged |= set(stats.dimensions.loc[~dimension_estimable(stats), "name"])
+            d = stats.dimensions
+            flagged |= set(d.loc[~dimension_estimable(stats) & d["mean"].notna(), "name"])
     return [f"{name}\n({NOT_ESTIMABLE})" if name in flagged else name for name in names]
 
 
@@ -398,6 +401,9 @@ def sample_size_figure(
     ax_hw.set_title("Interval half-width vs n")
 
     ax_mdd.bar(x, table["mdd"], color=palette[2])
+    for xi in x[~estimable(table["n"])]:
+        ax_mdd.text(xi, 0, f" {NOT_ESTIMABLE}", rotation=90, ha="center", va="bottom", fontsize="small",
+                    color="firebrick")
     ax_mdd.set_xticks(x, table["abbr"], rotation=45)
     ax_mdd.set_ylabel("score points")
     ax_mdd.set_title(f"Minimum detectable difference vs another run ({round(power * 100)}% power, alpha {alpha})")
@@ -483,7 +489,7 @@ def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, leve
     mean (``analysis.group_results``), with their intervals; all groups when there are at most
     2k. Groups of one sample have no interval and say n<2."""
     if table.empty:
-        return _message_figure(f"No scores yet: no {label} results.")
+        return _message_figure(f"No scores yet: no {label} to rank.")
     shown = table if len(table) <= 2 * k else pd.concat([table.head(k), table.tail(k)])
     fig = new_figure(9, 0.32 * len(shown) + 1.6)
     ax = fig.add_subplot()
