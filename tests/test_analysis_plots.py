@@ -29,10 +29,6 @@ def two_runs(tmp_path_factory):
     return a, b
 
 
-def line_labels(fig: Figure) -> list[str]:
-    return [line.get_label() for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
-
-
 def legend_labels(fig: Figure) -> list[str]:
     return [text.get_text() for legend in fig.legends for text in legend.get_texts()]
 
