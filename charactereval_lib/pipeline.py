@@ -401,12 +401,11 @@ def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialDat
 def run_warnings(run: runs.RunDir, *, allow_mixed: bool) -> list[str]:
     """What a reader must know before any number of this run: refuses a run that mixes scorer
     configurations unless ``allow_mixed`` (then the mix is the first warning)."""
-    from charactereval_lib.charactereval.analysis import run_caveats
+    from charactereval_lib.charactereval import analysis
 
     mixed = run.check_consistent(allow_mixed=allow_mixed)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    rows, scored = run.scored_rows()
-    return notes + [_plain(caveat) for caveat in run_caveats(run.manifest(), unscored=len(rows) - len(scored))]
+    return notes + [_plain(warning) for warning in analysis.run_warnings(run.path)]
 
 
 def _plain(markdown: str) -> str:

@@ -97,3 +97,15 @@ def test_delta_matrix_has_one_column_per_run(table):
     matrix = reference.delta_matrix({"a": stats, "b": stats}, "GPT-4", table)
     assert list(matrix.columns) == ["GPT-4 (paper)", "Δ a", "Δ b"]
     assert matrix.loc["Fluency (Flu)", "GPT-4 (paper)"] == "3.332"
+
+
+def test_delta_table_marks_a_run_interval_of_one_row(table):
+    scores = paper_like_scores(table, "GPT-4")
+    scores = scores.drop(scores.index[scores["metric_en"] == "Fluency"][1:])
+    stats = metric_statistics(scores, n_boot=20)
+    shown = reference.delta_table(stats, ["GPT-4"], table)
+    assert shown.loc["Fluency (Flu)", "this run [95% CI]"].endswith(" n<2")
+    assert shown.loc["Conversational Ability avg.", "this run [95% CI]"].endswith(" n<2")
+    assert shown.loc["Empathy (Emp)", "this run [95% CI]"].endswith("]")
+    long = reference.deltas(stats, ["GPT-4"], table).set_index("key")
+    assert pd.isna(long.loc["Fluency", "paper_in_ci"]) and long.loc["Empathy", "paper_in_ci"] in (True, False)

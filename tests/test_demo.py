@@ -34,7 +34,7 @@ def test_demo_builds_its_tiny_model_from_the_data(official_data, official_dir, t
     words = shlex.split(build)
     args = words[words.index("make-tiny") + 1:]
     demo = batch.load_config(ROOT / "configs" / "demo.yaml")
-    assert args[0] == demo.models[0].rm and "--from-data" in args
+    assert args[0] == demo.models[0].score.rm and "--from-data" in args
 
     rm = tmp_path / "tiny-rm"
     assert main(["rm", "make-tiny", str(rm), *args[1:], "--data-dir", str(official_dir)]) == 0
@@ -46,7 +46,7 @@ def test_demo_builds_its_tiny_model_from_the_data(official_data, official_dir, t
     write_ids(ids, stratified_subset(official_data, demo.models[0].subset))
     run = tmp_path / "run"
     flags = ["--data-dir", str(official_dir)]
-    assert main(["generate", str(run), "--backend", "offline", "--model", demo.models[0].model, "--ids", str(ids), *flags]) == 0
+    assert main(["generate", str(run), "--backend", "offline", "--model", demo.models[0].generate.model, "--ids", str(ids), *flags]) == 0
     assert main(["transform", str(run), *flags]) == 0
     assert main(["score", str(run), "--rm", str(rm), "--dry-run", *flags]) == 0
     capsys.readouterr()

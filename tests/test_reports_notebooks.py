@@ -13,6 +13,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.engine import report
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 NOTEBOOKS = ["analyse.ipynb", "compare.ipynb", "generate.ipynb", "score.ipynb"]
@@ -74,10 +75,12 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
     parts = sections(html)
-    assert parts["Radar charts"].count(PNG) == 2
-    assert parts["Score grid (bf16)"].count(PNG) == 1 and "off_grid" in parts["Score grid (bf16)"]
+    assert parts["Radar charts"].count(PNG) == 1
+    assert parts["Score grid (bf16)"].count(PNG) == 1 and "off grid" in parts["Score grid (bf16)"]
     sample_size = parts["Sample size"]
-    assert "<table" in sample_size and "ci_half_width" in sample_size and "mdd" in sample_size
+    assert "<table" in sample_size and "CI half-width" in sample_size and "MDD" in sample_size
+    assert parts["Characters"].count(PNG) == 1 and "95% CI (centred)" in parts["Characters"]
+    assert parts["Novels"].count(PNG) == 1
     assert sample_size.count(PNG) == 1
     assert parts["Score vs context length"].count(PNG) == 1
     assert parts["Failures and warning signs"].count(PNG) == 1 and "APITimeoutError" in html
@@ -90,9 +93,45 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     assert "<title>CharacterEval report: model-a</title>" in html
     # Every figure also lands beside the report as a PNG.
     assert sorted(p.name for p in (run_a / "figures").iterdir()) == [
-        "context_length.png", "failures.png", "radar_dimensions.png", "radar_metrics.png", "sample_size.png",
+        "characters.png", "context_length.png", "failures.png", "novels.png", "radars.png", "sample_size.png",
         "score_grid.png"]
     assert all((run_a / "figures" / n).read_bytes().startswith(b"\x89PNG") for n in ("score_grid.png", "failures.png"))
+
+
+def test_report_reads_like_a_paper(synthetic_runs):
+    data_dir, run_a, _ = synthetic_runs
+    html_path = run_a / "report.html"
+    if not html_path.exists():
+        pipeline.report(run_a, pipeline.ReportSettings(verify_data=False, n_boot=50), data_dir=str(data_dir))
+    html = html_path.read_text(encoding="utf-8")
+    head, first_section = html.split("<h2", 1)
+    # Warnings first, as a bulleted box, then the table of contents linking every section.
+    assert 'class="ce-warnings"' in head and head.count("<li>") >= 2 and "offline backend" in head
+    assert '<nav class="ce-toc">' in head
+    for heading in ("Scores", "Radar charts", "Characters and novels", "Run settings"):
+        assert re.search(rf'<a href="#([^"]+)">{heading}</a>', head), heading
+    ids = re.findall(r'<a href="#([^"]+)">', head.split('<nav class="ce-toc">', 1)[1].split("</nav>", 1)[0])
+    assert all(f'id="{i}"' in html for i in ids)
+    # Tables: no pandas index column, no underscores in names, the role marker spelt one way.
+    assert 'class="row_heading' not in html and 'class="blank' not in html
+    assert "Communication_skills" not in html and "Communication skills" in html
+    assert "ci_half_width" not in html and "mean_centred" not in html
+    assert "role\uff1a" in html and "role:" not in html
+    # Run settings as a readable three-column table.
+    assert re.search(r"<th[^>]*>section</th>\s*<th[^>]*>setting</th>\s*<th[^>]*>value</th>", sections(html)["Run settings"])
+
+
+def test_report_of_an_imported_evaluation_says_its_scorer_is_unknown(synthetic_runs, tmp_path):
+    data_dir, run_a, _ = synthetic_runs
+    data = load_official_data(data_dir, verify=False)
+    evaluation = [p for p in export_official(run_a, data, tmp_path / "official") if p.name == "evaluation.jsonl"][0]
+    imported = tmp_path / "imported"
+    import_official(evaluation, imported, data)
+    outcome = pipeline.report(imported, pipeline.ReportSettings(verify_data=False, n_boot=20), data_dir=str(data_dir))
+    notebook, html_path = outcome.notebook, outcome.html
+    assert cell_problems(notebook) == []
+    head = html_path.read_text(encoding="utf-8").split("<h2", 1)[0]
+    assert "ce-warnings" in head and "the scorer is unknown" in head
 
 
 def test_report_can_show_code(synthetic_runs, tmp_path):
@@ -111,14 +150,20 @@ def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
     parts = sections(html)
-    assert parts["Radar charts"].count(PNG) == 2
-    assert "Wilcoxon p" in parts["model-b − model-a"]
+    assert parts["Radar charts"].count(PNG) == 1
+    paired = parts["model-b − model-a"]
+    assert "Wilcoxon p" in paired and "Holm p" in paired
+    # Columns named by run, in the order the runs were given.
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", paired)
+    assert headers[:5] == ["cell", "shared n", "model-a", "model-b", "model-b − model-a"]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", parts["Scores side by side"])[:3] == ["cell", "model-a", "model-b"]
     assert parts["Paired differences"].count(PNG) + parts["model-b − model-a"].count(PNG) == 1
     assert "<table" in parts["vs GPT-4"] and "Δ model-b" in parts["vs GPT-4"]
-    assert sorted(p.name for p in (tmp_path / "cmp" / "figures").iterdir()) == [
-        "paired_differences.png", "radar_dimensions.png", "radar_metrics.png"]
-    # Run A's offline caveat is shown; run B (a real backend and reward model) has none of its own.
-    assert html.count("offline backend") == 1
+    assert sorted(p.name for p in (tmp_path / "cmp" / "figures").iterdir()) == ["paired_differences.png", "radars.png"]
+    # Run A's offline warning is shown, named by run, in the box at the top; run B (a real backend
+    # and reward model) has none of its own.
+    head = html.split("<h2", 1)[0]
+    assert html.count("offline backend") == 1 and "model-a: The replies come from the offline backend" in head
     assert "not reproduced" in html
 
 

@@ -1,38 +1,60 @@
 """One run's artifacts loaded once for analysis, with the tables the reports show.
 
 Notebooks call these functions and display what they return; nothing here writes to the run
-directory (analysis only reads artifacts).
+directory (analysis only reads artifacts). Display tables round numbers only when shown
+(``show``); the frames behind them keep every digit.
 """
 
 from __future__ import annotations
 
+import html
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from charactereval_lib.engine import runs
 from charactereval_lib import __version__
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
-from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, metric_statistics, paired_comparison
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
-from charactereval_lib.charactereval.diagnostics import failure_breakdown, with_context_lengths
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.charactereval.diagnostics import (
+    NOT_ESTIMABLE,
+    dimension_estimable,
+    estimable,
+    failure_breakdown,
+    metric_label,
+    paired_estimable,
+    with_context_lengths,
+)
+from charactereval_lib.charactereval.official import EVALUATION
+from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
 
 OFFLINE_BACKEND = "offline"
 TINY_MARKER = "tiny"
+# The scorer mode import-official records for scores read from an official evaluation file.
+IMPORTED_MODE = "imported"
+DISPLAY_DIGITS = 3
 
 OFFLINE_CAVEAT = (
-    "The replies come from the **offline backend**: deterministic placeholder text made without "
+    "The replies come from the offline backend: deterministic placeholder text made without "
     "any model. They demonstrate the wiring only; they say nothing about any model."
 )
 TINY_RM_CAVEAT = (
-    "The scores come from a **tiny, randomly initialised reward model**, not BaichuanCharRM. "
+    "The scores come from a tiny, randomly initialised reward model, not BaichuanCharRM. "
     "They demonstrate the wiring only and are not CharacterEval scores."
+)
+IMPORTED_SCORES_CAVEAT = (
+    "The scores were imported from an official evaluation file, which does not record the reward "
+    "model that produced them: the scorer is unknown (it may be a tiny test model, not "
+    "BaichuanCharRM). Re-score the run with `charactereval score` to know what the numbers mean."
 )
 
 
@@ -47,13 +69,16 @@ class RunAnalysis:
     generations: pd.DataFrame  # latest generation record per sample (empty if none)
     stats: Statistics
     data: OfficialData | None = None
+    scorer_modes: dict[str, int] = field(default_factory=dict)  # scored rows per scorer mode
 
     @property
     def name(self) -> str:
         return self.run_dir.name
 
-    def caveats(self) -> list[str]:
-        return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores))
+    def warnings(self) -> list[str]:
+        return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores),
+                           scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
+                                                                             self.stats.metrics["n"])))
 
     def failed_by_metric(self) -> dict[str, int] | None:
         """Rows each metric lost to failed generations (needs the official id2metric)."""
@@ -65,24 +90,22 @@ class RunAnalysis:
         return failure_breakdown(self.generations, self.rows, self.scores)
 
     def scores_with_context(self) -> pd.DataFrame:
-        """Scored rows with their context length; empty without the official data."""
-        if self.data is None or self.scores.empty:
+        """Scored rows with their context length (no ``context_chars`` column without the
+        official data; no rows before scoring)."""
+        if self.data is None:
             return pd.DataFrame()
         return with_context_lengths(self.scores, self.data)
 
     def header_markdown(self, data_note: str = "") -> str:
-        """Report heading: run, model, backend, then every caveat in plain words."""
+        """Report heading: run, model, backend, what rendered it. Warnings go in their own box
+        (``warnings_html``) right below."""
         generation = self.manifest.get("generation", {})
         lines = [
             f"# CharacterEval report: {self.name}",
             "",
             f"Model **{generation.get('model', 'unknown')}** via backend **{generation.get('backend', 'unknown')}**; "
             f"{len(self.scores)} scored rows of {len(self.rows)}; protocol "
-            f"{self.manifest.get('protocol_version', 'unknown')}.",
-            "",
-            caveats_markdown(self.caveats()),
-            "",
-            rendered_by(),
+            f"{self.manifest.get('protocol_version', 'unknown')}. {rendered_by()}",
         ]
         if data_note:
             lines += ["", data_note]
@@ -101,12 +124,13 @@ def load_run(
     run_dir = runs.resolve_run_dir(run_dir)
     if not run_dir.is_dir():
         raise runs.RunError(f"{run_dir}: no such run directory")
-    scores, _ = load_run_scores(run_dir)
+    scores, counts = load_run_scores(run_dir)
     rows = pd.DataFrame(runs.read_jsonl(run_dir / runs.ROWS).records)
     latest = runs.latest_by_key(runs.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
-    return RunAnalysis(run_dir, runs.load_manifest(run_dir), rows, scores, generations, stats, data)
+    return RunAnalysis(run_dir, runs.load_manifest(run_dir), rows, scores, generations, stats, data,
+                       counts["scorer_modes"])
 
 
 def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) -> tuple[OfficialData | None, str]:
@@ -119,15 +143,35 @@ def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) 
     return data, f"Official data: {data.data_dir}"
 
 
-def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
-    """Plain warnings a reader must see before any number: demo backends, incomplete runs."""
+# --- warnings ----------------------------------------------------------------------------------
+
+
+def run_caveats(
+    manifest: dict[str, Any],
+    *,
+    unscored: int = 0,
+    scorer_modes: Mapping[str, int] | None = None,
+    metric_n: Mapping[str, int] | None = None,
+) -> list[str]:
+    """Plain warnings a reader must see before any number: demo backends, unknown or mixed
+    scorers, incomplete runs, metrics too small for an interval. ``scorer_modes`` counts scored
+    rows per scorer mode; ``metric_n`` counts scored rows per metric."""
     caveats = []
     generation = manifest.get("generation", {})
     scoring = manifest.get("scoring", {})
+    scorer_modes = dict(scorer_modes or {})
     if generation.get("backend") == OFFLINE_BACKEND:
         caveats.append(OFFLINE_CAVEAT)
     if any(TINY_MARKER in label.lower() for label in checkpoint_labels(scoring)):
         caveats.append(TINY_RM_CAVEAT)
+    # Imported evaluation scores carry mode "imported"; an older run may only say so in its
+    # manifest (an evaluation file imported and never scored here).
+    imported_file = (generation.get("source") or {}).get("kind") == EVALUATION and not scoring
+    if IMPORTED_MODE in scorer_modes or imported_file:
+        caveats.append(IMPORTED_SCORES_CAVEAT)
+    if len(scorer_modes) > 1:
+        mix = ", ".join(f"{mode}: {count} rows" for mode, count in sorted(scorer_modes.items()))
+        caveats.append(f"The scores mix scorer modes ({mix}); re-run `charactereval score` with one mode.")
     counts = manifest.get("transform", {}).get("counts", {})
     if counts.get("missing"):
         caveats.append(
@@ -136,11 +180,33 @@ def run_caveats(manifest: dict[str, Any], *, unscored: int = 0) -> list[str]:
         )
     if unscored:
         caveats.append(f"Scoring is incomplete: {unscored} row(s) have no score yet; means use scored rows only.")
+    small = [f"{name} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
+    if small and any(metric_n.values()):
+        caveats.append(
+            f"No interval can be estimated for {', '.join(small)}: fewer than 2 scored rows. "
+            f"Tables and figures mark these {NOT_ESTIMABLE}, and dimension averages that include them."
+        )
     if manifest.get("protocol_version") not in (None, PROTOCOL_VERSION):
         caveats.append(
             f"The run was made under protocol {manifest['protocol_version']}, this workbench is {PROTOCOL_VERSION}."
         )
     return caveats
+
+
+def run_warnings(run_dir: Path | str) -> list[str]:
+    """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
+    print): read from the run directory alone, without the official data."""
+    run_dir = runs.resolve_run_dir(run_dir)
+    scores, counts = load_run_scores(run_dir)
+    metric_n = scores.groupby("metric_en").size() if len(scores) else pd.Series(dtype=int)
+    return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"],
+                       scorer_modes=counts["scorer_modes"],
+                       metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS})
+
+
+def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Every run's warnings, each prefixed by the run's name."""
+    return [f"{run.name}: {warning}" for run in analyses for warning in run.warnings()]
 
 
 def checkpoint_labels(scoring: dict[str, Any]) -> list[str]:
@@ -158,91 +224,155 @@ def rendered_by() -> str:
     return f"Rendered by charactereval {__version__}" + (f" at commit `{commit}`." if commit else ".")
 
 
-def caveats_markdown(caveats: Sequence[str]) -> str:
-    if not caveats:
-        return "No caveats: real replies, scored by the configured reward model, complete run."
-    return "\n".join(f"> ⚠️ {text}" for text in caveats)
+def warnings_html(warnings: Sequence[str]) -> str:
+    """The warning box at the top of a report: one bullet per warning (`code` spans kept), or a
+    quiet line saying there is nothing to warn about."""
+    if not warnings:
+        return ('<div class="ce-warnings ce-none">No warnings: real replies, scored by the configured '
+                "reward model, complete run.</div>")
+    items = "".join(f"<li>{_inline_code(html.escape(w))}</li>" for w in warnings)
+    return f'<div class="ce-warnings"><strong>Warnings ({len(warnings)})</strong><ul>{items}</ul></div>'
+
+
+def _inline_code(text: str) -> str:
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
+# --- display tables ----------------------------------------------------------------------------
+
+# Column labels for display: everything else has its underscores replaced by spaces.
+COLUMN_LABELS = {
+    "metric_en": "metric", "abbr": "abbr.", "sd": "SD", "ci_half_width": "CI half-width",
+    "mdd": "MDD", "distinct_scores": "distinct scores", "off_grid": "off grid", "n_ids": "samples",
+    "n_rows": "rows", "n_metrics": "metrics", "mean_centred": "centred mean", "novel_name": "novel",
+    "role": "character",
+}
+_DIMENSION_NAMES = {d.key: d.name for d in DIMENSIONS}
+# Text that reads as a number (signed, scientific, an interval, or a marker in a column of
+# numbers): aligned right with the numbers.
+_NUMBER_LIKE = re.compile(r"(?:[-+−–\d.,e\[\] ]|n<2|n/a)*")
+
+
+def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
+    """A table as the reports show it: readable column names and metric names (no
+    underscores), dimension names instead of keys, no index column, text left and numbers
+    right, floats rounded to ``digits`` for display only."""
+    shown = frame.reset_index(drop=not _named_index(frame))
+    shown = shown.rename(columns=lambda c: COLUMN_LABELS.get(str(c), str(c).replace("_", " ")))
+    if "dimension" in shown.columns:
+        shown["dimension"] = shown["dimension"].map(lambda v: _DIMENSION_NAMES.get(v, v))
+    if "metric_en" in frame.columns:
+        shown["metric"] = shown["metric"].map(metric_label)
+    text = [c for c in shown.columns if not pd.api.types.is_numeric_dtype(shown[c])
+            and not shown[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
+    headers = [{"selector": f"th.col{shown.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
+    return (shown.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
+            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
+
+
+def _named_index(frame: pd.DataFrame) -> bool:
+    return any(name is not None for name in frame.index.names)
 
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
-    """Two-column table of the settings that produced the run: versions, then the generation
-    and scoring sections flattened to dotted keys; long lists are summarised by their length."""
-    fields = [("protocol version", manifest.get("protocol_version")),
-              ("package version", manifest.get("package_version")),
-              ("git commit", manifest.get("git_commit"))]
+    """The settings that produced the run, one row each: section (versions, generation,
+    scoring, transform), setting (nested keys joined by " / ", underscores as spaces) and value;
+    long lists are summarised by their length."""
+    fields = [("versions", "protocol", manifest.get("protocol_version")),
+              ("versions", "package", manifest.get("package_version")),
+              ("versions", "git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring"):
-        fields += _flatten(manifest.get(section, {}), section)
-    fields += [(f"transform.{k}", v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
+        fields += [(section, key, value) for key, value in _flatten(manifest.get(section, {}), "")]
+    fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
     # str() of every value (None included): pandas' astype(str) would keep None as a missing value.
-    return pd.DataFrame([(k, str(v)) for k, v in fields], columns=["setting", "value"]).set_index("setting")
+    return pd.DataFrame([(section, key.replace("_", " "), str(value)) for section, key, value in fields],
+                        columns=["section", "setting", "value"])
 
 
 def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
     if isinstance(value, dict):
-        return [item for key, inner in value.items() for item in _flatten(inner, f"{prefix}.{key}")]
+        return [item for key, inner in value.items()
+                for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
     return [(prefix, value)]
 
 
-def _fmt(value: float, digits: int = 3) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> str:
+    """An interval as shown: "[low, high]", ``NOT_ESTIMABLE`` when too few rows leave none, and
+    "–" for a cell with no value at all (``empty``: no rows)."""
+    if empty:
+        return "–"
+    return f"[{_fmt(low)}, {_fmt(high)}]" if ok else NOT_ESTIMABLE
 
 
 def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> pd.DataFrame:
-    """The per-metric table as displayed: three decimals (display only), interval as text."""
-    level = round(stats.level * 100)
+    """The per-metric table: mean, interval (n<2 where it cannot be estimated), SD, rows and the
+    rows lost to failed generations ("–" without the official data)."""
     m = stats.metrics
-    table = pd.DataFrame(
+    ok = estimable(m["n"])
+    return pd.DataFrame(
         {
-            "metric": m["metric_en"],
-            "abbr": m["abbr"],
+            "metric": m["metric_en"].map(metric_label),
+            "abbr.": m["abbr"],
             "dimension": m["dimension"],
             "n": m["n"],
-            "failed": [failed.get(name, 0) for name in m["metric_en"]] if failed is not None else "-",
-            "mean": [_fmt(v) for v in m["mean"]],
-            f"{level}% CI": [f"[{_fmt(lo)}, {_fmt(hi)}]" for lo, hi in zip(m["ci_low"], m["ci_high"])],
-            "sd": [_fmt(v) for v in m["sd"]],
+            "failed": [failed.get(name, 0) for name in m["metric_en"]] if failed is not None else "–",
+            "mean": m["mean"],
+            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                                                for v, lo, hi, k in zip(m["mean"], m["ci_low"], m["ci_high"], ok)],
+            "SD": m["sd"],
         }
     )
-    return table.set_index("metric")
 
 
 def dimension_display(stats: Statistics) -> pd.DataFrame:
-    level = round(stats.level * 100)
     d = stats.dimensions
+    ok = dimension_estimable(stats)
     return pd.DataFrame(
         {
             "dimension": d["name"],
             "metrics": d["n_metrics"],
-            "average (unweighted mean of metric means)": [_fmt(v) for v in d["mean"]],
-            f"{level}% CI": [f"[{_fmt(lo)}, {_fmt(hi)}]" for lo, hi in zip(d["ci_low"], d["ci_high"])],
+            "average (unweighted mean of metric means)": d["mean"],
+            f"{round(stats.level * 100)}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                                                for v, lo, hi, k in zip(d["mean"], d["ci_low"], d["ci_high"], ok)],
         }
-    ).set_index("dimension")
+    )
+
+
+def _cell_labels(stats_metrics: pd.DataFrame, dimension_names: Sequence[str]) -> list[str]:
+    return [f"{metric_label(name)} ({abbr})" for name, abbr in zip(stats_metrics["metric_en"], stats_metrics["abbr"])] + [
+        f"{n} avg." for n in dimension_names]
 
 
 def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
-    """Metric and dimension means of several runs, one column per run, "mean [CI]" text."""
+    """Metric and dimension means of several runs, one "mean [CI]" column per run in the order
+    given (n<2 where the interval cannot be estimated)."""
     if not analyses:
         raise ValueError("no runs to compare")
     first = analyses[0].stats
-    labels = list(first.metrics["metric_en"] + " (" + first.metrics["abbr"] + ")") + [
-        f"{name} avg." for name in first.dimensions["name"]
-    ]
-    table = pd.DataFrame({"cell": labels})
+    table = pd.DataFrame({"cell": _cell_labels(first.metrics, first.dimensions["name"])})
     for analysis in analyses:
-        cells = pd.concat([analysis.stats.metrics, analysis.stats.dimensions], ignore_index=True)
+        stats = analysis.stats
+        cells = pd.concat([stats.metrics, stats.dimensions], ignore_index=True)
+        ok = np.concatenate([estimable(stats.metrics["n"]), dimension_estimable(stats)])
         table[analysis.name] = [
-            f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" for v, lo, hi in zip(cells["mean"], cells["ci_low"], cells["ci_high"])
+            f"{_fmt(v)} {interval_text(lo, hi, k)}" if not math.isnan(v) else "–"
+            for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)
         ]
-    return table.set_index("cell")
+    return table
 
 
 def compare_to_first(
     analyses: Sequence[RunAnalysis], *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
 ) -> dict[str, PairedComparison]:
-    """Paired comparison of every run against the first one ("<run> − <first>")."""
+    """Paired comparison of every run against the first one ("<run> − <first>"), in the order
+    given."""
     if len(analyses) < 2:
         raise ValueError("a comparison needs at least two runs")
     base = analyses[0]
@@ -252,38 +382,82 @@ def compare_to_first(
     }
 
 
-def paired_display(comparison: PairedComparison, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
-    """One comparison's metric and dimension rows as displayed (three decimals, p in 3 s.f.)."""
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values (NaN p-values, untestable cells, are
+    left out of the family and stay NaN). Controls the family-wise error rate under any
+    dependence between the tests."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(p.shape, math.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    m = len(order)
+    # The k-th smallest p (k from 0) is multiplied by m - k; monotone so that no adjusted p is
+    # below that of a smaller raw p.
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return adjusted
+
+
+def paired_tables(
+    analyses: Sequence[RunAnalysis], comparisons: Mapping[str, PairedComparison], level: float = DEFAULT_LEVEL
+) -> dict[str, pd.DataFrame]:
+    """One display table per comparison (``compare_to_first``'s order), columns named by run:
+    the first run's mean, the other run's mean, their difference with its paired interval
+    (n<2 where it cannot be estimated), the Wilcoxon p (n<2 for fewer than two shared rows) and
+    the Holm-adjusted p over every test in the report (all cells of all comparisons), and the
+    MDD at 80% power."""
+    if len(comparisons) != len(analyses) - 1:
+        raise ValueError("comparisons must be compare_to_first(analyses)")
+    cells_by_label = {}
+    for label, comparison in comparisons.items():
+        metrics = comparison.metrics
+        dims = comparison.dimensions.assign(n=comparison.dimensions["n_ids"])
+        cells = pd.concat([metrics, dims], ignore_index=True)
+        cells["estimable"] = paired_estimable(comparison)
+        # A test of fewer than two differences says nothing (one difference gives p = 1): it is
+        # shown as n<2 and left out of the Holm family.
+        cells["p_wilcoxon"] = cells["p_wilcoxon"].where(estimable(cells["n"]))
+        cells["cell"] = _cell_labels(metrics, comparison.dimensions["name"])
+        cells_by_label[label] = cells
+    adjusted = holm(np.concatenate([c["p_wilcoxon"].to_numpy(float) for c in cells_by_label.values()]))
     pct = round(level * 100)
-    metrics = comparison.metrics.assign(cell=comparison.metrics["metric_en"] + " (" + comparison.metrics["abbr"] + ")")
-    dims = comparison.dimensions.assign(cell=comparison.dimensions["name"] + " avg.", n=comparison.dimensions["n_ids"])
-    cells = pd.concat([metrics, dims], ignore_index=True)
-    return pd.DataFrame(
-        {
-            "cell": cells["cell"],
-            "shared n": cells["n"],
-            "A": [_fmt(v) for v in cells["mean_a"]],
-            "B": [_fmt(v) for v in cells["mean_b"]],
-            "A − B": [_fmt(v) for v in cells["diff"]],
-            f"{pct}% CI": [f"[{_fmt(lo)}, {_fmt(hi)}]" for lo, hi in zip(cells["ci_low"], cells["ci_high"])],
-            "Wilcoxon p": ["-" if math.isnan(p) else f"{p:.3g}" for p in cells["p_wilcoxon"]],
-            "MDD (80% power)": [_fmt(v) for v in cells["mdd"]],
-        }
-    ).set_index("cell")
+    base = analyses[0].name
+    tables, offset = {}, 0
+    for other, (label, cells) in zip(analyses[1:], cells_by_label.items()):
+        holm_p = adjusted[offset: offset + len(cells)]
+        offset += len(cells)
+        tables[label] = pd.DataFrame(
+            {
+                "cell": cells["cell"],
+                "shared n": cells["n"],
+                base: cells["mean_b"],
+                other.name: cells["mean_a"],
+                label: cells["diff"],
+                f"{pct}% CI": [interval_text(lo, hi, k, empty=math.isnan(v))
+                               for v, lo, hi, k in zip(cells["diff"], cells["ci_low"], cells["ci_high"],
+                                                       cells["estimable"])],
+                "Wilcoxon p": [_p_text(p) if ok else NOT_ESTIMABLE for p, ok in zip(cells["p_wilcoxon"], estimable(cells["n"]))],
+                "Holm p": [_p_text(p) for p in holm_p],
+                "MDD (80% power)": cells["mdd"],
+            }
+        )
+    return tables
+
+
+def _p_text(p: float) -> str:
+    return "–" if math.isnan(p) else f"{p:.3g}"
 
 
 def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str = "") -> str:
-    """Comparison heading: the runs in order (the first is the reference B of every paired
-    comparison) with each run's caveats."""
+    """Comparison heading: the runs in the order given (the first is the reference every other
+    run is compared with). Their warnings go in the box below (``comparison_warnings``)."""
     lines = ["# CharacterEval comparison", ""]
     for k, run in enumerate(analyses):
         generation = run.manifest.get("generation", {})
-        role = "reference (B in every comparison)" if k == 0 else "A"
+        role = "reference (every difference is against it)" if k == 0 else f"compared with {analyses[0].name}"
         lines.append(
             f"{k + 1}. **{run.name}**: model {generation.get('model', 'unknown')}, backend "
             f"{generation.get('backend', 'unknown')}, {len(run.scores)} scored rows; {role}"
         )
-        lines += [f"   {line}" for line in caveats_markdown(run.caveats()).splitlines()]
     lines += ["", rendered_by()]
     if data_note:
         lines += ["", data_note]
@@ -295,3 +469,52 @@ def stacked(analyses: Sequence[RunAnalysis], table: Callable[[RunAnalysis], pd.D
     frames = [table(run).assign(run=run.name) for run in analyses]
     combined = pd.concat(frames, ignore_index=True)
     return combined[["run"] + [c for c in combined.columns if c != "run"]]
+
+
+# --- characters and novels ---------------------------------------------------------------------
+
+
+def group_results(
+    scores: pd.DataFrame, by: str, *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+) -> pd.DataFrame:
+    """Per group (``role`` or ``novel_name``): samples, rows, metrics, the raw mean score and the
+    centred mean (``statistics.group_summary``: score minus its metric's run mean) with a
+    cluster-bootstrap interval over the group's sample ids (NaN where the group has fewer than
+    two samples). The metric means used for centring are held fixed. Sorted from the lowest
+    centred mean."""
+    summary = group_summary(scores, by)
+    centred = scores.assign(centred=scores["score"] - scores.groupby("metric_en")["score"].transform("mean"))
+    low, high, raw = [], [], []
+    for group in summary[by]:
+        part = centred[centred[by] == group]
+        raw.append(float(part["score"].mean()))
+        per_id = part.groupby("id")["centred"].agg(["sum", "count"])
+        if not estimable(len(per_id)):
+            low.append(math.nan)
+            high.append(math.nan)
+            continue
+        weights = resample_counts(len(per_id), n_boot, seed)
+        draws = (weights @ per_id["sum"].to_numpy(float)) / (weights @ per_id["count"].to_numpy(float))
+        lo, hi = percentile_interval(draws[:, None], level)
+        low.append(float(lo[0]))
+        high.append(float(hi[0]))
+    return summary.assign(mean_score=raw, ci_low=low, ci_high=high)
+
+
+def group_display(table: pd.DataFrame, by: str, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+    """``group_results`` as shown: the interval of the centred mean as text (n<2 for a group of
+    one sample)."""
+    ok = estimable(table["n_ids"])
+    return pd.DataFrame(
+        {
+            COLUMN_LABELS.get(by, by): table[by],
+            "samples": table["n_ids"],
+            "rows": table["n_rows"],
+            "metrics": table["n_metrics"],
+            "mean score": table["mean_score"],
+            "centred mean": table["mean_centred"],
+            f"{round(level * 100)}% CI (centred)": [interval_text(lo, hi, k)
+                                                    for lo, hi, k in zip(table["ci_low"], table["ci_high"], ok)],
+        }
+    )

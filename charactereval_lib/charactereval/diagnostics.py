@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from charactereval_lib.charactereval.statistics import Statistics
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
 from charactereval_lib.engine.stats import minimum_detectable_difference
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, ERROR_OUTPUT, METRICS
@@ -101,6 +101,47 @@ def grid_check(scores: pd.DataFrame) -> pd.DataFrame:
 
 # --- sample size -------------------------------------------------------------------------------
 
+# A bootstrap of one row always redraws that row, so its "interval" has zero width: it is not an
+# estimate of anything. Intervals need at least this many rows (or sample ids).
+MIN_N_FOR_INTERVAL = 2
+# How tables and figures mark an interval that cannot be estimated.
+NOT_ESTIMABLE = "n<2"
+
+
+def metric_label(metric_en: str) -> str:
+    """A metric's name as reports show it: the official key without underscores
+    ("Communication_skills" -> "Communication skills"); files keep the key."""
+    return metric_en.replace("_", " ")
+
+
+def estimable(n: int | float | Iterable[int | float] | np.ndarray) -> bool | np.ndarray:
+    """True where ``n`` rows are enough for an interval (n >= 2); NaN counts are not."""
+    n = np.asarray(n, dtype=float)
+    result = np.nan_to_num(n, nan=0.0) >= MIN_N_FOR_INTERVAL
+    return bool(result) if result.ndim == 0 else result
+
+
+def dimension_estimable(stats: Statistics) -> np.ndarray:
+    """Per dimension (in ``stats.dimensions`` order): whether every one of its metrics has an
+    estimable interval. One fixed metric mean would make the average's interval too narrow."""
+    return _dimensions_estimable(stats.metrics, stats.dimensions["dimension"])
+
+
+def paired_estimable(comparison: PairedComparison) -> np.ndarray:
+    """Per cell of a paired comparison (12 metrics, then 3 dimensions): whether its difference
+    has an estimable interval (>= 2 shared rows; for a dimension, >= 2 shared samples and every
+    one of its metrics estimable)."""
+    dims = comparison.dimensions
+    dim_ok = _dimensions_estimable(comparison.metrics, dims["dimension"]) & estimable(dims["n_ids"])
+    return np.concatenate([estimable(comparison.metrics["n"]), dim_ok])
+
+
+def _dimensions_estimable(metrics: pd.DataFrame, dimension_keys: Iterable[str]) -> np.ndarray:
+    by_name = dict(zip(metrics["metric_en"], estimable(metrics["n"])))
+    return np.array([all(by_name[m.metric_en] for m in METRICS if m.dimension.key == key) for key in dimension_keys],
+                    dtype=bool)
+
+
 
 def sample_size_table(stats: Statistics, *, alpha: float = 0.05, power: float = 0.8) -> pd.DataFrame:
     """Per metric: n, SD, the interval's half-width and the minimum detectable difference
@@ -108,9 +149,11 @@ def sample_size_table(stats: Statistics, *, alpha: float = 0.05, power: float = 
 
     The MDD assumes no pairing gain (independent rows of equal n and this run's SD). Two models
     scored on the same rows usually correlate positively, which makes the paired MDD smaller:
-    the comparison report shows the paired value measured on real differences."""
+    the comparison report shows the paired value measured on real differences. Metrics with
+    n < 2 have no half-width (NaN), not a zero one."""
     table = stats.metrics[["metric_en", "abbr", "dimension", "n", "sd"]].copy()
-    table["ci_half_width"] = (stats.metrics["ci_high"] - stats.metrics["ci_low"]) / 2
+    half_width = (stats.metrics["ci_high"] - stats.metrics["ci_low"]) / 2
+    table["ci_half_width"] = half_width.where(estimable(table["n"]))
     table["mdd"] = minimum_detectable_difference(table["sd"], table["n"], alpha=alpha, power=power, paired=False)
     return table
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from charactereval_lib.charactereval.statistics import Statistics
 from charactereval_lib.charactereval.data import DataError
+from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS
 
@@ -80,24 +81,30 @@ def paper_cells(models: Sequence[str] | None = None, table: pd.DataFrame | None 
 
 
 def run_cells(stats: Statistics) -> pd.DataFrame:
-    """A run's cells in the same shape as ``paper_cells``: kind, key, name, abbr, mean, interval."""
-    metrics = stats.metrics.assign(kind="metric", key=stats.metrics["metric_en"], name=stats.metrics["metric_en"])
-    dims = stats.dimensions.assign(kind="dimension", key=stats.dimensions["dimension"], abbr="Avg.")
-    columns = ["kind", "key", "name", "abbr", "mean", "ci_low", "ci_high"]
+    """A run's cells in the same shape as ``paper_cells``: kind, key, name, abbr, mean, interval
+    and whether the interval can be estimated (n >= 2)."""
+    metrics = stats.metrics.assign(kind="metric", key=stats.metrics["metric_en"], name=stats.metrics["metric_en"],
+                                   estimable=estimable(stats.metrics["n"]))
+    dims = stats.dimensions.assign(kind="dimension", key=stats.dimensions["dimension"], abbr="Avg.",
+                                   estimable=dimension_estimable(stats))
+    columns = ["kind", "key", "name", "abbr", "mean", "ci_low", "ci_high", "estimable"]
     return pd.concat([metrics[columns], dims[columns]], ignore_index=True)
 
 
 def deltas(stats: Statistics, models: Sequence[str], table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy run-minus-paper deltas: one row per (cell, paper model) with the run's mean and
     interval, the published value, ``delta`` and whether the published value lies inside the
-    run's interval. The paper rounds to three decimals, so |delta| < 0.0005 is agreement."""
+    run's interval (NA where the interval cannot be estimated). The paper rounds to three
+    decimals, so |delta| < 0.0005 is agreement."""
     run = run_cells(stats)
     paper = paper_cells(models, table)
     merged = paper.merge(run, on=["kind", "key", "name", "abbr"], how="left")
     merged = merged.rename(columns={"value": "paper", "mean": "run"})
     merged["delta"] = merged["run"] - merged["paper"]
-    merged["paper_in_ci"] = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
-    return merged[["kind", "key", "name", "abbr", "run", "ci_low", "ci_high", "model", "paper", "delta", "paper_in_ci"]]
+    inside = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
+    merged["paper_in_ci"] = inside.astype("boolean").where(merged["estimable"].astype(bool), pd.NA)
+    return merged[["kind", "key", "name", "abbr", "run", "ci_low", "ci_high", "estimable", "model", "paper", "delta",
+                   "paper_in_ci"]]
 
 
 def delta_table(stats: Statistics, models: Sequence[str], table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -113,8 +120,9 @@ def delta_table(stats: Statistics, models: Sequence[str], table: pd.DataFrame | 
     first = long[long["model"] == models[0]] if models else run_cells(stats).rename(columns={"mean": "run"})
     display = pd.DataFrame(
         {
-            "cell": [f"{n} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(first["kind"], first["name"], first["abbr"])],
-            run_label: [_interval_text(r, lo, hi) for r, lo, hi in zip(first["run"], first["ci_low"], first["ci_high"])],
+            "cell": [f"{metric_label(n)} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(first["kind"], first["name"], first["abbr"])],
+            run_label: [_interval_text(r, lo, hi, ok)
+                        for r, lo, hi, ok in zip(first["run"], first["ci_low"], first["ci_high"], first["estimable"])],
         }
     )
     for model in models:
@@ -135,7 +143,7 @@ def delta_matrix(stats_by_run: Mapping[str, Statistics], model: str, table: pd.D
     cells = paper_cells([model], table)
     display = pd.DataFrame(
         {
-            "cell": [f"{n} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(cells["kind"], cells["name"], cells["abbr"])],
+            "cell": [f"{metric_label(n)} ({a})" if k == "metric" else f"{n} avg." for k, n, a in zip(cells["kind"], cells["name"], cells["abbr"])],
             f"{model} (paper)": [_number(v) for v in cells["value"]],
         }
     )
@@ -150,10 +158,10 @@ def _number(value: float, *, signed: bool = False) -> str:
     return f"{value:+.{PAPER_DECIMALS}f}" if signed else f"{value:.{PAPER_DECIMALS}f}"
 
 
-def _interval_text(mean: float, low: float, high: float) -> str:
+def _interval_text(mean: float, low: float, high: float, ok: bool) -> str:
     if mean is None or math.isnan(mean):
         return "-"
-    return f"{mean:.{PAPER_DECIMALS}f} [{_number(low)}, {_number(high)}]"
+    return f"{mean:.{PAPER_DECIMALS}f} " + (f"[{_number(low)}, {_number(high)}]" if ok else NOT_ESTIMABLE)
 
 
 def _mbti_text(value: float) -> str:
