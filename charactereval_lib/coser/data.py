@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data import DataError, Upstream, check_digests, fetch, load_upstream
+from ..charactereval.data import DataError, Upstream, check_digests, fetch, load_upstream
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.json"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent

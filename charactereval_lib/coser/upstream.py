@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..data import DataError
+from ..charactereval.data import DataError
 from .data import UPSTREAM_PROMPTS, locate_data_dir, read_verified
 
 DIMENSIONS = ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality")
