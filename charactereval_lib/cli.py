@@ -10,6 +10,7 @@ from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
+from charactereval_lib.coser.commands import add_coser_parser
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.charactereval.prompts import ProtocolError
@@ -526,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN/official)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_export_official)
+
+    add_coser_parser(sub)
     return parser
 
 

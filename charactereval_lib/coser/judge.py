@@ -15,7 +15,7 @@ judgement with no score (upstream: ``TypeError``, the whole run dies).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,28 +253,37 @@ class DimensionJudgement:
         return self.critique is None
 
 
-def run_dimension_judgement(
-    ask_judge: Callable[[float], str],
-    ask_repair: Callable[[str, str], str],
-    dimension: str,
-    n: int,
-    version: ProtocolVersion,
-    judge_model: str,
-) -> DimensionJudgement:
-    """Judge step "judge one dimension": up to ``version.max_attempts`` judge calls (temperature 0
-    first, 1 on retries); an answer without a usable JSON value gets one repair call
-    (``ask_repair(prompt, model)``, model per version). Upstream's crashes become outcomes: a
-    wrong-dimension answer is retried; exhausted attempts give a failed judgement (no score)."""
+@dataclass(frozen=True)
+class JudgeCall:
+    """A model call the judging loop needs answered: the judge itself at ``temperature``
+    (``kind == "judge"``), or the repair of an unparseable answer (``prompt`` to ``model``)."""
+
+    kind: str
+    temperature: float = 0
+    prompt: str | None = None
+    model: str | None = None
+
+
+def dimension_judgement_steps(
+    dimension: str, n: int, version: ProtocolVersion, judge_model: str
+) -> Generator[JudgeCall, str, DimensionJudgement]:
+    """Judge step "judge one dimension", without I/O: yields each call it needs and is sent the
+    answer's text; returns the judgement. Up to ``version.max_attempts`` judge calls
+    (temperature 0 first, 1 on retries); an answer without a usable JSON value gets one repair
+    call (model per version). Upstream's crashes become outcomes: a wrong-dimension answer is
+    retried; exhausted attempts give a failed judgement (no score). The synchronous and the
+    asynchronous drivers below share this one loop."""
     attempts = []
     for attempt in range(version.max_attempts):
         temperature = 0 if attempt == 0 else 1
-        answer = ask_judge(temperature)
+        answer = yield JudgeCall("judge", temperature=temperature)
         read = read_judge_answer(answer, dimension)
         record = {"temperature": temperature, "status": read.status}
         if read.status == "needs_repair":
             model = fix_json_model(version, judge_model)
             record["repair_model"] = model
-            read = read_judge_answer(ask_repair(fix_json_prompt(answer), model), dimension, repaired=True)
+            repaired = yield JudgeCall("repair", prompt=fix_json_prompt(answer), model=model)
+            read = read_judge_answer(repaired, dimension, repaired=True)
             record["status"] = read.status
         attempts.append(record)
         if read.status == "ok":
@@ -283,3 +292,45 @@ def run_dimension_judgement(
             critique["score"] = headline_score(scores, version)
             return DimensionJudgement(dimension, critique, scores, attempts)
     return DimensionJudgement(dimension, None, None, attempts)
+
+
+def run_dimension_judgement(
+    ask_judge: Callable[[float], str],
+    ask_repair: Callable[[str, str], str],
+    dimension: str,
+    n: int,
+    version: ProtocolVersion,
+    judge_model: str,
+) -> DimensionJudgement:
+    """``dimension_judgement_steps`` driven synchronously: ``ask_judge(temperature)`` and
+    ``ask_repair(prompt, model)`` return the answers' text."""
+    steps = dimension_judgement_steps(dimension, n, version, judge_model)
+    try:
+        call = next(steps)
+        while True:
+            answer = ask_judge(call.temperature) if call.kind == "judge" else ask_repair(call.prompt, call.model)
+            call = steps.send(answer)
+    except StopIteration as done:
+        return done.value
+
+
+async def run_dimension_judgement_async(
+    ask_judge: Callable[[float], Awaitable[str]],
+    ask_repair: Callable[[str, str], Awaitable[str]],
+    dimension: str,
+    n: int,
+    version: ProtocolVersion,
+    judge_model: str,
+) -> DimensionJudgement:
+    """``dimension_judgement_steps`` driven by coroutines (the simulation engine's judge)."""
+    steps = dimension_judgement_steps(dimension, n, version, judge_model)
+    try:
+        call = next(steps)
+        while True:
+            if call.kind == "judge":
+                answer = await ask_judge(call.temperature)
+            else:
+                answer = await ask_repair(call.prompt, call.model)
+            call = steps.send(answer)
+    except StopIteration as done:
+        return done.value

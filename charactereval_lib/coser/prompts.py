@@ -85,6 +85,8 @@ class ModelRules:
     system_role: str  # "system", or "user" when the family takes no system message
     name_suffix: bool  # append `Start your response with "<name>: "...`
     output_example: bool  # actors: the output-format line carries the e.g./such-as examples
+    # actors: replies go through `text.fix_repeation` (upstream: every model but GPT and Claude)
+    fix_repetition: bool = False
 
 
 def default_rules(model: str, version: ProtocolVersion) -> ModelRules:
@@ -95,7 +97,9 @@ def default_rules(model: str, version: ProtocolVersion) -> ModelRules:
       ``step``; HEAD (d7cee90) for names starting with ``llama`` or ``step``;
     - no output example: HEAD for names containing ``coser`` (any case); paper for the CoSER
       fine-tune ``llama3-1210-8epc`` (the only paper-era name the golden vectors pin; pass the flag
-      explicitly for other fine-tunes)."""
+      explicitly for other fine-tunes);
+    - repetition fix of actor replies for every model whose name contains neither ``gpt`` nor
+      ``claude`` (both versions)."""
     system_role = "user" if model.startswith(("claude", "o1")) else "system"
     if version.name_suffix_rule == "paper":
         name_suffix = model in ("llama3p1-8b-instruct", "llama31-70-chat") or "step" in model
@@ -103,7 +107,9 @@ def default_rules(model: str, version: ProtocolVersion) -> ModelRules:
     else:
         name_suffix = model.startswith(("llama", "step"))
         output_example = "coser" not in model.lower()
-    return ModelRules(system_role=system_role, name_suffix=name_suffix, output_example=output_example)
+    fix_repetition = not any(family in model.lower() for family in ("gpt", "claude"))
+    return ModelRules(system_role=system_role, name_suffix=name_suffix, output_example=output_example,
+                      fix_repetition=fix_repetition)
 
 
 @dataclass

@@ -81,6 +81,9 @@ class MockServer:
     # Forward every request to this OpenAI-compatible base URL and pass its answer back (a
     # recording proxy in front of a real server); the plan is not used then.
     forward_to: str | None = None
+    # Deterministic mode: the text of an ``ok`` answer is ``reply(payload)`` instead of the echo
+    # (e.g. ``testing.coser_script``, which plays every CoSER role).
+    reply: Callable[[dict[str, Any]], str] | None = None
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
     max_in_flight: int = 0
@@ -129,7 +132,7 @@ class MockServer:
         self.actions[action.split(":")[0]] += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return await self.respond(request, action, key, messages)
+        return await self.respond(request, action, key, messages, payload)
 
     async def _forward(self, request: web.Request) -> web.Response:
         import aiohttp
@@ -141,12 +144,14 @@ class MockServer:
                 return web.Response(status=upstream.status, body=await upstream.read(),
                                     content_type=upstream.content_type)
 
-    async def respond(self, request: web.Request, action: str, key: str, messages: list) -> web.StreamResponse:
+    async def respond(self, request: web.Request, action: str, key: str, messages: list,
+                      payload: dict[str, Any] | None = None) -> web.StreamResponse:
         name, _, argument = action.partition(":")
         if name in ("ok", "multiline", "empty", "slow"):
             if name == "slow":
                 await asyncio.sleep(float(argument or 1.0))
-            content = {"multiline": multiline_reply(key), "empty": ""}.get(name, echo_reply(key))
+            default = self.reply(payload or {"messages": messages}) if self.reply else echo_reply(key)
+            content = {"multiline": multiline_reply(key), "empty": ""}.get(name, default)
             return _completion(content, messages, "stop")
         if name == "refusal":
             return _completion(None, messages, "stop", refusal="I can't help with that.")
@@ -282,8 +287,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="A local OpenAI-compatible server whose replies mean nothing.")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds every request waits before its answer")
+    parser.add_argument("--coser-script", action="store_true",
+                        help="answer as deterministic CoSER actors, environment, NSP and judge (testing.coser_script)")
     args = parser.parse_args()
-    server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False)
+    reply = None
+    if args.coser_script:
+        from charactereval_lib.testing.coser_script import scripted_reply as reply
+    server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False, reply=reply)
     try:
         asyncio.run(_serve_forever(server))
     except KeyboardInterrupt:

@@ -47,6 +47,9 @@ class GenerationRequest:
     id: int
     role: str
     messages: list[dict[str, str]]
+    # Decoding parameters of this request only, replacing the backend's (a protocol that changes
+    # the temperature between attempts of one turn, e.g. CoSER's 0 first and 1 on retries).
+    params: DecodingParams | None = None
 
 
 def request_sha256(payload: Any) -> str:

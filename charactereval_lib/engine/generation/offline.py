@@ -90,7 +90,7 @@ class OfflineBackend(RetryingBackend):
         }
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
-        return build_payload(self.model, request.messages, self.params)
+        return build_payload(self.model, request.messages, request.params or self.params)
 
     async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
         self._attempts[request.id] += 1

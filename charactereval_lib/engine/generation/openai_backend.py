@@ -105,7 +105,7 @@ class OpenAIBackend(RetryingBackend):
         }
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
-        return build_payload(self.model, request.messages, self.params)
+        return build_payload(self.model, request.messages, request.params or self.params)
 
     async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
         openai = self._openai

@@ -274,6 +274,14 @@ class RetryingBackend(ABC):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def call(self, request: GenerationRequest) -> GenerationResult:
+        """One request, awaited by a caller whose next request depends on this reply (a
+        multi-turn simulation). Concurrent calls share one limiter, as the requests of ``stream``
+        do; the retry policy is the same."""
+        if self.limiter is None:
+            self.limiter = AdaptiveLimiter(self.concurrency)
+        return await self.complete(request)
+
     def stats(self) -> dict[str, Any]:
         return {"concurrency": self.limiter.stats() if self.limiter else None}
 

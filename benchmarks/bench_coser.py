@@ -1,0 +1,115 @@
+"""CoSER simulation throughput against a local OpenAI-compatible server with a fixed latency.
+
+Starts ``testing.mockserver --coser-script`` (deterministic actors, environment, NSP and judge)
+in its own process, then in the same run:
+  (a) ours: every scene of the test set simulated and judged through the engine (scenes
+      concurrent, turns sequential, every turn recorded in a run directory);
+  (b) sequential: the upstream-style loop, one call at a time (scene after scene, turn after
+      turn, the 4 judge calls one by one), on a subset of scenes, extrapolated per call to (a)'s
+      number of calls (a full sequential pass at 200 ms a call would take about 20 minutes).
+The ideal for (a) is the longest scene's chain of sequential calls times the latency (its
+simulation turns, then its slowest dimension's judge calls). Needs $COSER_DATA_DIR.
+
+    python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from charactereval_lib.coser.data import load_test_set  # noqa: E402
+from charactereval_lib.coser.run import JUDGEMENTS, TURNS, Preset, run_coser, start_run  # noqa: E402
+from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings  # noqa: E402
+from charactereval_lib.coser.upstream import load_critic_prompts  # noqa: E402
+from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
+from charactereval_lib.engine.runs import RunDir, read_jsonl  # noqa: E402
+
+
+def settings(url: str) -> SimulationSettings:
+    role = lambda model: RoleSettings(model, base_url=url, api_key_env="")  # noqa: E731
+    return SimulationSettings(actor=role("bench-actor"), env=role("gpt-4o"), nsp=role("gpt-4o-mini"),
+                              judge=role("gpt-4o"))
+
+
+def run(url: str, scenes, critic, path: Path, concurrency: int) -> tuple[float, RunDir]:
+    run_dir = RunDir(path)
+    path.mkdir(parents=True)
+    s, preset = settings(url), Preset("bench", None, 1)
+    start_run(run_dir, s, preset, scenes, "bench")
+
+    async def main():
+        clients = RoleClients(s, concurrency=concurrency, policy=RetryPolicy(base_delay_s=0.05))
+        try:
+            return await run_coser(run_dir, scenes, s, preset, critic, clients, scene_concurrency=concurrency)
+        finally:
+            await clients.aclose()
+
+    started = time.perf_counter()
+    outcome = asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    assert not outcome["errors"], outcome["errors"][:3]
+    return elapsed, run_dir
+
+
+def chain_lengths(run_dir: RunDir) -> tuple[int, int]:
+    """(longest per-scene chain of sequential calls, total calls)."""
+    turns = Counter()
+    for t in read_jsonl(run_dir.artifact(TURNS)).records:
+        turns[t["scene"]] += len(t["temperatures"])
+    judge = Counter()
+    total_judge = 0
+    for r in read_jsonl(run_dir.artifact(JUDGEMENTS)).records:
+        if r.get("kind") == "dimension":
+            calls = sum(1 + ("repair_model" in a) for a in r["attempts"])
+            judge[r["scene"]] = max(judge[r["scene"]], calls)
+            total_judge += calls
+    return max(turns[s] + judge[s] for s in turns), sum(turns.values()) + total_judge
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--sequential-scenes", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=256)
+    args = parser.parse_args()
+    scenes = load_test_set()
+    critic = load_critic_prompts()
+    server = subprocess.Popen([sys.executable, "-m", "charactereval_lib.testing.mockserver", "--coser-script",
+                               "--latency", str(args.latency)], stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().split()[-1]
+        with tempfile.TemporaryDirectory() as tmp:
+            ours, run_dir = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency)
+            chain, calls = chain_lengths(run_dir)
+            subset = scenes[:: max(1, len(scenes) // args.sequential_scenes)][: args.sequential_scenes]
+            seq, seq_dir = run(url, subset, critic, Path(tmp) / "seq", 1)
+            _, seq_calls = chain_lengths(seq_dir)
+    finally:
+        server.terminate()
+        server.wait()
+    ideal = chain * args.latency
+    seq_full = seq / seq_calls * calls
+    result = {
+        "scenes": len(scenes), "calls": calls, "latency_s": args.latency, "longest_chain_calls": chain,
+        "ours_wall_s": round(ours, 2), "ideal_s": round(ideal, 2), "ours_over_ideal": round(ours / ideal, 3),
+        "sequential_scenes_measured": len(subset), "sequential_calls_measured": seq_calls,
+        "sequential_wall_s_measured": round(seq, 2), "sequential_s_per_call": round(seq / seq_calls, 4),
+        "sequential_full_s_extrapolated": round(seq_full, 1),
+        "sequential_over_ideal_extrapolated": round(seq_full / ideal, 1),
+        "speedup_vs_sequential": round(seq_full / ours, 1),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

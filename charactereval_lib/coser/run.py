@@ -1,0 +1,328 @@
+"""A CoSER run in a run directory: presets, the concurrent crash-safe loop, statistics, dry run.
+
+Artifacts (JSON Lines, appended one flushed line at a time under one writer lock):
+
+- ``coser_turns.jsonl``: every model call of every scene's simulation, as it returns;
+- ``coser_scenes.jsonl``: a scene's finished simulation (or the error that stopped it);
+- ``coser_judgements.jsonl``: one record per (repeat, scene, dimension), plus BLEU/ROUGE-L;
+- ``coser_summary.json``: per-dimension means with cluster-bootstrap intervals by scene, per
+  split (id/ood), per book, per repeat and the run-to-run spread.
+
+Scenes run concurrently, turns within a scene sequentially. Resuming (the same command again)
+skips finished work, continues each unfinished scene from its last recorded turn and judges what
+is not judged yet; a SIGKILL loses at most the line being written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
+from charactereval_lib.engine.runs import JsonlAppender, MixedRunError, RunDir, read_jsonl, write_json_atomic
+from charactereval_lib.coser.data import Scene
+from charactereval_lib.coser.prompts import build_scene_agents, scene_rng
+from charactereval_lib.coser.simulation import (
+    CallFailed,
+    RoleClients,
+    SimulationSettings,
+    judge_inputs,
+    judge_scene,
+    reply_with_retries,
+    scene_scores,
+    simulate_scene,
+    surface_metrics,
+)
+from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
+
+TURNS = "coser_turns.jsonl"
+SCENES = "coser_scenes.jsonl"
+JUDGEMENTS = "coser_judgements.jsonl"
+SUMMARY = "coser_summary.json"
+LOCK = ".coser.lock"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    scenes_per_split: int | None  # None = every scene
+    repeats: int
+
+
+# full: the paper's 200 scenes x 3 runs; sample: 10 id + 10 ood x 1; smoke: 1 id + 1 ood x 1.
+PRESETS = {p.name: p for p in (Preset("full", None, 3), Preset("sample", 10, 1), Preset("smoke", 1, 1))}
+
+
+def select_scenes(scenes: Sequence[Scene], preset: Preset) -> list[Scene]:
+    """The preset's scenes: all, or per split (id, ood) ``scenes_per_split`` spread evenly over
+    the split in file order (every 10th for ``sample``, the first for ``smoke``)."""
+    if preset.scenes_per_split is None:
+        return list(scenes)
+    chosen = []
+    for tag in ("id", "ood"):
+        split = [s for s in scenes if s.tag == tag]
+        step = max(1, len(split) // preset.scenes_per_split)
+        chosen.extend(split[::step][: preset.scenes_per_split])
+    return chosen
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+class CoserRun:
+    """One run directory's state: what is recorded, and the writers that extend it."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        self.warnings: list[str] = []
+        turns = read_jsonl(run_dir.artifact(TURNS))
+        scenes = read_jsonl(run_dir.artifact(SCENES))
+        judgements = read_jsonl(run_dir.artifact(JUDGEMENTS))
+        for read in (turns, scenes, judgements):
+            self.warnings.extend(read.warnings)
+        self.turns: dict[tuple[int, str], dict[int, dict]] = defaultdict(dict)
+        for record in turns.records:
+            self.turns[(record["repeat"], record["scene"])][record["step"]] = record
+        self.done = {(r["repeat"], r["scene"]): r for r in scenes.records if r["status"] == "done"}
+        self.judged = {(r["repeat"], r["scene"], r["dimension"]): r for r in judgements.records
+                       if r.get("dimension") and r["status"] in ("ok", "failed")}
+        self.metrics = {(r["repeat"], r["scene"]): r for r in judgements.records if r.get("kind") == "metrics"}
+
+
+def check_identity(run_dir: RunDir, settings: SimulationSettings, preset: Preset) -> None:
+    """A resumed run must keep every setting that changes what is sent or how it is judged."""
+    run_dir.check_protocol(settings.version.name)
+    recorded = run_dir.manifest().get("coser")
+    if recorded and (recorded.get("identity") != settings.identity() or recorded.get("preset") != preset.name):
+        raise MixedRunError(f"{run_dir.path}: made with other CoSER settings or preset; use a new run directory")
+
+
+async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset,
+                    critic: CriticPrompts, clients: RoleClients, *, scene_concurrency: int = 256) -> dict[str, Any]:
+    """Simulate and judge every (repeat, scene) of the preset that is not finished yet."""
+    state = CoserRun(run_dir)
+    work = [(r, s) for r in range(preset.repeats) for s in scenes]
+    errors: list[str] = []
+    limit = asyncio.Semaphore(scene_concurrency)
+    with JsonlAppender(run_dir.artifact(TURNS)) as turns, JsonlAppender(run_dir.artifact(SCENES)) as scene_log, \
+            JsonlAppender(run_dir.artifact(JUDGEMENTS)) as judge_log:
+        for appender in (turns, scene_log, judge_log):
+            if appender.repair_message:
+                state.warnings.append(appender.repair_message)
+
+        async def one(repeat: int, scene: Scene) -> None:
+            key = (repeat, scene.key)
+            async with limit:
+                try:
+                    record = state.done.get(key) or await simulate(repeat, scene)
+                    await judge(repeat, scene, record)
+                except CallFailed as exc:
+                    errors.append(f"repeat {repeat} scene {scene.key}: {exc}")
+
+        async def simulate(repeat: int, scene: Scene) -> dict[str, Any]:
+            recorded = state.turns.get((repeat, scene.key), {})
+
+            async def turn(step: int, kind: str, speaker: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+                if step in recorded:
+                    return recorded[step]
+                answer = await reply_with_retries(clients.ask, kind, messages, settings.max_tokens,
+                                                  settings.version.max_attempts)
+                record = {"repeat": repeat, "scene": scene.key, "step": step, "kind": kind, "speaker": speaker,
+                          **answer}
+                turns.write(record)
+                return record
+
+            try:
+                outcome = await simulate_scene(scene, repeat, settings, turn)
+            except CallFailed as exc:
+                scene_log.write({"repeat": repeat, "scene": scene.key, "status": "error", "error": exc.error})
+                raise
+            record = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"],
+                      "status": "done", "ended_by": outcome.ended_by, "rounds": outcome.rounds,
+                      "fallbacks": outcome.fallbacks, "simulation": outcome.simulation, "profiles": outcome.profiles}
+            scene_log.write(record)
+            return record
+
+        async def judge(repeat: int, scene: Scene, record: dict[str, Any]) -> None:
+            todo = [d for d in DIMENSIONS if (repeat, scene.key, d) not in state.judged]
+            base = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"]}
+            if (repeat, scene.key) not in state.metrics:
+                _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
+                                                     settings.version)
+                judge_log.write({**base, "kind": "metrics", **surface_metrics(text, reference)})
+            if todo:
+                for result in await judge_scene(clients.ask, record["simulation"], scene, record["profiles"],
+                                                critic, settings, todo):
+                    judge_log.write({**base, "kind": "dimension", **result})
+
+        await asyncio.gather(*(one(r, s) for r, s in work))
+    return {"scenes": len(work), "errors": errors, "warnings": state.warnings, "calls": dict(clients.calls)}
+
+
+def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, scenes: Sequence[Scene],
+              data_dir: str) -> None:
+    """Check (or record) the run's settings in run.json; never a key, only key variable names."""
+    check_identity(run_dir, settings, preset)
+    run_dir.update_manifest(protocol_version=settings.version.name, benchmark="coser", coser={
+        "identity": settings.identity(), "endpoints": settings.endpoints(), "preset": preset.name, "repeats": preset.repeats,
+        "scenes": [s.key for s in scenes], "data_dir": str(data_dir),
+        "models": {name: settings.role(name).model for name in ("actor", "env", "nsp", "judge", "repair")},
+    })
+
+
+# --- statistics ---------------------------------------------------------------------------------------
+
+
+def judged_frame(run_dir: RunDir, version_clip: bool) -> Any:
+    """One row per (repeat, scene, dimension) with a score in the run's version variant."""
+    import pandas as pd
+
+    rows = []
+    latest = {}
+    for r in read_jsonl(run_dir.artifact(JUDGEMENTS)).records:
+        if r.get("kind") == "dimension":
+            latest[(r["repeat"], r["scene"], r["dimension"])] = r
+    for (repeat, scene, dim), r in latest.items():
+        if r["status"] == "ok":
+            score = r["scores"]["score_clipped" if version_clip else "score"]
+            rows.append({"repeat": repeat, "scene": scene, "tag": r["tag"], "book": r["book"], "dimension": dim,
+                         "score": float(score)})
+    return pd.DataFrame(rows, columns=["repeat", "scene", "tag", "book", "dimension", "score"])
+
+
+def interval_table(frame: Any, n_boot: int, seed: int) -> dict[str, Any]:
+    """Means per dimension and their average, with 95% percentile intervals from a cluster
+    bootstrap that resamples whole scenes (all repeats and dimensions of a scene together)."""
+    import numpy as np
+
+    from charactereval_lib.engine.stats import bootstrap_means, cluster_totals, percentile_interval
+
+    if frame.empty:
+        return {}
+    clusters = cluster_totals(frame, DIMENSIONS, cluster="scene", category="dimension", value="score",
+                              label="dimension")
+    draws = bootstrap_means(clusters, n_boot, seed)
+    draws = np.column_stack([draws, draws.mean(axis=1)])
+    low, high = percentile_interval(draws)
+    means = [frame[frame.dimension == d].score.mean() for d in DIMENSIONS]
+    point = means + [sum(means) / len(means)]
+    return {name: {"mean": _num(m), "low": _num(lo), "high": _num(hi)}
+            for name, m, lo, hi in zip((*DIMENSIONS, "average"), point, low, high)}
+
+
+def _num(value: float) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def summarize(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """``coser_summary.json``: the four dimensions and their average (version variant) with
+    scene-cluster bootstrap intervals, overall, per split and per book (means); per repeat and
+    the run-to-run spread (SD of the repeats' averages); rounds, endings, judge failures, BLEU
+    and ROUGE-L beside them."""
+    import pandas as pd
+
+    manifest = run_dir.manifest()
+    coser = manifest.get("coser") or {}
+    clip = coser.get("identity", {}).get("protocol", {}).get("score_upper_clip", False)
+    frame = judged_frame(run_dir, clip)
+    judgements = read_jsonl(run_dir.artifact(JUDGEMENTS)).records
+    scenes = {(r["repeat"], r["scene"]): r for r in read_jsonl(run_dir.artifact(SCENES)).records}
+    done = [r for r in scenes.values() if r["status"] == "done"]
+    failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in judgements
+                   if r.get("kind") == "dimension" and r["status"] == "failed"}
+    metrics = [r for r in judgements if r.get("kind") == "metrics"]
+    per_repeat = {}
+    for repeat, part in frame.groupby("repeat"):
+        per_repeat[int(repeat)] = _num(part.groupby("dimension").score.mean().reindex(DIMENSIONS).mean())
+    repeat_values = [v for v in per_repeat.values() if v is not None]
+    summary = {
+        "protocol_version": manifest.get("protocol_version"),
+        "models": coser.get("models"),
+        "preset": coser.get("preset"),
+        "score_variant": "clipped at 100" if clip else "unclipped (paper)",
+        "bootstrap": {"resamples": n_boot, "seed": seed, "cluster": "scene", "level": 0.95},
+        "overall": interval_table(frame, n_boot, seed),
+        "by_split": {tag: interval_table(frame[frame.tag == tag], n_boot, seed) for tag in ("id", "ood")},
+        "by_book": {book: _num(part.groupby("dimension").score.mean().mean()) for book, part in frame.groupby("book")},
+        "by_repeat": per_repeat,
+        "run_to_run_sd": _num(pd.Series(repeat_values).std(ddof=1)) if len(repeat_values) > 1 else None,
+        "scenes_simulated": len(done),
+        "scenes_with_errors": sum(1 for r in scenes.values() if r["status"] != "done"),
+        "rounds_mean": _num(sum(r["rounds"] for r in done) / len(done)) if done else None,
+        "ended_by": dict(pd.Series([r["ended_by"] for r in done]).value_counts()) if done else {},
+        "judge_failures": len(failed_dims),
+        "bleu_mean": _mean([m.get("bleu") for m in metrics]),
+        "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),
+        "bleu_unavailable": next((m["bleu_unavailable"] for m in metrics if m.get("bleu_unavailable")), None),
+    }
+    summary["ended_by"] = {k: int(v) for k, v in summary["ended_by"].items()}
+    write_json_atomic(run_dir.artifact(SUMMARY), summary)
+    return summary
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return _num(sum(present) / len(present)) if present else None
+
+
+# --- dry run ----------------------------------------------------------------------------------------
+
+# Assumed shape of a simulation for the estimate (no model is called): rounds per scene, reply
+# tokens per role, judge calls per dimension (retries and repairs included).
+EST_ROUNDS = 12
+EST_ENV_SHARE = 0.25
+EST_REPLY_TOKENS = {"actor": 90, "env": 60, "nsp": 10, "judge": 450}
+EST_JUDGE_CALLS_PER_DIMENSION = 1.15
+
+
+def dry_run(scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset, critic: CriticPrompts,
+            prices: dict[str, tuple[float, float]]) -> list[str]:
+    """Calls, tokens and cost per role, estimated from the real system prompts and an assumed
+    simulation shape (``EST_*``: ~12 rounds, each a speaker call and an NSP call, plus 4 judge
+    calls; about 25 calls per scene). Character-based token counts, about +-50%."""
+    totals = {role: {"calls": 0.0, "input": 0.0, "output": 0.0} for role in ("actor", "env", "nsp", "judge")}
+    for scene in scenes:
+        agents = build_scene_agents(scene, settings.version, scene_rng(scene.key), actor_model=settings.actor.model,
+                                    env_model=settings.env.model, nsp_model=settings.nsp.model,
+                                    thoughtless=settings.thoughtless, rules=settings.rules())
+        system = {a.kind: estimate_request_tokens(a.initial_messages) for a in agents}
+        actor_system = sum(estimate_request_tokens(a.initial_messages) for a in agents if a.kind == "actor") / max(
+            1, sum(a.kind == "actor" for a in agents))
+        history = 0.0
+        for i in range(EST_ROUNDS):
+            kind = "env" if (i % 4) == 3 else "actor"
+            base = system["env"] if kind == "env" else actor_system
+            for role, prompt in ((kind, base), ("nsp", system["nsp"])):
+                totals[role]["calls"] += 1
+                totals[role]["input"] += prompt + history
+                totals[role]["output"] += EST_REPLY_TOKENS[role]
+            history += EST_REPLY_TOKENS[kind]
+        prompts, *_ = judge_inputs([], scene, {}, critic, settings.version)
+        for dim in DIMENSIONS:
+            totals["judge"]["calls"] += EST_JUDGE_CALLS_PER_DIMENSION
+            totals["judge"]["input"] += EST_JUDGE_CALLS_PER_DIMENSION * (estimate_tokens(prompts[dim]) + history)
+            totals["judge"]["output"] += EST_JUDGE_CALLS_PER_DIMENSION * EST_REPLY_TOKENS["judge"]
+    lines = [f"dry run: preset {preset.name}, {len(scenes)} scene(s) x {preset.repeats} repeat(s), protocol "
+             f"{settings.version.name}; estimate (assumed {EST_ROUNDS} rounds per scene, character-based tokens, "
+             "about +-50%), nothing sent"]
+    total_cost, all_priced = 0.0, True
+    for role, t in totals.items():
+        calls, tin, tout = (t[k] * preset.repeats for k in ("calls", "input", "output"))
+        model = settings.role(role).model
+        line = f"  {role:<6} {model:<28} {calls:>9,.0f} calls {tin:>13,.0f} input {tout:>11,.0f} output tokens"
+        if role in prices:
+            cost = (tin * prices[role][0] + tout * prices[role][1]) / 1e6
+            total_cost += cost
+            line += f"  ~${cost:,.2f}"
+        else:
+            all_priced = False
+        lines.append(line)
+    per_scene = sum(t["calls"] for t in totals.values()) / max(1, len(scenes))
+    lines.append(f"  about {per_scene:.0f} model calls per scene")
+    lines.append(f"  estimated cost: ~${total_cost:,.2f}" if all_priced else
+                 "  pass --price ROLE=IN:OUT (USD per million tokens, per role) for a cost estimate")
+    return lines
