@@ -208,15 +208,59 @@ class ScoreSettings(_Settings):
 
 
 @dataclass(frozen=True)
+class JudgeSettings(_Settings):
+    """How rows are scored by an LLM judge (``score --scorer judge``) through an
+    OpenAI-compatible endpoint. ``spec`` is a spec FILE for every metric or a DIR of
+    ``<metric_en>.yaml`` (default: the shipped specs). Decoding defaults to temperature 0."""
+
+    judge_model: str
+    base_url: str | None = None
+    spec: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 32
+    temperature: float | None = 0.0
+    max_tokens: int = 1024
+    max_attempts: int = 8
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 60.0
+    timeout: float = 300.0
+    same_answer_limit: int = 3
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.judge_model:
+            raise SettingsError("judge_model is required (--judge-model)")
+        for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
+            _positive(name, getattr(self, name))
+        self.decoding()
+
+    def decoding(self):
+        from charactereval_lib.charactereval.judge import judge_params
+
+        return judge_params(self.temperature, self.max_tokens)
+
+    def backend_options(self):
+        return GenerateSettings(backend="openai", model=self.judge_model, **{
+            name: getattr(self, name) for name in ("base_url", "api_key_env", "concurrency", "max_attempts",
+                                                   "retry_base_delay", "retry_max_delay", "timeout",
+                                                   "same_answer_limit")}).backend_options()
+
+
+@dataclass(frozen=True)
 class SummarizeSettings(_Settings):
-    """Bootstrap settings of the intervals, and whether a run mixing scorers may be summarised."""
+    """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
+    model by default), and whether a run mixing scorer configurations may be summarised."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
     level: float = DEFAULT_LEVEL
     allow_mixed: bool = False
+    scorer: str = runs.REWARD_MODEL
 
     def __post_init__(self) -> None:
+        if self.scorer not in runs.SCORERS:
+            raise SettingsError(f"scorer {self.scorer!r}: expected one of {', '.join(runs.SCORERS)}")
         _positive("n_boot", self.n_boot)
         if not 0 < self.level < 1:
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
@@ -279,6 +323,14 @@ class ScoreOutcome:
     verify: dict[str, Any] | None = None  # the report of --verify
     dry_run_rows: int | None = None  # rm_inputs written by a dry run
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JudgeOutcome:
+    run: runs.RunDir
+    summary: Any = None  # engine.grading.judging.JudgeSummary of a judge session
+    dry_run: Any = None  # charactereval.judge.JudgeDryRun
+    judge_model: str = ""
 
 
 @dataclass
@@ -389,6 +441,42 @@ def score(
     return outcome
 
 
+def judge_score(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: JudgeSettings,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+) -> JudgeOutcome:
+    """``score --scorer judge``: every row of ``rows.jsonl`` graded by an LLM judge into
+    ``judge_scores.jsonl`` (resuming by request digest; see ``charactereval.judge``). A dry run
+    writes ``judge_requests.jsonl`` and estimates tokens and cost, sending nothing. Raises
+    ``JudgeInterrupted`` (records saved) on Ctrl-C / SIGTERM and ``RunAborted`` when the
+    endpoint cannot be reached at all."""
+    from charactereval_lib.charactereval import judge
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+
+    run = runs.RunDir.resolve(run)
+    run.require(run.rows, "generate and transform the run first")
+    run.check_protocol(PROTOCOL_VERSION)
+    data = _data(data_dir, data)
+    specs = judge.load_specs(settings.spec)
+    items = judge.judge_items(run, data, specs)
+    params = settings.decoding()
+    if dry_run:
+        planned = judge.dry_run(run, items, settings.judge_model, params, price_in=settings.price_in,
+                                price_out=settings.price_out)
+        return JudgeOutcome(run, dry_run=planned, judge_model=settings.judge_model)
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
+                          key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
+                          describe=judge.describe(backend.describe(), specs, data), progress=progress)
+    return JudgeOutcome(run, summary=summary, judge_model=settings.judge_model)
+
+
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
     """The official data when it can be loaded (per-metric failure counts need it), else None
     and the reason: a summary is still worth having without it."""
@@ -398,14 +486,14 @@ def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialDat
         return None, f"per-metric failure counts unavailable ({exc})"
 
 
-def run_warnings(run: runs.RunDir, *, allow_mixed: bool) -> list[str]:
-    """What a reader must know before any number of this run: refuses a run that mixes scorer
-    configurations unless ``allow_mixed`` (then the mix is the first warning)."""
+def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWARD_MODEL) -> list[str]:
+    """What a reader must know before any number of this run: refuses a run whose ``scorer``
+    scores mix configurations unless ``allow_mixed`` (then the mix is the first warning)."""
     from charactereval_lib.charactereval.analysis import run_caveats
 
-    mixed = run.check_consistent(allow_mixed=allow_mixed)
+    mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    rows, scored = run.scored_rows()
+    rows, scored = run.scored_rows(scorer)
     return notes + [_plain(caveat) for caveat in run_caveats(run.manifest(), unscored=len(rows) - len(scored))]
 
 
@@ -419,17 +507,18 @@ def summarize(
     *,
     data_dir: str | os.PathLike[str] | None = None,
 ) -> SummaryOutcome:
-    """S9 with intervals: ``summary.json`` and ``metrics.csv``; refuses a run that mixes scorer
-    configurations unless ``settings.allow_mixed``."""
+    """S9 with intervals of one scorer's scores: ``summary.json`` and ``metrics.csv`` for the
+    reward model (default), ``judge_summary.json`` and ``judge_metrics.csv`` for the judge;
+    refuses a run that mixes scorer configurations unless ``settings.allow_mixed``."""
     from charactereval_lib.charactereval.summary import summarize_run
 
     run = runs.RunDir.resolve(run).require_dir()
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed)
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer)
     data, note = _optional_data(data_dir)
     if note:
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
-                            seed=settings.seed, level=settings.level, warnings=warnings)
+                            seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer)
     return SummaryOutcome(run, summary, warnings)
 
 
@@ -530,5 +619,6 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
         ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
         ("rm_inputs.jsonl (dry run payloads)", len(runs.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
         ("scores: scored rows", len(run.latest_scores())),
+        ("judge_scores: judged rows", len(run.latest_scores(scorer=runs.JUDGE))),
     ]
     return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))
