@@ -276,6 +276,10 @@ class ReportSettings(SummarizeSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.scorer != runs.REWARD_MODEL:
+            # The notebooks take no scorer parameter yet: refuse rather than show the wrong scores.
+            raise SettingsError(f"scorer {self.scorer!r}: reports show the reward model's scores; for the judge use "
+                                "`summarize --scorer judge`, charactereval.judge.scorer_agreement and judge_figures")
         from charactereval_lib.charactereval.reference import load_paper_table
 
         known = list(load_paper_table().index)
@@ -561,15 +565,15 @@ def report(
     return ReportOutcome(notebook, html, warnings)
 
 
-def compare_problems(run_list: Sequence[runs.RunDir]) -> list[str]:
-    """Why runs must not be compared as they are: the same run twice, or scores made with
-    different scorer configurations (checkpoint, mode) or protocol versions."""
+def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_MODEL) -> list[str]:
+    """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
+    with different configurations (checkpoint or judge model, mode) or protocol versions."""
     problems = []
     resolved = [r.path.resolve() for r in run_list]
     repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if repeated:
         problems.append(f"the same run is given more than once: {', '.join(repeated)}")
-    identities = {r.name: sorted(i.label() for i in r.scorer_identities()) for r in run_list}
+    identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
