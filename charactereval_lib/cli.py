@@ -282,6 +282,51 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     return 1 if summary.errors else 0
 
 
+def cmd_battle(args: argparse.Namespace) -> int:
+    from charactereval_lib.engine.generation.base import RunAborted
+    from charactereval_lib.engine.grading.judging import JudgeInterrupted
+
+    settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    try:
+        outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
+                                  data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+    except JudgeInterrupted as exc:
+        print(exc.summary.line())
+        print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
+        return 130
+    except RunAborted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(outcome.session.line())
+    summary = outcome.summary
+    level = round(summary["bootstrap"]["level"] * 100)
+    print(f"{Path(args.run_a).name} vs {Path(args.run_b).name}: {summary['n']} sample(s) judged in both orders, "
+          f"{summary['invalid']} invalid")
+    for name in ("win", "tie", "loss", "position_consistency"):
+        estimate = summary[name]
+        print(f"  {name:<22}{_fmt(estimate['value']):>7}   {level}% CI [{_fmt(estimate['low'])}, {_fmt(estimate['high'])}]")
+    print(f"wrote {outcome.out.artifact('battle_summary.json')}")
+    return 1 if outcome.session.errors else 0
+
+
+def _judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
+    g = parser.add_argument_group("judge")
+    g.add_argument("--judge-model", required=required, help="the judge's model id")
+    g.add_argument("--base-url", help="OpenAI-compatible endpoint of the judge")
+    g.add_argument("--spec", metavar="FILE|DIR",
+                   help="score: a judge spec for every metric, or a directory of <metric_en>.yaml; "
+                        "battle: a pairwise spec (default: the shipped specs)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    g.add_argument("--no-api-key", action="store_true", help="send no key (a local server that needs none)")
+    g.add_argument("--concurrency", type=int, default=32, help="most judge calls in flight (default 32)")
+    g.add_argument("--temperature", type=float, default=0.0, help="judge temperature (default 0)")
+    g.add_argument("--max-tokens", type=int, default=1024, help="judge reply length limit (default 1024)")
+    g.add_argument("--max-attempts", type=int, default=8, help="attempts per call, first one included (default 8)")
+    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     if args.scorer == "judge":
         return cmd_judge_score(args)
@@ -505,19 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    g = p.add_argument_group("--scorer judge")
-    g.add_argument("--judge-model", help="the judge's model id (required with --scorer judge)")
-    g.add_argument("--base-url", help="OpenAI-compatible endpoint of the judge")
-    g.add_argument("--spec", metavar="FILE|DIR",
-                   help="a judge spec for every metric, or a directory of <metric_en>.yaml (default: the shipped specs)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
-    g.add_argument("--no-api-key", action="store_true", help="send no key (a local server that needs none)")
-    g.add_argument("--concurrency", type=int, default=32, help="most judge calls in flight (default 32)")
-    g.add_argument("--temperature", type=float, default=0.0, help="judge temperature (default 0)")
-    g.add_argument("--max-tokens", type=int, default=1024, help="judge reply length limit (default 1024)")
-    g.add_argument("--max-attempts", type=int, default=8, help="attempts per call, first one included (default 8)")
-    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+    _judge_options(p, required=False)
+    g = p.add_argument_group("--scorer judge --dry-run")
     g.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     g.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
     _data_dir_option(p)
@@ -575,6 +609,17 @@ def build_parser() -> argparse.ArgumentParser:
         _allow_mixed_option(p)
         _data_dir_option(p)
         p.set_defaults(func=func)
+
+    p = sub.add_parser("battle", help="judge two runs' replies pairwise in both orders: win/tie/loss, position consistency")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument("--out", required=True, metavar="DIR", help="battle directory (judgements, summary, run.json)")
+    _judge_options(p, required=True)
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_battle)
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")

@@ -338,6 +338,13 @@ class JudgeOutcome:
 
 
 @dataclass
+class BattleOutcome:
+    out: runs.RunDir
+    session: Any  # engine.grading.judging.JudgeSummary of this session's judge calls
+    summary: dict[str, Any]  # battle_summary.json
+
+
+@dataclass
 class SummaryOutcome:
     run: runs.RunDir
     summary: dict[str, Any]
@@ -479,6 +486,44 @@ def judge_score(
                           key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
                           describe=judge.describe(backend.describe(), specs, data), progress=progress)
     return JudgeOutcome(run, summary=summary, judge_model=settings.judge_model)
+
+
+def battle(
+    run_a: str | os.PathLike[str] | runs.RunDir,
+    run_b: str | os.PathLike[str] | runs.RunDir,
+    out: str | os.PathLike[str],
+    settings: JudgeSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> BattleOutcome:
+    """Run A against run B: each sample both replied to judged pairwise in both presentation
+    orders (``settings.spec``: a pairwise spec; default the shipped ``battles/role_play.yaml``),
+    resuming into ``OUT/battle_judgements.jsonl``; then win / tie / loss and position
+    consistency with intervals in ``OUT/battle_summary.json``."""
+    from charactereval_lib.charactereval import battle as battles
+    from charactereval_lib.charactereval.judge_specs import load_battle_spec
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+    from charactereval_lib.engine.grading.spec import load_spec
+
+    run_a, run_b = runs.RunDir.resolve(run_a), runs.RunDir.resolve(run_b)
+    out_dir = runs.RunDir(Path(out))
+    pair = battles.check_pair(out_dir, run_a, run_b)
+    data = _data(data_dir, data)
+    spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
+    items = battles.battle_items(run_a, run_b, data, spec)
+    params = settings.decoding()
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
+    session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,
+                          judge_model=settings.judge_model, params=params, key_fields=battles.KEY_FIELDS,
+                          manifest_section=battles.MANIFEST_SECTION, describe=describe, progress=progress)
+    summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
+    return BattleOutcome(out_dir, session, summary)
 
 
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:

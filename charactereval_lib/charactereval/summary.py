@@ -105,7 +105,7 @@ def summarize_run(
     }
     if scorer == runs.JUDGE:
         summary["judge"] = {k: manifest.get("judge_scoring", {}).get(k) for k in ("judge_model", "base_url", "status")}
-    runs.write_json_atomic(run.summary_file(scorer), _nan_to_none(summary))
+    runs.write_json_atomic(run.summary_file(scorer), nan_to_none(summary))
     runs.write_text_atomic(run.metrics_csv_file(scorer), metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary
 
@@ -125,11 +125,12 @@ def metrics_table(means: pd.DataFrame, dims: pd.DataFrame) -> pd.DataFrame:
     return table.reindex(columns=JUDGE_COLUMNS if "invalid" in means else METRICS_TABLE_COLUMNS)
 
 
-def _nan_to_none(obj: Any) -> Any:
+def nan_to_none(obj: Any) -> Any:
+    """NaN (a statistic of no rows) as None throughout dicts and lists: JSON has no NaN."""
     if isinstance(obj, float) and math.isnan(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
+        return {k: nan_to_none(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
+        return [nan_to_none(v) for v in obj]
     return obj
