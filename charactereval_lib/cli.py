@@ -309,6 +309,33 @@ def cmd_battle(args: argparse.Namespace) -> int:
     return 1 if outcome.session.errors else 0
 
 
+def cmd_metaeval(args: argparse.Namespace) -> int:
+    if args.scorer == "judge":
+        if args.rm:
+            raise pipeline.SettingsError("--rm belongs to --scorer reward-model")
+        settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    else:
+        if args.judge_model:
+            raise pipeline.SettingsError("--judge-model needs --scorer judge")
+        if not args.rm:
+            raise pipeline.SettingsError("--scorer reward-model needs --rm DIR")
+        settings = _settings(pipeline.ScoreSettings, args)
+    outcome = pipeline.metaeval(args.labels, args.out, settings, n_boot=args.n_boot, seed=args.seed,
+                                data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+    scoring = outcome.scoring
+    if args.scorer == "judge":
+        print(scoring.summary.line())
+    summary = outcome.summary
+    print(f"{summary['n_labels']} label(s), {summary['unscored']} without a prediction; {summary['scorer']} "
+          f"{summary['scorer_model']}")
+    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>8}{'alpha':>8}   (95% CI in "
+          f"{outcome.out.artifact('metaeval_summary.json')})")
+    for name, group in summary["groups"].items():
+        print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{_fmt(group['metascore']['value']):>11}"
+              f"{_fmt(group['cohen_kappa']['value']):>8}{_fmt(group['krippendorff_alpha']['value']):>8}")
+    return 1 if args.scorer == "judge" and scoring.summary.errors else 0
+
+
 def _judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
     g = parser.add_argument_group("judge")
@@ -620,6 +647,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _data_dir_option(p)
     p.set_defaults(func=cmd_battle)
+
+    p = sub.add_parser("metaeval", help="a scorer against human labels: metascore, kappa, alpha, confusion matrix")
+    p.add_argument("labels", metavar="LABELS", help="JSON Lines: id, metric_en, reply, human_score or human_choice")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the rows, scores and summary")
+    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True)
+    _judge_options(p, required=False)
+    g = p.add_argument_group("--scorer reward-model")
+    g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
+    g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_metaeval)
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")

@@ -345,6 +345,13 @@ class BattleOutcome:
 
 
 @dataclass
+class MetaevalOutcome:
+    out: runs.RunDir
+    summary: dict[str, Any]  # metaeval_summary.json
+    scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
+
+
+@dataclass
 class SummaryOutcome:
     run: runs.RunDir
     summary: dict[str, Any]
@@ -524,6 +531,41 @@ def battle(
                           manifest_section=battles.MANIFEST_SECTION, describe=describe, progress=progress)
     summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
     return BattleOutcome(out_dir, session, summary)
+
+
+def metaeval(
+    labels: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    settings: JudgeSettings | ScoreSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> MetaevalOutcome:
+    """A scorer against human labels (format in ``charactereval.metaeval``): the labels become the
+    rows of the run directory OUT, scored by the judge (``JudgeSettings``) or the reward model
+    (``ScoreSettings``) exactly as a run is, resuming; then metascore, Cohen's kappa,
+    Krippendorff's alpha and the confusion matrix with intervals in ``OUT/metaeval_summary.json``."""
+    from charactereval_lib.charactereval import metaeval as meta
+
+    data = _data(data_dir, data)
+    records = meta.read_labels(labels, data)
+    out_run = runs.RunDir(Path(out))
+    meta.write_rows(out_run, records, data)
+    if isinstance(settings, JudgeSettings):
+        scorer, scoring = runs.JUDGE, judge_score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.judge_model
+    else:
+        scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.rm
+    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer), n_boot=n_boot, seed=seed)
+    summary = {"labels": str(Path(labels).resolve()), "scorer": scorer, "scorer_model": scorer_model,
+               "bootstrap": {"n_boot": n_boot, "seed": seed, "level": DEFAULT_LEVEL}, **summary,
+               "created_at": runs.utc_now()}
+    meta.write_summary(out_run, summary)
+    return MetaevalOutcome(out_run, summary, scoring)
 
 
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
