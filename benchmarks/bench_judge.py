@@ -55,6 +55,7 @@ def prepare_run(path: Path, data: OfficialData, count: int) -> runs.RunDir:
 
 
 def run_ours(run: runs.RunDir, data: OfficialData, base_url: str, concurrency: int) -> int:
+    """The whole judge stage through the pipeline; returns the rows graded with a valid answer."""
     settings = pipeline.JudgeSettings(judge_model=MODEL, base_url=base_url, api_key_env="", concurrency=concurrency,
                                       max_attempts=3)
     summary = pipeline.judge_score(run, settings, data=data).summary
@@ -62,6 +63,7 @@ def run_ours(run: runs.RunDir, data: OfficialData, base_url: str, concurrency: i
 
 
 def main() -> None:
+    """Measure both clients against one server process and print the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=64)

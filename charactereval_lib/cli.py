@@ -249,6 +249,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_judge_score(args: argparse.Namespace) -> int:
+    """score --scorer judge: prints the session line, or the dry run's estimate."""
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
@@ -283,6 +284,7 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
 
 
 def cmd_battle(args: argparse.Namespace) -> int:
+    """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
@@ -310,6 +312,7 @@ def cmd_battle(args: argparse.Namespace) -> int:
 
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
+    """metaeval LABELS: prints the agreement of the scorer with the labels per group."""
     if args.scorer == "judge":
         if args.rm:
             raise pipeline.SettingsError("--rm belongs to --scorer reward-model")

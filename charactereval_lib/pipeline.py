@@ -236,11 +236,13 @@ class JudgeSettings(_Settings):
         self.decoding()
 
     def decoding(self):
+        """The judge's decoding parameters (what the request digest covers)."""
         from charactereval_lib.charactereval.judge import judge_params
 
         return judge_params(self.temperature, self.max_tokens)
 
     def backend_options(self):
+        """The openai backend's operational settings, built as ``generate`` builds them."""
         return GenerateSettings(backend="openai", model=self.judge_model, **{
             name: getattr(self, name) for name in ("base_url", "api_key_env", "concurrency", "max_attempts",
                                                    "retry_base_delay", "retry_max_delay", "timeout",
@@ -331,6 +333,8 @@ class ScoreOutcome:
 
 @dataclass
 class JudgeOutcome:
+    """What ``judge_score`` did: a judge session or a dry run."""
+
     run: runs.RunDir
     summary: Any = None  # engine.grading.judging.JudgeSummary of a judge session
     dry_run: Any = None  # charactereval.judge.JudgeDryRun
@@ -339,6 +343,8 @@ class JudgeOutcome:
 
 @dataclass
 class BattleOutcome:
+    """What ``battle`` did: this session's judge calls and the battle summary."""
+
     out: runs.RunDir
     session: Any  # engine.grading.judging.JudgeSummary of this session's judge calls
     summary: dict[str, Any]  # battle_summary.json
@@ -346,6 +352,8 @@ class BattleOutcome:
 
 @dataclass
 class MetaevalOutcome:
+    """What ``metaeval`` did: the scoring step and the agreement summary."""
+
     out: runs.RunDir
     summary: dict[str, Any]  # metaeval_summary.json
     scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step

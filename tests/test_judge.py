@@ -39,8 +39,9 @@ def make_run(path: Path, data: OfficialData, count: int) -> runs.RunDir:
 
 
 def judge_settings(server: MockServer, **overrides) -> pipeline.JudgeSettings:
-    values = dict(judge_model="judge-x", base_url=server.base_url, api_key_env="JUDGE_TEST_KEY", concurrency=8,
-                  max_attempts=4, retry_base_delay=0.01, retry_max_delay=0.05, timeout=10.0)
+    values = {"judge_model": "judge-x", "base_url": server.base_url, "api_key_env": "JUDGE_TEST_KEY",
+              "concurrency": 8, "max_attempts": 4, "retry_base_delay": 0.01, "retry_max_delay": 0.05,
+              "timeout": 10.0}
     return pipeline.JudgeSettings(**{**values, **overrides})
 
 
@@ -175,7 +176,7 @@ def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tmp_pat
     assert (overall["n_clusters"] == paired.dropna(subset=["judge"])["id"].nunique()).all()
     exact = ((judge_figures.agreement_counts(paired).to_numpy().diagonal().sum()) / (len(rows) - 1))
     assert overall.loc["exact", "value"] == pytest.approx(exact)
-    assert set(table["metric_en"]) - {"overall"} == set(r["metric_en"] for r in rows)
+    assert set(table["metric_en"]) - {"overall"} == {r["metric_en"] for r in rows}
 
     grid = judge_figures.agreement_grid(paired)
     one = judge_figures.agreement_figure(paired, rows[0]["metric_en"])

@@ -28,7 +28,11 @@ from charactereval_lib.engine.generation.base import DecodingParams, GenerationR
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.engine.grading.agreement import OVERALL, agreement_table
 from charactereval_lib.engine.grading.judging import JudgeItem
-from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, load_spec
+from charactereval_lib.engine.grading.spec import (
+    ModelGradedSpec,
+    build_judge_messages,
+    load_spec,
+)
 
 KEY_FIELDS = ("id", "metric_en")
 MANIFEST_SECTION = "judge_scoring"
@@ -79,6 +83,8 @@ def judge_params(temperature: float | None, max_tokens: int) -> DecodingParams:
 
 @dataclass
 class JudgeDryRun:
+    """What a judge dry run wrote and estimated."""
+
     requests_written: int
     already_done: int
     estimate: CostEstimate

@@ -32,7 +32,12 @@ from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.summary import nan_to_none
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.grading.agreement import DEFAULT_SCALE, OVERALL, label_agreement, round_half_up
+from charactereval_lib.engine.grading.agreement import (
+    DEFAULT_SCALE,
+    OVERALL,
+    label_agreement,
+    round_half_up,
+)
 
 SUMMARY = "metaeval_summary.json"
 CHOICES = tuple(str(grade) for grade in DEFAULT_SCALE)

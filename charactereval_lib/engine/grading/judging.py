@@ -28,6 +28,7 @@ from charactereval_lib.engine.generation.base import (
     DecodingParams,
     GenerationRequest,
     GenerationResult,
+    RunAborted,
     build_payload,
     request_sha256,
 )
@@ -60,6 +61,8 @@ class JudgeInterrupted(Exception):
 
 @dataclass
 class JudgePlan:
+    """What a judge session still has to send, and what it skips."""
+
     pending: list[JudgeItem]
     already_done: int
     # Items whose latest record is a failed call: they are sent again.
@@ -124,6 +127,7 @@ class JudgeSummary:
     concurrency: dict[str, Any] | None = None
 
     def add(self, record: Mapping[str, Any]) -> None:
+        """Count one written record."""
         if record["status"] == STATUS_OK:
             self.graded += 1
             self.invalid += bool(record["invalid"])
@@ -136,9 +140,11 @@ class JudgeSummary:
 
     @property
     def done(self) -> int:
+        """Calls that ended this session (graded or failed)."""
         return self.graded + sum(self.errors.values())
 
     def line(self) -> str:
+        """One line for the terminal: counts, invalid answers, failures, tokens, rate."""
         errors = sum(self.errors.values())
         by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
         rate = self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
@@ -153,6 +159,7 @@ class JudgeSummary:
         return text
 
     def as_dict(self) -> dict[str, Any]:
+        """The session's counts as recorded in run.json."""
         return {
             "pending": self.pending, "already_done": self.already_done, "errors_retried": self.errors_retried,
             "graded": self.graded, "invalid": self.invalid, "errors": dict(self.errors), "refusals": self.refusals,
@@ -179,8 +186,6 @@ async def judge_async(
     second judge run out). ``describe`` (settings, never secrets) and each session's counts go
     into ``run.json`` under ``manifest_section``. Raises JudgeInterrupted (records saved) when
     cancelled, ``RunAborted`` when the endpoint cannot be reached at all."""
-    from charactereval_lib.engine.generation.base import RunAborted
-
     with run.writer_lock(JUDGE_LOCK, "judge run"):
         plan = plan_judging(output, items, judge_model, params, key_fields)
         summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried)
