@@ -163,6 +163,8 @@ def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tmp_pat
         pipeline.judge_score(run, judge_settings(server, api_key_env=""), data=official_data)
 
     rows = run.read_rows()
+    with pytest.raises(runs.RunError, match="no scores of judge"):
+        judge.paired_scores(make_run(tmp_path / "unjudged", official_data, 1))
     tidy = judge.scorer_scores(run)
     assert Counter(tidy["scorer"]) == {"reward-model": len(rows), "judge": len(rows)}
     paired = judge.paired_scores(run)

@@ -148,6 +148,9 @@ def paired_scores(run: str | runs.RunDir) -> pd.DataFrame:
     """Rows both scorers scored, wide: id, metric_en, reward-model, judge, judge_invalid. A
     judge score is NaN where its answer was invalid and its spec leaves invalid answers unscored."""
     frame = scorer_scores(run)
+    if set(frame["scorer"]) != set(runs.SCORERS):
+        missing = ", ".join(sorted(set(runs.SCORERS) - set(frame["scorer"])))
+        raise runs.RunError(f"{runs.RunDir.resolve(run).path}: no scores of {missing} yet; both scorers must score it")
     wide = frame.pivot_table(index=["id", "metric_en"], columns="scorer", values="score", aggfunc="first",
                              dropna=False)
     invalid = frame[frame["scorer"] == runs.JUDGE].set_index(["id", "metric_en"])["invalid"]
