@@ -114,6 +114,21 @@ def test_judge_grades_every_row_keeps_invalid_answers_retries_and_resumes(offici
     assert "invalid" in run.metrics_csv_file("judge").read_text().splitlines()[0]
 
 
+def test_summarize_prints_the_judge_s_invalid_answers(official_data, official_dir, tmp_path, capsys):
+    run = make_run(tmp_path / "run", official_data, 3)
+    key = request_key(judge.judge_items(run, official_data, judge.load_specs())[0].messages)
+    with MockServer(plan={key: ["judge_invalid"]}, default_action="judge") as server:
+        pipeline.judge_score(run, judge_settings(server, api_key_env=""), data=official_data)
+    assert main(["summarize", str(run.path), "--scorer", "judge", "--n-boot", "20",
+                 "--data-dir", str(official_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "invalid judge answers 1 (1 left out of the means" in out and "judge_summary.json" in out
+    assert out.splitlines()[0].split()[:5] == ["metric", "n", "failed", "invalid", "mean"]
+    # The report notebooks do not take a scorer yet: asking for the judge's report is refused.
+    with pytest.raises(pipeline.SettingsError, match="reports show the reward model"):
+        pipeline.ReportSettings(scorer="judge")
+
+
 def outcome_params():
     return pipeline.JudgeSettings(judge_model="judge-x").decoding()
 
