@@ -24,7 +24,6 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib import pipeline  # noqa: E402
-from charactereval_lib.charactereval import aggregate
 from charactereval_lib.charactereval import statistics
 from charactereval_lib.charactereval import summary
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, load_official_data  # noqa: E402

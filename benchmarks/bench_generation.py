@@ -62,9 +62,10 @@ def load_data(count: int) -> tuple[OfficialData, str]:
     return OfficialData(real.data_dir, samples, real.profiles, real.id2metric, real.sha256), "real S3 messages"
 
 
-def start_server(latency: float) -> tuple[subprocess.Popen, str]:
+def start_server(latency: float, *extra: str) -> tuple[subprocess.Popen, str]:
+    """The mock server in its own process (``extra``: more of its flags, e.g. a judge mode)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "charactereval_lib.testing.mockserver", "--latency", str(latency)],
+        [sys.executable, "-m", "charactereval_lib.testing.mockserver", "--latency", str(latency), *extra],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
     )
     line = process.stdout.readline()
@@ -84,7 +85,7 @@ def measure(label: str, func, count: int) -> dict:
 
 
 def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
-    backend = OpenAIBackend(MODEL, DecodingParams.resolve(), base_url=base_url, concurrency=concurrency,
+    backend = OpenAIBackend(MODEL, DecodingParams.resolve(), base_url=base_url, concurrency=concurrency, api_key_env="",
                             policy=RetryPolicy(max_attempts=3))
 
     async def main(run_dir: Path) -> None:

@@ -13,6 +13,7 @@ from charactereval_lib.engine import runs
 from charactereval_lib.coser.commands import add_coser_parser
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.grading.errors import GradingError
 from charactereval_lib.charactereval.prompts import ProtocolError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
@@ -24,6 +25,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ProtocolError,
     FileNotFoundError,
     ConfigError,
+    GradingError,
     *REWARD_ERRORS,
 )
 
@@ -182,12 +184,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     summary = outcome.summary
     counts = summary["counts"]
     level = round(summary["bootstrap"]["level"] * 100)
-    print(f"{'metric':<22}{'n':>6}{'failed':>8}{'mean':>9}   {level}% CI")
+    judge = summary["scorer"] == "judge"
+    print(f"{'metric':<22}{'n':>6}{'failed':>8}{'invalid' if judge else '':>8}{'mean':>9}   {level}% CI")
     for metric in summary["metrics"]:
         failed = "-" if metric["failed"] is None else metric["failed"]
         print(
-            f"{metric['metric_en']:<22}{metric['n']:>6}{failed:>8}{_fmt(metric['mean']):>9}"
-            f"   [{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]"
+            f"{metric['metric_en']:<22}{metric['n']:>6}{failed:>8}{metric['invalid'] if judge else '':>8}"
+            f"{_fmt(metric['mean']):>9}   [{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]"
         )
     for dim in summary["dimensions"]:
         print(
@@ -198,8 +201,12 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
         f"{counts['generation_failures']}; scorers: {scorers}; MBTI: {summary['mbti']}"
     )
+    if judge:
+        print(f"invalid judge answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
+              "by their spec, the rest scored as the spec says)")
     _warn(outcome.warnings)
-    print(f"wrote {outcome.run.summary} and {outcome.run.metrics_csv}")
+    scorer = summary["scorer"]
+    print(f"wrote {outcome.run.summary_file(scorer)} and {outcome.run.metrics_csv_file(scorer)}")
     return 0
 
 
@@ -242,7 +249,120 @@ def cmd_batch(args: argparse.Namespace) -> int:
 # --- score / rm ------------------------------------------------------------------------------
 
 
+def cmd_judge_score(args: argparse.Namespace) -> int:
+    """score --scorer judge: prints the session line, or the dry run's estimate."""
+    from charactereval_lib.engine.generation.base import RunAborted
+    from charactereval_lib.engine.grading.judging import JudgeInterrupted
+
+    if args.rm or args.shard or args.verify:
+        raise pipeline.SettingsError("--rm, --shard and --verify belong to the reward model, not --scorer judge")
+    settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    try:
+        outcome = pipeline.judge_score(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run,
+                                       progress=not args.quiet and sys.stderr.isatty())
+    except JudgeInterrupted as exc:
+        print(exc.summary.line())
+        print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
+        return 130
+    except RunAborted as exc:
+        if exc.summary is not None:
+            print(exc.summary.line())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    run = outcome.run
+    if outcome.dry_run is not None:
+        planned = outcome.dry_run
+        print(f"{run.artifact('judge_requests.jsonl')}: {planned.requests_written} judge request(s) written "
+              f"({planned.already_done} already judged would be skipped); nothing was sent")
+        print(f"judge {outcome.judge_model}:")
+        for line in planned.estimate.lines():
+            print(f"  {line}")
+        return 0
+    summary = outcome.summary
+    print(summary.line())
+    print(f"{run.judge_scores}: judge {outcome.judge_model}")
+    return 1 if summary.errors else 0
+
+
+def cmd_battle(args: argparse.Namespace) -> int:
+    """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
+    from charactereval_lib.engine.generation.base import RunAborted
+    from charactereval_lib.engine.grading.judging import JudgeInterrupted
+
+    settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    try:
+        outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
+                                  data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+    except JudgeInterrupted as exc:
+        print(exc.summary.line())
+        print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
+        return 130
+    except RunAborted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(outcome.session.line())
+    summary = outcome.summary
+    level = round(summary["bootstrap"]["level"] * 100)
+    print(f"{Path(args.run_a).name} vs {Path(args.run_b).name}: {summary['n']} sample(s) judged in both orders, "
+          f"{summary['invalid']} invalid")
+    for name in ("win", "tie", "loss", "position_consistency"):
+        estimate = summary[name]
+        print(f"  {name:<22}{_fmt(estimate['value']):>7}   {level}% CI [{_fmt(estimate['low'])}, {_fmt(estimate['high'])}]")
+    print(f"wrote {outcome.out.artifact('battle_summary.json')}")
+    return 1 if outcome.session.errors else 0
+
+
+def cmd_metaeval(args: argparse.Namespace) -> int:
+    """metaeval LABELS: prints the agreement of the scorer with the labels per group."""
+    if args.scorer == "judge":
+        if args.rm:
+            raise pipeline.SettingsError("--rm belongs to --scorer reward-model")
+        settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    else:
+        if args.judge_model:
+            raise pipeline.SettingsError("--judge-model needs --scorer judge")
+        if not args.rm:
+            raise pipeline.SettingsError("--scorer reward-model needs --rm DIR")
+        settings = _settings(pipeline.ScoreSettings, args)
+    outcome = pipeline.metaeval(args.labels, args.out, settings, n_boot=args.n_boot, seed=args.seed,
+                                data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+    scoring = outcome.scoring
+    if args.scorer == "judge":
+        print(scoring.summary.line())
+    summary = outcome.summary
+    print(f"{summary['n_labels']} label(s), {summary['unscored']} without a prediction; {summary['scorer']} "
+          f"{summary['scorer_model']}")
+    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>8}{'alpha':>8}   (95% CI in "
+          f"{outcome.out.artifact('metaeval_summary.json')})")
+    for name, group in summary["groups"].items():
+        print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{_fmt(group['metascore']['value']):>11}"
+              f"{_fmt(group['cohen_kappa']['value']):>8}{_fmt(group['krippendorff_alpha']['value']):>8}")
+    return 1 if args.scorer == "judge" and scoring.summary.errors else 0
+
+
+def _judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
+    g = parser.add_argument_group("judge")
+    g.add_argument("--judge-model", required=required, help="the judge's model id")
+    g.add_argument("--base-url", help="OpenAI-compatible endpoint of the judge")
+    g.add_argument("--spec", metavar="FILE|DIR",
+                   help="score: a judge spec for every metric, or a directory of <metric_en>.yaml; "
+                        "battle: a pairwise spec (default: the shipped specs)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    g.add_argument("--no-api-key", action="store_true", help="send no key (a local server that needs none)")
+    g.add_argument("--concurrency", type=int, default=32, help="most judge calls in flight (default 32)")
+    g.add_argument("--temperature", type=float, default=0.0, help="judge temperature (default 0)")
+    g.add_argument("--max-tokens", type=int, default=1024, help="judge reply length limit (default 1024)")
+    g.add_argument("--max-attempts", type=int, default=8, help="attempts per call, first one included (default 8)")
+    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+
+
 def cmd_score(args: argparse.Namespace) -> int:
+    if args.scorer == "judge":
+        return cmd_judge_score(args)
+    if args.judge_model or args.spec or args.base_url:
+        raise pipeline.SettingsError("--judge-model, --spec and --base-url need --scorer judge")
     outcome = pipeline.score(args.run, _settings(pipeline.ScoreSettings, args), data_dir=args.data_dir,
                              dry_run=args.dry_run, progress=not args.quiet)
     run, settings = outcome.run, outcome.settings
@@ -435,8 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_option(p)
     p.set_defaults(func=cmd_transform)
 
-    p = sub.add_parser("score", help="score rows.jsonl with the reward model (S6, S8) -> scores.jsonl")
+    p = sub.add_parser("score", help="score rows.jsonl with the reward model (S6, S8) -> scores.jsonl, "
+                                     "or with an LLM judge -> judge_scores.jsonl")
     p.add_argument("run", metavar="RUN")
+    p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
+                   help="reward-model (default, the official scorer) or judge (an LLM through an OpenAI-compatible API)")
     p.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory (optional with --dry-run)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
     p.add_argument(
@@ -458,6 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _judge_options(p, required=False)
+    g = p.add_argument_group("--scorer judge --dry-run")
+    g.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
+    g.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
     _data_dir_option(p)
     p.set_defaults(func=cmd_score)
 
@@ -487,6 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
     p.add_argument("run", metavar="RUN")
+    p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
+                   help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
     _allow_mixed_option(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -511,6 +640,32 @@ def build_parser() -> argparse.ArgumentParser:
         _allow_mixed_option(p)
         _data_dir_option(p)
         p.set_defaults(func=func)
+
+    p = sub.add_parser("battle", help="judge two runs' replies pairwise in both orders: win/tie/loss, position consistency")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument("--out", required=True, metavar="DIR", help="battle directory (judgements, summary, run.json)")
+    _judge_options(p, required=True)
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_battle)
+
+    p = sub.add_parser("metaeval", help="a scorer against human labels: metascore, kappa, alpha, confusion matrix")
+    p.add_argument("labels", metavar="LABELS", help="JSON Lines: id, metric_en, reply, human_score or human_choice")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the rows, scores and summary")
+    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True)
+    _judge_options(p, required=False)
+    g = p.add_argument_group("--scorer reward-model")
+    g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
+    g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_metaeval)
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")

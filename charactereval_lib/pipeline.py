@@ -208,15 +208,61 @@ class ScoreSettings(_Settings):
 
 
 @dataclass(frozen=True)
+class JudgeSettings(_Settings):
+    """How rows are scored by an LLM judge (``score --scorer judge``) through an
+    OpenAI-compatible endpoint. ``spec`` is a spec FILE for every metric or a DIR of
+    ``<metric_en>.yaml`` (default: the shipped specs). Decoding defaults to temperature 0."""
+
+    judge_model: str
+    base_url: str | None = None
+    spec: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 32
+    temperature: float | None = 0.0
+    max_tokens: int = 1024
+    max_attempts: int = 8
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 60.0
+    timeout: float = 300.0
+    same_answer_limit: int = 3
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.judge_model:
+            raise SettingsError("judge_model is required (--judge-model)")
+        for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
+            _positive(name, getattr(self, name))
+        self.decoding()
+
+    def decoding(self):
+        """The judge's decoding parameters (what the request digest covers)."""
+        from charactereval_lib.charactereval.judge import judge_params
+
+        return judge_params(self.temperature, self.max_tokens)
+
+    def backend_options(self):
+        """The openai backend's operational settings, built as ``generate`` builds them."""
+        return GenerateSettings(backend="openai", model=self.judge_model, **{
+            name: getattr(self, name) for name in ("base_url", "api_key_env", "concurrency", "max_attempts",
+                                                   "retry_base_delay", "retry_max_delay", "timeout",
+                                                   "same_answer_limit")}).backend_options()
+
+
+@dataclass(frozen=True)
 class SummarizeSettings(_Settings):
-    """Bootstrap settings of the intervals, and whether a run mixing scorers may be summarised."""
+    """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
+    model by default), and whether a run mixing scorer configurations may be summarised."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
     level: float = DEFAULT_LEVEL
     allow_mixed: bool = False
+    scorer: str = runs.REWARD_MODEL
 
     def __post_init__(self) -> None:
+        if self.scorer not in runs.SCORERS:
+            raise SettingsError(f"scorer {self.scorer!r}: expected one of {', '.join(runs.SCORERS)}")
         _positive("n_boot", self.n_boot)
         if not 0 < self.level < 1:
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
@@ -232,6 +278,10 @@ class ReportSettings(SummarizeSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.scorer != runs.REWARD_MODEL:
+            # The notebooks take no scorer parameter yet: refuse rather than show the wrong scores.
+            raise SettingsError(f"scorer {self.scorer!r}: reports show the reward model's scores; for the judge use "
+                                "`summarize --scorer judge`, charactereval.judge.scorer_agreement and judge_figures")
         from charactereval_lib.charactereval.reference import load_paper_table
 
         known = list(load_paper_table().index)
@@ -279,6 +329,34 @@ class ScoreOutcome:
     verify: dict[str, Any] | None = None  # the report of --verify
     dry_run_rows: int | None = None  # rm_inputs written by a dry run
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JudgeOutcome:
+    """What ``judge_score`` did: a judge session or a dry run."""
+
+    run: runs.RunDir
+    summary: Any = None  # engine.grading.judging.JudgeSummary of a judge session
+    dry_run: Any = None  # charactereval.judge.JudgeDryRun
+    judge_model: str = ""
+
+
+@dataclass
+class BattleOutcome:
+    """What ``battle`` did: this session's judge calls and the battle summary."""
+
+    out: runs.RunDir
+    session: Any  # engine.grading.judging.JudgeSummary of this session's judge calls
+    summary: dict[str, Any]  # battle_summary.json
+
+
+@dataclass
+class MetaevalOutcome:
+    """What ``metaeval`` did: the scoring step and the agreement summary."""
+
+    out: runs.RunDir
+    summary: dict[str, Any]  # metaeval_summary.json
+    scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
 
 
 @dataclass
@@ -389,6 +467,115 @@ def score(
     return outcome
 
 
+def judge_score(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: JudgeSettings,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+) -> JudgeOutcome:
+    """``score --scorer judge``: every row of ``rows.jsonl`` graded by an LLM judge into
+    ``judge_scores.jsonl`` (resuming by request digest; see ``charactereval.judge``). A dry run
+    writes ``judge_requests.jsonl`` and estimates tokens and cost, sending nothing. Raises
+    ``JudgeInterrupted`` (records saved) on Ctrl-C / SIGTERM and ``RunAborted`` when the
+    endpoint cannot be reached at all."""
+    from charactereval_lib.charactereval import judge
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+
+    run = runs.RunDir.resolve(run)
+    run.require(run.rows, "generate and transform the run first")
+    run.check_protocol(PROTOCOL_VERSION)
+    data = _data(data_dir, data)
+    specs = judge.load_specs(settings.spec)
+    items = judge.judge_items(run, data, specs)
+    params = settings.decoding()
+    if dry_run:
+        planned = judge.dry_run(run, items, settings.judge_model, params, price_in=settings.price_in,
+                                price_out=settings.price_out)
+        return JudgeOutcome(run, dry_run=planned, judge_model=settings.judge_model)
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
+                          key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
+                          describe=judge.describe(backend.describe(), specs, data), progress=progress)
+    return JudgeOutcome(run, summary=summary, judge_model=settings.judge_model)
+
+
+def battle(
+    run_a: str | os.PathLike[str] | runs.RunDir,
+    run_b: str | os.PathLike[str] | runs.RunDir,
+    out: str | os.PathLike[str],
+    settings: JudgeSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> BattleOutcome:
+    """Run A against run B: each sample both replied to judged pairwise in both presentation
+    orders (``settings.spec``: a pairwise spec; default the shipped ``battles/role_play.yaml``),
+    resuming into ``OUT/battle_judgements.jsonl``; then win / tie / loss and position
+    consistency with intervals in ``OUT/battle_summary.json``."""
+    from charactereval_lib.charactereval import battle as battles
+    from charactereval_lib.charactereval.judge_specs import load_battle_spec
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+    from charactereval_lib.engine.grading.spec import load_spec
+
+    run_a, run_b = runs.RunDir.resolve(run_a), runs.RunDir.resolve(run_b)
+    out_dir = runs.RunDir(Path(out))
+    pair = battles.check_pair(out_dir, run_a, run_b)
+    data = _data(data_dir, data)
+    spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
+    items = battles.battle_items(run_a, run_b, data, spec)
+    params = settings.decoding()
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
+    session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,
+                          judge_model=settings.judge_model, params=params, key_fields=battles.KEY_FIELDS,
+                          manifest_section=battles.MANIFEST_SECTION, describe=describe, progress=progress)
+    summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
+    return BattleOutcome(out_dir, session, summary)
+
+
+def metaeval(
+    labels: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    settings: JudgeSettings | ScoreSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> MetaevalOutcome:
+    """A scorer against human labels (format in ``charactereval.metaeval``): the labels become the
+    rows of the run directory OUT, scored by the judge (``JudgeSettings``) or the reward model
+    (``ScoreSettings``) exactly as a run is, resuming; then metascore, Cohen's kappa,
+    Krippendorff's alpha and the confusion matrix with intervals in ``OUT/metaeval_summary.json``."""
+    from charactereval_lib.charactereval import metaeval as meta
+
+    data = _data(data_dir, data)
+    records = meta.read_labels(labels, data)
+    out_run = runs.RunDir(Path(out))
+    meta.write_rows(out_run, records, data)
+    if isinstance(settings, JudgeSettings):
+        scorer, scoring = runs.JUDGE, judge_score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.judge_model
+    else:
+        scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.rm
+    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer), n_boot=n_boot, seed=seed)
+    summary = {"labels": str(Path(labels).resolve()), "scorer": scorer, "scorer_model": scorer_model,
+               "bootstrap": {"n_boot": n_boot, "seed": seed, "level": DEFAULT_LEVEL}, **summary,
+               "created_at": runs.utc_now()}
+    meta.write_summary(out_run, summary)
+    return MetaevalOutcome(out_run, summary, scoring)
+
+
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
     """The official data when it can be loaded (per-metric failure counts need it), else None
     and the reason: a summary is still worth having without it."""
@@ -398,12 +585,12 @@ def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialDat
         return None, f"per-metric failure counts unavailable ({exc})"
 
 
-def run_warnings(run: runs.RunDir, *, allow_mixed: bool) -> list[str]:
-    """What a reader must know before any number of this run: refuses a run that mixes scorer
-    configurations unless ``allow_mixed`` (then the mix is the first warning)."""
+def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWARD_MODEL) -> list[str]:
+    """What a reader must know before any number of this run: refuses a run whose ``scorer``
+    scores mix configurations unless ``allow_mixed`` (then the mix is the first warning)."""
     from charactereval_lib.charactereval import analysis
 
-    mixed = run.check_consistent(allow_mixed=allow_mixed)
+    mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
     return notes + [_plain(warning) for warning in analysis.run_warnings(run.path)]
 
@@ -418,17 +605,18 @@ def summarize(
     *,
     data_dir: str | os.PathLike[str] | None = None,
 ) -> SummaryOutcome:
-    """S9 with intervals: ``summary.json`` and ``metrics.csv``; refuses a run that mixes scorer
-    configurations unless ``settings.allow_mixed``."""
+    """S9 with intervals of one scorer's scores: ``summary.json`` and ``metrics.csv`` for the
+    reward model (default), ``judge_summary.json`` and ``judge_metrics.csv`` for the judge;
+    refuses a run that mixes scorer configurations unless ``settings.allow_mixed``."""
     from charactereval_lib.charactereval.summary import summarize_run
 
     run = runs.RunDir.resolve(run).require_dir()
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed)
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer)
     data, note = _optional_data(data_dir)
     if note:
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
-                            seed=settings.seed, level=settings.level, warnings=warnings)
+                            seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer)
     return SummaryOutcome(run, summary, warnings)
 
 
@@ -471,15 +659,15 @@ def report(
     return ReportOutcome(notebook, html, warnings)
 
 
-def compare_problems(run_list: Sequence[runs.RunDir]) -> list[str]:
-    """Why runs must not be compared as they are: the same run twice, or scores made with
-    different scorer configurations (checkpoint, mode) or protocol versions."""
+def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_MODEL) -> list[str]:
+    """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
+    with different configurations (checkpoint or judge model, mode) or protocol versions."""
     problems = []
     resolved = [r.path.resolve() for r in run_list]
     repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if repeated:
         problems.append(f"the same run is given more than once: {', '.join(repeated)}")
-    identities = {r.name: sorted(i.label() for i in r.scorer_identities()) for r in run_list}
+    identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
@@ -529,5 +717,6 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
         ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
         ("rm_inputs.jsonl (dry run payloads)", len(runs.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
         ("scores: scored rows", len(run.latest_scores())),
+        ("judge_scores: judged rows", len(run.latest_scores(scorer=runs.JUDGE))),
     ]
     return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))

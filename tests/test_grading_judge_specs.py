@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from charactereval_lib.charactereval.judge_specs import (
     BATTLE_FIELDS,

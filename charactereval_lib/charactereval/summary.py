@@ -16,20 +16,32 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
 
-def load_run_scores(run: runs.RunDir) -> tuple[pd.DataFrame, dict[str, Any]]:
+def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's scored rows as a tidy table (rows.jsonl joined with the latest score of each
-    (id, metric)), and counts of rows that have no score yet."""
+    (id, metric) of ``scorer``), and counts of rows that have no score yet.
+
+    Judge rows whose answer was invalid and left unscored by their spec (score None) are not in
+    the table (a mean cannot use them) but are counted in ``invalid_by_metric``, never dropped
+    silently; invalid answers a spec scores (evals: the minimum) stay in the table and are
+    counted there too."""
     run = runs.RunDir.resolve(run)
-    rows, scored = run.scored_rows()
+    rows, scored = run.scored_rows(scorer)
     if not rows:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
+    invalid = Counter(s["metric_en"] for s in scored if s.get("invalid"))
+    unscored_invalid = sum(1 for s in scored if s.get("score") is None)
+    scored = [s for s in scored if s.get("score") is not None]
     # With nothing scored yet the table still has the rows' columns (role, novel_name, ...), so
     # breakdowns of an unscored run are empty rather than errors.
     frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
-    modes = dict(Counter(str(s.get("mode")) for s in scored))
-    scorers = {identity.label(): count for identity, count in run.scorer_identities().items()}
-    return frame, {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
-                   "scorer_modes": modes, "scorers": scorers}
+    modes = dict(Counter(str(runs.scorer_identity(s).mode) for s in scored))
+    scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer).items()}
+    counts = {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
+              "scorer_modes": modes, "scorers": scorers, "scorer": scorer}
+    if scorer == runs.JUDGE:
+        counts.update(invalid_answers=sum(invalid.values()), invalid_unscored=unscored_invalid,
+                      invalid_by_metric={m: invalid.get(m, 0) for m in METRIC_ORDER})
+    return frame, counts
 
 
 def failed_rows_by_metric(failed_ids: Iterable[int], id2metric: Mapping[str, Sequence[Sequence[str]]]) -> dict[str, int]:
@@ -50,15 +62,17 @@ def summarize_run(
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
     warnings: Sequence[str] = (),
+    scorer: str = runs.REWARD_MODEL,
 ) -> dict[str, Any]:
-    """S9 for a run directory with intervals: writes ``summary.json`` and ``metrics.csv`` and
-    returns the summary.
+    """S9 for a run directory with intervals of one scorer's scores: writes ``summary.json`` and
+    ``metrics.csv`` (the judge's: ``judge_summary.json``, ``judge_metrics.csv``) and returns the
+    summary. A judge summary gives every metric its count of invalid answers.
 
     The summary carries every mean with its n, SD, interval and the run's failure counts, so a
     number is never shown without what it rests on. With ``id2metric`` each metric also gets
     ``failed``, the rows it lost to failed generations (unknown, hence None, without it)."""
     run = runs.RunDir.resolve(run)
-    frame, counts = load_run_scores(run)
+    frame, counts = load_run_scores(run, scorer)
     manifest = run.manifest()
     transform = manifest.get("transform", {})
     transform_counts = transform.get("counts", {})
@@ -69,9 +83,12 @@ def summarize_run(
         means["failed"] = [lost[name] for name in METRIC_ORDER]
     else:
         means["failed"] = None
+    if scorer == runs.JUDGE:
+        means["invalid"] = [counts["invalid_by_metric"][name] for name in METRIC_ORDER]
     summary = {
         "protocol_version": PROTOCOL_VERSION,
         "run": run.name,
+        "scorer": scorer,
         "model": manifest.get("generation", {}).get("model"),
         "counts": {
             **counts,
@@ -86,12 +103,16 @@ def summarize_run(
         "warnings": list(warnings),
         "created_at": runs.utc_now(),
     }
-    runs.write_json_atomic(run.summary, _nan_to_none(summary))
-    runs.write_text_atomic(run.metrics_csv, metrics_table(means, stats.dimensions).to_csv(index=False))
+    if scorer == runs.JUDGE:
+        summary["judge"] = {k: manifest.get("judge_scoring", {}).get(k) for k in ("judge_model", "base_url", "status")}
+    runs.write_json_atomic(run.summary_file(scorer), nan_to_none(summary))
+    runs.write_text_atomic(run.metrics_csv_file(scorer), metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary
 
 
 METRICS_TABLE_COLUMNS = ["kind", "name", "abbr", "dimension", "n", "failed", "mean", "sd", "ci_low", "ci_high"]
+# A judge's metrics table also counts invalid answers per metric.
+JUDGE_COLUMNS = [*METRICS_TABLE_COLUMNS, "invalid"]
 
 
 def metrics_table(means: pd.DataFrame, dims: pd.DataFrame) -> pd.DataFrame:
@@ -101,14 +122,15 @@ def metrics_table(means: pd.DataFrame, dims: pd.DataFrame) -> pd.DataFrame:
     metric_rows = means.assign(kind="metric", name=means["metric_en"])
     dim_rows = dims.assign(kind="dimension", abbr="Avg.", n=pd.NA, failed=pd.NA, sd=math.nan)
     table = pd.concat([metric_rows, dim_rows], ignore_index=True)
-    return table.reindex(columns=METRICS_TABLE_COLUMNS)
+    return table.reindex(columns=JUDGE_COLUMNS if "invalid" in means else METRICS_TABLE_COLUMNS)
 
 
-def _nan_to_none(obj: Any) -> Any:
+def nan_to_none(obj: Any) -> Any:
+    """NaN (a statistic of no rows) as None throughout dicts and lists: JSON has no NaN."""
     if isinstance(obj, float) and math.isnan(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
+        return {k: nan_to_none(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
+        return [nan_to_none(v) for v in obj]
     return obj

@@ -33,7 +33,6 @@ from charactereval_lib.coser.simulation import (
     judge_inputs,
     judge_scene,
     reply_with_retries,
-    scene_scores,
     simulate_scene,
     surface_metrics,
 )

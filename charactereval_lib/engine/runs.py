@@ -34,6 +34,14 @@ ROWS = "rows.jsonl"
 SCORES = "scores.jsonl"
 SUMMARY = "summary.json"
 METRICS_CSV = "metrics.csv"
+JUDGE_SCORES = "judge_scores.jsonl"
+# Scorers are a named dimension of a run: each keeps its own score file and summary, so a run
+# can hold reward-model and judge scores of the same rows side by side.
+REWARD_MODEL = "reward-model"
+JUDGE = "judge"
+SCORERS = (REWARD_MODEL, JUDGE)
+_SCORER_FILES = {REWARD_MODEL: (SCORES, SUMMARY, METRICS_CSV),
+                 JUDGE: (JUDGE_SCORES, "judge_summary.json", "judge_metrics.csv")}
 
 
 # Read once: os.umask can only be read by setting it.
@@ -295,6 +303,13 @@ def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sec
     return manifest
 
 
+def _scorer_files(scorer: str) -> tuple[str, str, str]:
+    try:
+        return _SCORER_FILES[scorer]
+    except KeyError:
+        raise RunError(f"unknown scorer {scorer!r}; expected one of {', '.join(SCORERS)}") from None
+
+
 # --- the run directory ------------------------------------------------------------------------
 
 
@@ -319,7 +334,10 @@ def scorer_identity(record: dict[str, Any]) -> ScorerIdentity:
     """The scorer configuration a score record was made with. Imported official scores carry no
     checkpoint: their scorer is unknown and says so."""
     mode = record.get("mode")
-    scorer = record.get("scorer") or ("imported" if mode == "imported" else "reward-model")
+    scorer = record.get("scorer") or ("imported" if mode == "imported" else REWARD_MODEL)
+    if scorer == JUDGE:
+        # A judge's compatibility mode is its parser (evals or strict); the model is its checkpoint.
+        mode = record.get("parser")
     return ScorerIdentity(scorer, record.get("checkpoint_sha256") or record.get("judge_model"), mode)
 
 
@@ -375,6 +393,21 @@ class RunDir:
     def metrics_csv(self) -> Path:
         return self.path / METRICS_CSV
 
+    @property
+    def judge_scores(self) -> Path:
+        return self.path / JUDGE_SCORES
+
+    def score_file(self, scorer: str = REWARD_MODEL) -> Path:
+        """The score records of one scorer (``SCORERS``)."""
+        return self.path / _scorer_files(scorer)[0]
+
+    def summary_file(self, scorer: str = REWARD_MODEL) -> Path:
+        """Where ``summarize`` writes one scorer's summary (the reward model's is ``summary.json``)."""
+        return self.path / _scorer_files(scorer)[1]
+
+    def metrics_csv_file(self, scorer: str = REWARD_MODEL) -> Path:
+        return self.path / _scorer_files(scorer)[2]
+
     def artifact(self, name: str) -> Path:
         return self.path / name
 
@@ -416,14 +449,16 @@ class RunDir:
     def read_rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.rows).records
 
-    def latest_scores(self, path: Path | None = None) -> dict[tuple, dict[str, Any]]:
-        """The latest score record per (id, metric) of scores.jsonl (or another score file)."""
-        return latest_by_key(read_jsonl(path or self.scores).records, "id", "metric_en")
+    def latest_scores(self, path: Path | None = None, *, scorer: str = REWARD_MODEL) -> dict[tuple, dict[str, Any]]:
+        """The latest score record per (id, metric) of a scorer's score file (or another file).
+        Judge records of failed calls (status error) hold no score and are left out."""
+        records = read_jsonl(path or self.score_file(scorer)).records
+        return latest_by_key((r for r in records if r.get("status", "ok") == "ok"), "id", "metric_en")
 
-    def scored_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(all rows, the rows that have a score, each joined with its latest score record)."""
+    def scored_rows(self, scorer: str = REWARD_MODEL) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(all rows, the rows that have a score of ``scorer``, each joined with its latest score record)."""
         rows = self.read_rows()
-        latest = self.latest_scores()
+        latest = self.latest_scores(scorer=scorer)
         scored = []
         for row in rows:
             score = latest.get((row["id"], row["metric_en"]))
@@ -431,23 +466,23 @@ class RunDir:
                 scored.append({**row, **score})
         return rows, scored
 
-    def scorer_identities(self) -> Counter:
+    def scorer_identities(self, scorer: str = REWARD_MODEL) -> Counter:
         """How many of the latest score records each scorer configuration made."""
-        return Counter(scorer_identity(record) for record in self.latest_scores().values())
+        return Counter(scorer_identity(record) for record in self.latest_scores(scorer=scorer).values())
 
-    def consistency_problems(self) -> list[str]:
+    def consistency_problems(self, scorer: str = REWARD_MODEL) -> list[str]:
         """Why this run's numbers must not be published as one set: scores from several scorer
-        configurations (checkpoint, mode). Empty when consistent."""
-        identities = self.scorer_identities()
+        configurations (checkpoint or judge model, mode). Empty when consistent."""
+        identities = self.scorer_identities(scorer)
         if len(identities) <= 1:
             return []
         parts = "; ".join(f"{identity.label()}: {count} rows" for identity, count in identities.most_common())
         return [f"{self.path}: the scores mix {len(identities)} scorer configurations ({parts})"]
 
-    def check_consistent(self, *, allow_mixed: bool = False) -> list[str]:
+    def check_consistent(self, *, allow_mixed: bool = False, scorer: str = REWARD_MODEL) -> list[str]:
         """Refuse a mixed run with one line naming what differs, or, with ``allow_mixed``,
         return the problems as warnings the caller must show loudly."""
-        problems = self.consistency_problems()
+        problems = self.consistency_problems(scorer)
         if problems and not allow_mixed:
             raise MixedRunError(
                 f"{problems[0]}; re-score with one configuration, or pass --allow-mixed to analyse it anyway"

@@ -6,6 +6,10 @@ the failures a real endpoint produces: 429 with ``Retry-After``, 5xx, hangs past
 timeout, connection resets, malformed JSON, content-filter 400s, other 4xx, empty and multi-line
 replies. Its replies mean nothing. Needs ``aiohttp`` (a test extra).
 
+As a deterministic judge (actions ``judge``, ``judge_multiline``, ``judge_invalid``) it answers
+in the ``cot_classify`` shape: reasoning, then the grade alone on the last line; the grade is
+derived from the request (``judge_grade``) or fixed (``judge:N``).
+
 Run standalone (e.g. in its own process for a benchmark)::
 
     python -m charactereval_lib.testing.mockserver --latency 0.2
@@ -35,6 +39,8 @@ ACTIONS = (
     "reset", "malformed", "filter400", "bad400", "401", "404", "slow",
     # Answers shaped like other servers' (FastAPI's {"detail": ...}, plain text, an HTML page):
     "detail400", "detail404", "text500", "html502",
+    # A deterministic judge (see the module docstring); "judge" takes an optional ":grade".
+    "judge", "judge_multiline", "judge_invalid",
 )
 
 
@@ -57,6 +63,24 @@ def echo_reply(key: str) -> str:
 
 def multiline_reply(key: str) -> str:
     return f"echo {key[:16]}\nsecond line {key[16:24]}"
+
+
+def judge_grade(key: str) -> int:
+    """The grade 1-5 the judge actions give a request (from its key, so tests can predict it)."""
+    return int(key[:8], 16) % 5 + 1
+
+
+def judge_reply(key: str, action: str) -> str:
+    """A judge answer: ``judge`` gives one line of reasoning and the grade; ``judge_multiline``
+    several lines whose earlier ones hold other digits (a parser must take the last line);
+    ``judge_invalid`` no grade at all."""
+    name, _, argument = action.partition(":")
+    grade = argument or str(judge_grade(key))
+    if name == "judge_invalid":
+        return f"Request {key[:8]}: I cannot grade this reply."
+    if name == "judge_multiline":
+        return f"1) the reply stays in character.\n2) it answers the last line.\nOverall:\n{grade}"
+    return f"The reply was read ({key[:8]}).\n{grade}"
 
 
 # A plan maps a request key to the action of each attempt (the last one repeats); a callable plan
@@ -84,6 +108,8 @@ class MockServer:
     # Deterministic mode: the text of an ``ok`` answer is ``reply(payload)`` instead of the echo
     # (e.g. ``testing.coser_script``, which plays every CoSER role).
     reply: Callable[[dict[str, Any]], str] | None = None
+    # The action of a request the plan does not name ("judge" makes a deterministic judge).
+    default_action: str = "ok"
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
     max_in_flight: int = 0
@@ -101,7 +127,7 @@ class MockServer:
             return self.plan(key, attempt, payload)
         steps = self.plan.get(key)
         if not steps:
-            return "ok"
+            return self.default_action
         return steps[min(attempt, len(steps)) - 1]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -153,6 +179,8 @@ class MockServer:
             default = self.reply(payload or {"messages": messages}) if self.reply else echo_reply(key)
             content = {"multiline": multiline_reply(key), "empty": ""}.get(name, default)
             return _completion(content, messages, "stop")
+        if name.startswith("judge"):
+            return _completion(judge_reply(key, action), messages, "stop")
         if name == "refusal":
             return _completion(None, messages, "stop", refusal="I can't help with that.")
         if name == "finish_filter":
@@ -289,11 +317,14 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds every request waits before its answer")
     parser.add_argument("--coser-script", action="store_true",
                         help="answer as deterministic CoSER actors, environment, NSP and judge (testing.coser_script)")
+    parser.add_argument("--default-action", default="ok", choices=ACTIONS,
+                        help="how every request is answered (judge: a deterministic 1-5 judge)")
     args = parser.parse_args()
     reply = None
     if args.coser_script:
         from charactereval_lib.testing.coser_script import scripted_reply as reply
-    server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False, reply=reply)
+    server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False, reply=reply,
+                        default_action=args.default_action)
     try:
         asyncio.run(_serve_forever(server))
     except KeyboardInterrupt:

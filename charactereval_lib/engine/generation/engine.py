@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,29 +276,52 @@ async def generate_async(
 
 
 async def _drive(run_dir: Path, plan: RunPlan, backend: Backend, summary: SessionSummary, progress: bool) -> None:
+    def record(result: GenerationResult) -> dict[str, Any]:
+        summary.add(result)
+        return result.to_record()
+
+    summary.interrupted = await drive(Path(run_dir) / runs.GENERATIONS, plan.pending, backend, record,
+                                      progress=progress, desc="generate")
+
+
+async def drive(
+    output: Path,
+    requests: Sequence[GenerationRequest],
+    backend: Backend,
+    to_record: Callable[[GenerationResult], dict[str, Any]],
+    *,
+    progress: bool,
+    desc: str,
+) -> bool:
+    """Stream ``requests`` through ``backend`` and append ``to_record(result)`` to the JSON Lines
+    file ``output`` as each result arrives (one flushed line each, so a kill loses only what is in
+    flight). Shared by generation and judging so both get the same concurrency, retries, progress
+    bar and signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
     from tqdm.auto import tqdm
 
-    requests = plan.pending
     stop_on_sigterm = _cancel_on_sigterm()
-    appender = runs.JsonlAppender(Path(run_dir) / runs.GENERATIONS)
+    appender = runs.JsonlAppender(output)
     if appender.repair_message:
         print(f"warning: {appender.repair_message}", file=sys.stderr)
-    bar = tqdm(total=len(requests), disable=not progress, unit="req", desc="generate", dynamic_ncols=True)
+    bar = tqdm(total=len(requests), disable=not progress, unit="req", desc=desc, dynamic_ncols=True)
     stream = backend.stream(requests)
+    failed = 0
+    interrupted = False
     try:
         async for result in stream:
-            appender.write(result.to_record())
-            summary.add(result)
+            appender.write(to_record(result))
             bar.update(1)
             if result.status != STATUS_OK:
-                bar.set_postfix(errors=sum(summary.errors.values()), refresh=False)
+                failed += 1
+                bar.set_postfix(errors=failed, refresh=False)
     except asyncio.CancelledError:
-        summary.interrupted = True
+        interrupted = True
     finally:
         await stream.aclose()
         appender.close()
         bar.close()
         stop_on_sigterm()
+    return interrupted
 
 
 def _cancel_on_sigterm() -> Any:

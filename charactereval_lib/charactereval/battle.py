@@ -1,0 +1,103 @@
+"""CharacterEval battles: two runs' replies to the same samples, judged pairwise in both
+presentation orders (``engine.grading.battles``), through the judge engine.
+
+Each sample both runs replied to (their S5 replies, from ``rows.jsonl``) gives two judge calls:
+order ``ab`` shows run A's reply first, ``ba`` run B's. Records go to
+``OUT/battle_judgements.jsonl`` keyed by (id, order), resuming like any judge run; the outcome of
+a sample for run A (win, tie, loss, or invalid when a parse failed) and whether the verdict
+survived the swap go into ``OUT/battle_summary.json`` with cluster-bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from charactereval_lib.charactereval.data import OfficialData
+from charactereval_lib.charactereval.prompts import profile_text
+from charactereval_lib.charactereval.summary import nan_to_none
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.grading.battles import (
+    ORDERS,
+    battle_requests,
+    battle_summary,
+    combine_orders,
+    preferred_reply,
+    spec_verdicts,
+)
+from charactereval_lib.engine.grading.judging import JudgeItem
+from charactereval_lib.engine.grading.spec import ModelGradedSpec
+
+KEY_FIELDS = ("id", "order")
+JUDGEMENTS = "battle_judgements.jsonl"
+SUMMARY = "battle_summary.json"
+MANIFEST_SECTION = "battle"
+
+
+def run_replies(run: runs.RunDir) -> dict[int, str]:
+    """Each sample's S5 reply in a run (the rows of one sample share it)."""
+    rows = run.read_rows()
+    if not rows:
+        raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
+    return {row["id"]: row["model_output"] for row in rows}
+
+
+def battle_items(run_a: runs.RunDir, run_b: runs.RunDir, data: OfficialData, spec: ModelGradedSpec) -> list[JudgeItem]:
+    """Two judge items (orders ab and ba) per sample both runs replied to, in test-file order."""
+    replies_a, replies_b = run_replies(run_a), run_replies(run_b)
+    items = []
+    for sample in data.samples:
+        if sample.id not in replies_a or sample.id not in replies_b:
+            continue
+        fields = {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context}
+        for request in battle_requests(spec, fields, replies_a[sample.id], replies_b[sample.id]):
+            items.append(JudgeItem({"id": sample.id, "order": request.order}, spec, request.messages))
+    if not items:
+        raise runs.RunError(f"{run_a.name} and {run_b.name} have no sample with a reply in common")
+    return items
+
+
+def check_pair(out: runs.RunDir, run_a: runs.RunDir, run_b: runs.RunDir) -> dict[str, str]:
+    """The pair recorded in OUT's run.json; another pair in the same OUT is refused, since its
+    records would be mixed with this one's."""
+    pair = {"run_a": str(run_a.path.resolve()), "run_b": str(run_b.path.resolve())}
+    recorded = out.manifest().get(MANIFEST_SECTION) or {}
+    if recorded.get("run_a") and (recorded.get("run_a"), recorded.get("run_b")) != (pair["run_a"], pair["run_b"]):
+        raise runs.RunError(f"{out.path}: holds the battle {recorded['run_a']} vs {recorded['run_b']}; use another --out")
+    return pair
+
+
+def battle_outcomes(out: runs.RunDir, spec: ModelGradedSpec, verdicts: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per sample judged in both orders: which reply each order preferred, the outcome for run A
+    and whether the verdict survived the swap. Samples with a failed call are left out."""
+    mapping = spec_verdicts(spec, verdicts)
+    latest = runs.latest_by_key((r for r in runs.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"),
+                                *KEY_FIELDS)
+    outcomes = []
+    for sample_id in sorted({key[0] for key in latest}):
+        records = [latest.get((sample_id, order)) for order in ORDERS]
+        if None in records:
+            continue
+        preferred = [preferred_reply(r["choice"], order, mapping) for r, order in zip(records, ORDERS)]
+        outcome, consistent = combine_orders(*preferred)
+        outcomes.append({"id": sample_id, "preferred_ab": preferred[0], "preferred_ba": preferred[1],
+                         "outcome": outcome, "consistent": consistent})
+    return outcomes
+
+
+def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1000, seed: int = 0,
+                     confidence: float = 0.95) -> dict[str, Any]:
+    """Win / tie / loss rates of run A and the position-consistency rate with cluster-bootstrap
+    intervals by sample, written to ``OUT/battle_summary.json`` and returned."""
+    outcomes = battle_outcomes(out, spec)
+    estimates = battle_summary([o["outcome"] for o in outcomes], [o["id"] for o in outcomes],
+                               [o["consistent"] for o in outcomes], n_boot=n_boot, seed=seed, confidence=confidence)
+    manifest = out.manifest().get(MANIFEST_SECTION) or {}
+    summary = {
+        "run_a": manifest.get("run_a"), "run_b": manifest.get("run_b"), "judge_model": manifest.get("judge_model"),
+        "spec": spec.name, "bootstrap": {"n_boot": n_boot, "seed": seed, "level": confidence},
+        **{name: (value.__dict__ if hasattr(value, "__dict__") else value) for name, value in estimates.items()},
+        "created_at": runs.utc_now(),
+    }
+    runs.write_json_atomic(out.artifact(SUMMARY), nan_to_none(summary))
+    return summary

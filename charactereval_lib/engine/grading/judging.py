@@ -1,0 +1,232 @@
+"""Judge runs: model-graded specs sent through the generation engine, graded, and appended.
+
+A judge run is a generation run whose replies are graded: every item (one row to grade) carries
+the spec and the judge messages built from it; the backends of ``engine.generation`` send them
+(async, retries, adaptive concurrency, no key anywhere), ``grade_reply`` parses each reply, and
+one record per outcome is appended to a JSON Lines score file. Benchmarks decide what an item
+is (CharacterEval: a (sample, metric) row; CoSER: a scene and a dimension).
+
+Resume is by request digest: an item is done when the latest record of its key is ok and was
+made from exactly the same payload (judge model, messages, decoding parameters). A changed spec
+or judge model therefore re-judges; a failed call (status error, no score) is retried by the
+next run. Invalid answers are ok records with ``invalid: true``: kept, counted, never re-asked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import (
+    STATUS_OK,
+    Backend,
+    DecodingParams,
+    GenerationRequest,
+    GenerationResult,
+    RunAborted,
+    build_payload,
+    request_sha256,
+)
+from charactereval_lib.engine.generation.engine import drive, run_coroutine
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, grade_reply
+
+SCORER = "judge"
+# Judges grade: the same answer for the same question unless asked otherwise.
+DEFAULT_TEMPERATURE = 0.0
+JUDGE_LOCK = ".judge.lock"
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    """One thing to grade: ``key`` identifies it in the score file (e.g. id and metric_en) and is
+    copied into its record; ``messages`` are the judge messages built from ``spec``."""
+
+    key: Mapping[str, Any]
+    spec: ModelGradedSpec
+    messages: list[dict[str, str]]
+
+
+class JudgeInterrupted(Exception):
+    """The judge run was stopped (Ctrl-C / SIGTERM); every record received is saved."""
+
+    def __init__(self, summary: JudgeSummary) -> None:
+        super().__init__("judging interrupted")
+        self.summary = summary
+
+
+@dataclass
+class JudgePlan:
+    """What a judge session still has to send, and what it skips."""
+
+    pending: list[JudgeItem]
+    already_done: int
+    # Items whose latest record is a failed call: they are sent again.
+    errors_retried: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def item_sha256(item: JudgeItem, model: str, params: DecodingParams) -> str:
+    """The request digest of an item: the same digest the backend records (``build_payload``)."""
+    return request_sha256(build_payload(model, item.messages, params))
+
+
+def plan_judging(
+    path: Path, items: Sequence[JudgeItem], model: str, params: DecodingParams, key_fields: Sequence[str]
+) -> JudgePlan:
+    """Which items still need a judge call (see the module docstring for the resume rule)."""
+    read = runs.read_jsonl(Path(path))
+    latest = runs.latest_by_key(read.records, *key_fields)
+    plan = JudgePlan([], 0, 0, list(read.warnings))
+    for item in items:
+        record = latest.get(tuple(item.key[k] for k in key_fields))
+        if (record is not None and record.get("status") == STATUS_OK
+                and record.get("request_sha256") == item_sha256(item, model, params)):
+            plan.already_done += 1
+            continue
+        plan.errors_retried += record is not None and record.get("status") != STATUS_OK
+        plan.pending.append(item)
+    return plan
+
+
+def judge_record(item: JudgeItem, result: GenerationResult, judge_model: str) -> dict[str, Any]:
+    """The score-file record of one outcome: the item's key, the grade (choice, score, invalid)
+    and the raw reply, with what the backend recorded about the call. A failed call has
+    ``status: error`` and no grade."""
+    record = result.to_record()
+    del record["id"]
+    reply = record.pop("model_output")
+    grade: dict[str, Any] = {"choice": None, "score": None, "invalid": None, "spec": item.spec.name,
+                             "parser": item.spec.parser}
+    if result.status == STATUS_OK:
+        grade = grade_reply(item.spec, reply or "")
+    grade["reply"] = reply
+    return {**item.key, "scorer": SCORER, "judge_model": judge_model, **grade, **record}
+
+
+@dataclass
+class JudgeSummary:
+    """What one judge session did; ``line`` is what the CLI prints."""
+
+    pending: int
+    already_done: int = 0
+    errors_retried: int = 0
+    graded: int = 0
+    invalid: int = 0
+    errors: Counter = field(default_factory=Counter)
+    refusals: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    aborted: str | None = None
+    concurrency: dict[str, Any] | None = None
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Count one written record."""
+        if record["status"] == STATUS_OK:
+            self.graded += 1
+            self.invalid += bool(record["invalid"])
+        else:
+            self.errors[(record.get("error") or {}).get("class", "unknown")] += 1
+        self.refusals += bool(record.get("refusal"))
+        usage = record.get("usage") or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+    @property
+    def done(self) -> int:
+        """Calls that ended this session (graded or failed)."""
+        return self.graded + sum(self.errors.values())
+
+    def line(self) -> str:
+        """One line for the terminal: counts, invalid answers, failures, tokens, rate."""
+        errors = sum(self.errors.values())
+        by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
+        rate = self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        text = (
+            f"{'interrupted after' if self.interrupted else 'judged'} {self.done}/{self.pending}: graded {self.graded} "
+            f"(invalid answers {self.invalid}, refusals {self.refusals}), failed calls {errors}"
+            f"{f' ({by_class})' if by_class else ''}; tokens in {self.prompt_tokens:,} out "
+            f"{self.completion_tokens:,}; {self.elapsed_s:.1f} s ({rate:.1f}/s); skipped {self.already_done} already judged"
+        )
+        if errors:
+            text += "; re-run the same command to retry the failed calls"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The session's counts as recorded in run.json."""
+        return {
+            "pending": self.pending, "already_done": self.already_done, "errors_retried": self.errors_retried,
+            "graded": self.graded, "invalid": self.invalid, "errors": dict(self.errors), "refusals": self.refusals,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "elapsed_s": round(self.elapsed_s, 3), "interrupted": self.interrupted, "aborted": self.aborted,
+            "concurrency": self.concurrency,
+        }
+
+
+async def judge_async(
+    run: runs.RunDir,
+    output: Path,
+    items: Sequence[JudgeItem],
+    backend: Backend,
+    *,
+    judge_model: str,
+    params: DecodingParams,
+    key_fields: Sequence[str],
+    manifest_section: str,
+    describe: Mapping[str, Any],
+    progress: bool = False,
+) -> JudgeSummary:
+    """Judge the items not yet judged into ``output`` (one writer per run: a lock file keeps a
+    second judge run out). ``describe`` (settings, never secrets) and each session's counts go
+    into ``run.json`` under ``manifest_section``. Raises JudgeInterrupted (records saved) when
+    cancelled, ``RunAborted`` when the endpoint cannot be reached at all."""
+    with run.writer_lock(JUDGE_LOCK, "judge run"):
+        plan = plan_judging(output, items, judge_model, params, key_fields)
+        summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried)
+        started_at = runs.utc_now()
+        run.update_manifest(**{manifest_section: {**describe, "status": "running", "started_at": started_at}})
+        pending = plan.pending
+        requests = [GenerationRequest(index, "", item.messages) for index, item in enumerate(pending)]
+
+        def to_record(result: GenerationResult) -> dict[str, Any]:
+            record = judge_record(pending[result.id], result, judge_model)
+            summary.add(record)
+            return record
+
+        started = time.monotonic()
+        try:
+            summary.interrupted = await drive(output, requests, backend, to_record, progress=progress, desc="judge")
+        except RunAborted as exc:
+            summary.aborted = str(exc)
+            exc.summary = summary
+            raise
+        finally:
+            summary.elapsed_s = time.monotonic() - started
+            summary.concurrency = backend.stats().get("concurrency")
+            previous = run.manifest().get(manifest_section) or {}
+            status = ("interrupted" if summary.interrupted else "aborted" if summary.aborted
+                      else "complete" if summary.done == summary.pending and not summary.errors else "partial")
+            session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
+            run.update_manifest(**{manifest_section: {"status": status, "finished_at": session["finished_at"],
+                                                      "sessions": [*previous.get("sessions", []), session]}})
+    if summary.interrupted:
+        raise JudgeInterrupted(summary)
+    return summary
+
+
+def run_judging(run: runs.RunDir, output: Path, items: Sequence[JudgeItem], backend: Backend, **options: Any) -> JudgeSummary:
+    """Blocking ``judge_async`` for scripts, notebooks and the CLI (closes the backend)."""
+
+    async def main() -> JudgeSummary:
+        try:
+            return await judge_async(run, output, items, backend, **options)
+        finally:
+            await backend.aclose()
+
+    return run_coroutine(main)
