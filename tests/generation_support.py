@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.charactereval.requests import make_requests
-from charactereval_lib.engine.generation.base import DecodingParams, build_payload
-from charactereval_lib.testing.mockserver import request_key
-from charactereval_lib.engine.generation.base import request_sha256
+from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256
+from charactereval_lib.testing.mockserver import MockServer, request_key
 
 ROLES = ("甲乙", "丙")
 PROFILES = {"甲乙": {"姓名": "甲乙", "性格": "沉稳"}, "丙": {"姓名": "丙", "身份": "掌柜"}}
@@ -46,3 +47,17 @@ def files_containing(root: Path, secret: str) -> list[Path]:
     """Every file under ``root`` whose bytes contain ``secret``."""
     needle = secret.encode()
     return [p for p in Path(root).rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+# Fixtures shared by the generation test files (imported there by name).
+@pytest.fixture
+def server():
+    """The local OpenAI-compatible test server."""
+    with MockServer(hang_s=3.0) as mock:
+        yield mock
+
+
+@pytest.fixture(autouse=True)
+def fake_key(monkeypatch):
+    """A recognisable API key, so tests can check it never lands in an artifact."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)

@@ -20,21 +20,16 @@ from charactereval_lib.charactereval.requests import generation_task, make_reque
 from charactereval_lib.engine.generation.engine import run_generation
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.testing.mockserver import HTML_502, SERVED_MODEL, TEXT_500, MockServer
-from tests.generation_support import FAKE_KEY, keys_by_id, synthetic_data
+from tests.generation_support import (  # noqa: F401 - fake_key and server are fixtures
+    FAKE_KEY,
+    keys_by_id,
+    synthetic_data,
+    fake_key,
+    server,
+)
 
 MODEL = "test-model"
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=0.5)
-
-
-@pytest.fixture
-def server():
-    with MockServer(hang_s=3.0) as mock:
-        yield mock
-
-
-@pytest.fixture(autouse=True)
-def fake_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
 
 
 @pytest.fixture(params=["aiohttp", "httpx"])

@@ -18,24 +18,21 @@ from charactereval_lib.engine.generation.engine import LOCK_FILE, run_generation
 from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.charactereval.transform import generation_outputs
-from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
+from tests.generation_support import (  # noqa: F401 - fake_key and server are fixtures
+    FAKE_KEY,
+    expected_sha,
+    files_containing,
+    keys_by_id,
+    synthetic_data,
+    fake_key,
+    server,
+)
 
 MODEL = "test-model"
 MAX_ATTEMPTS = 4
 # Per attempt; the server's "timeout" action hangs longer than this.
 TIMEOUT_S = 0.5
 FAST = RetryPolicy(max_attempts=MAX_ATTEMPTS, base_delay_s=0.01, max_delay_s=0.05, timeout_s=TIMEOUT_S)
-
-
-@pytest.fixture
-def server():
-    with MockServer(hang_s=3.0) as mock:
-        yield mock
-
-
-@pytest.fixture(autouse=True)
-def fake_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
 
 
 def backend_for(server: MockServer, params: DecodingParams | None = None, *, concurrency: int = 8,
