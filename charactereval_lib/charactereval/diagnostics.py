@@ -1,8 +1,8 @@
 """Diagnostic tables behind the report's charts: the bf16 score grid, sample sizes, failures,
-context length. Plain data in, tidy DataFrames out; ``plots.py`` draws them.
+context length. Plain data in, tidy DataFrames out; ``figures.py`` draws them.
 
 The official reward model computes its sigmoid in bfloat16 and reports ``float(sigmoid)*4+1``
-(seed 000 §S8), so every faithful score sits on a grid: (score-1)/4 is a bfloat16 number. With
+(protocol step S8), so every faithful score sits on a grid: (score-1)/4 is a bfloat16 number. With
 8 significant bits the sigmoid steps by 2^-8 in [0.5, 1) (scores step 0.015625 from 3 to 5),
 by 2^-9 in [0.25, 0.5) (scores step 0.0078125 from 2 to 3), and so on, finer towards 1. A score
 off that grid did not come from a faithful bf16 scorer.

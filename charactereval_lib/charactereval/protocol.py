@@ -1,7 +1,7 @@
 """The CharacterEval protocol as constants: version, metrics, dimensions and fixed strings.
 
-Every string here is a fact of the official protocol (seeds 000 §S3/§S6, 001 rows 4, 7, 13)
-and must be reproduced byte for byte. A change that can move a score bumps PROTOCOL_VERSION.
+Every string here is a fact of the official protocol (the generation script's prompts, S3, and
+the reward model's input template, S6) and must be reproduced byte for byte. A change that can move a score bumps PROTOCOL_VERSION.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ RM_EOS_ID = 2
 # S5: the failure marker that API generation scripts write; dropped like None.
 ERROR_OUTPUT = "ERROR"
 
-# The paper's 13th column cannot be reproduced from what was released (seed 001 row 20).
+# The paper's 13th column cannot be reproduced: its questionnaire, labels and code were never released.
 MBTI_NOT_REPRODUCED = (
     "not reproduced: the MBTI questionnaire, the 54 ground-truth labels, the prompts and "
     "the scoring code were never released"

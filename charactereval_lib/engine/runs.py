@@ -1,6 +1,6 @@
 """Run directories: the ``run.json`` manifest and the append-only JSON Lines artifacts.
 
-A run lives in ``outputs/<name>/`` (DESIGN §4). Whole files are written atomically (temp file in
+A run lives in ``outputs/<name>/`` (``RunDir`` owns its layout). Whole files are written atomically (temp file in
 the same directory + rename) so a crash never leaves a half-written file; record streams are
 JSON Lines appended one flushed line at a time, so a crash loses at most the line being written,
 which the reader reports and the next writer cuts off before appending.

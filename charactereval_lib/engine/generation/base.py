@@ -18,8 +18,8 @@ from typing import Any, Protocol
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
-# ChatGLM3's chat() defaults, which the official generation script used implicitly (seed 001
-# row 9): sampling with temperature 0.8 and top_p 0.8.
+# ChatGLM3's chat() defaults, which the official generation script used implicitly (it calls the
+# model's chat() without decoding arguments): sampling with temperature 0.8 and top_p 0.8.
 PRESETS: dict[str, dict[str, float]] = {"chatglm3": {"temperature": 0.8, "top_p": 0.8}}
 DEFAULT_MAX_TOKENS = 1024
 

@@ -141,7 +141,7 @@ class OpenAIBackend(RetryingBackend):
         model = response.get("model")
         finish_reason = choice.get("finish_reason")
         if finish_reason == "content_filter":
-            # A filtered reply is a failed call, not the model's answer (seed 001 row 11).
+            # A filtered reply is a failed call, not the model's answer: the provider withheld it.
             raise PermanentError(
                 "ContentFilterError", "the provider's content filter stopped the reply (finish_reason content_filter)",
                 content_filter=True, finish_reason=finish_reason, usage=usage, model=model,
@@ -152,7 +152,7 @@ class OpenAIBackend(RetryingBackend):
         reported = {name: response[name] for name in _REPORTED if response.get(name) is not None}
         if refusal_text is not None:
             reported["refusal_text"] = refusal_text
-        # Only the reply text counts; reasoning models' thinking is not part of it (seed 001 row 10).
+        # Only the reply text counts; reasoning models' thinking is not part of what the protocol scores.
         return GenerationResult(
             id=request.id,
             status=STATUS_OK,
