@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
@@ -98,7 +99,12 @@ def cmd_data_subset(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.doctor import run_checks
 
-    data = load_official_data(args.data_dir)
+    try:
+        data = load_official_data(args.data_dir)
+    except DataError as exc:
+        # Missing or altered data fails the self-check (exit 1), as `data verify` reports it.
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {data.data_dir}")
     checks = run_checks(data)
     for check in checks:
@@ -466,6 +472,10 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other error of the command; the usage is a --help away.
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

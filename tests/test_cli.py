@@ -45,9 +45,10 @@ def test_doctor_fails_on_a_protocol_breaking_context(tmp_path, capsys):
 
     samples = [{"id": 5, "role": "丙", "novel_name": "书", "context": "甲乙：一\n丙：二"}]
     write_data_dir(tmp_path, samples, SYNTHETIC_PROFILES, SYNTHETIC_ID2METRIC)
-    # An unverified synthetic directory is refused with one line before any check runs.
+    # An unverified synthetic directory fails the self-check with one line before any check runs
+    # (exit 1, as `data verify` reports the same file).
     code, _, err = run_cli(capsys, "doctor", "--data-dir", str(tmp_path))
-    assert code == 2 and err.count("\n") == 1 and "SHA-256 mismatch" in err
+    assert code == 1 and err.count("\n") == 1 and "SHA-256 mismatch" in err
 
 
 def test_dry_run_writes_every_request_in_file_order(official_data, official_dir, tmp_path, capsys):
@@ -170,7 +171,7 @@ def test_transform_of_a_torn_generations_file(official_data, official_dir, tmp_p
 
 def test_missing_data_is_one_line(tmp_path, capsys):
     code, _, err = run_cli(capsys, "doctor", "--data-dir", str(tmp_path / "nowhere"))
-    assert code == 2
+    assert code == 1
     assert err == f"error: {tmp_path / 'nowhere' / 'test_data.jsonl'}: missing (run `charactereval data fetch`, pass --dir, or set CHARACTEREVAL_DATA_DIR)\n"
 
 

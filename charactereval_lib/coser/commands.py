@@ -139,7 +139,9 @@ def add_coser_parser(subparsers: Any) -> None:
     data_sub = data.add_subparsers(dest="coser_data_command", required=True, metavar="ACTION")
     for name in ("fetch", "verify"):
         p = data_sub.add_parser(name)
-        _data_dir(p)
+        # --dir, as CharacterEval's `data fetch|verify` spell it.
+        p.add_argument("--dir", "--data-dir", dest="data_dir", metavar="DIR",
+                       help="CoSER data directory (default: $COSER_DATA_DIR, else data/coser/)")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             p.add_argument("--quiet", action="store_true")
