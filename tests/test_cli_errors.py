@@ -66,3 +66,18 @@ def test_help_and_version_exit_zero(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 0 and capsys.readouterr().out
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(official_dir):
+    import subprocess
+    import sys
+
+    # `charactereval data subset 4000 | head -0`: the reader is gone before the command writes
+    # (it is still importing), so its first write meets a closed pipe.
+    command = [sys.executable, "-m", "charactereval_lib.cli", "data", "subset", "4000", "--dir", str(official_dir)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        code = process.wait(timeout=60)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert code in (0, 141), (code, stderr)
