@@ -250,7 +250,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print("\n".join(summary_lines(outcome)))
     if outcome.interrupted:
         return 130
-    return 1 if outcome.failures else 0
+    # A model that finished with failed samples is reported and makes the batch exit 1 too.
+    return 1 if outcome.failures or any(m.failed_samples for m in outcome.models) else 0
 
 # --- score / rm ------------------------------------------------------------------------------
 

@@ -247,3 +247,13 @@ def test_summarize_is_deterministic_for_a_seed(tmp_path):
     other = summarize_run(run, n_boot=100, seed=6)["metrics"]
     assert [m["ci_low"] for m in first] == [m["ci_low"] for m in again]
     assert [m["ci_low"] for m in first] != [m["ci_low"] for m in other]
+
+
+def test_a_metric_with_one_row_has_no_interval_in_the_summary(tmp_path):
+    rows = [(1, "Fluency", 3.0), *((i, "Empathy", 2.0 + i / 10) for i in range(2, 12))]
+    stats = metric_statistics(frame(rows), n_boot=50)
+    table = stats.metrics.set_index("metric_en")
+    assert table.loc["Fluency", "n"] == 1 and np.isnan(table.loc["Fluency", ["ci_low", "ci_high"]].astype(float)).all()
+    assert table.loc["Empathy", "ci_low"] < table.loc["Empathy", "ci_high"]
+    dims = stats.dimensions.set_index("dimension")
+    assert np.isnan(float(dims.loc["conversational_ability", "ci_low"]))

@@ -226,3 +226,25 @@ def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
     assert len(runs.read_jsonl(run / runs.REQUESTS).records) == 3
     text = nbformat.read(str(output), as_version=4).cells[-1].outputs[-1]["data"]["text/plain"]
     assert re.search(r"requests\.jsonl \(dry run payloads\)\s+3", text)
+
+
+@pytest.mark.parametrize("backend", ["offline", "openai"])
+def test_generate_notebook_generates_under_papermill(backend, official_dir, tmp_path, monkeypatch):
+    """A kernel already runs an event loop; generation must work there all the same, with the
+    offline backend and over real HTTP to the local OpenAI-compatible server."""
+    from charactereval_lib.testing.mockserver import MockServer
+
+    run = tmp_path / "gen"
+    output = tmp_path / "generate.ipynb"
+    parameters = {"run_dir": str(run), "backend": backend, "model": "demo", "limit": 4, "dry_run": False,
+                  "data_dir": str(official_dir)}
+    with MockServer() as server:
+        if backend == "openai":
+            # The kernel inherits the environment: the key variable is all it needs.
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-notebook-test")
+            parameters["base_url"] = server.base_url
+        report.execute("generate.ipynb", output, parameters)
+    assert cell_problems(output) == []
+    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    assert len(records) == 4 and all(r["status"] == "ok" for r in records)
+    assert (run / runs.ROWS).exists()

@@ -127,3 +127,24 @@ def test_run_dir_refuses_another_protocol_and_names_mixed_scorers(tmp_path):
         run.check_consistent()
     assert "--allow-mixed" in str(pytest.raises(runs.MixedRunError, run.check_consistent).value)
     assert len(run.check_consistent(allow_mixed=True)) == 1
+
+
+def test_compare_refuses_runs_scored_differently_and_names_them(tmp_path):
+    from charactereval_lib import pipeline
+
+    def scored_run(name: str, checkpoint: str, mode: str) -> runs.RunDir:
+        run = runs.RunDir.resolve(tmp_path / name)
+        run.update_manifest(protocol_version=PROTOCOL_VERSION)
+        run.rows.write_text('{"id": 1, "metric_en": "Fluency"}\n')
+        with runs.JsonlAppender(run.scores) as out:
+            out.write({"id": 1, "metric_en": "Fluency", "score": 3.0, "mode": mode, "checkpoint_sha256": checkpoint})
+        return run
+
+    a = scored_run("a", "a" * 64, "faithful")
+    assert pipeline.compare_problems([a, scored_run("same", "a" * 64, "faithful")]) == []
+    problems = pipeline.compare_problems([a, scored_run("b", "b" * 64, "faithful"), scored_run("c", "a" * 64, "fast")])
+    assert len(problems) == 1 and "different scorer configurations" in problems[0]
+    assert "b: reward-model bbbbbbbbbbbb mode=faithful" in problems[0] and "c: reward-model aaaaaaaaaaaa mode=fast" in problems[0]
+    with pytest.raises(runs.MixedRunError, match="cannot compare: the runs were scored with different scorer"):
+        pipeline.compare([a, tmp_path / "b"], tmp_path / "cmp")
+    assert not (tmp_path / "cmp").exists()

@@ -62,7 +62,9 @@ def metric_statistics(
     scores: pd.DataFrame, *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL
 ) -> Statistics:
     """S9 means plus, per metric, the row SD and a cluster-bootstrap interval; dimension
-    averages with intervals from the same resamples."""
+    averages with intervals from the same resamples. A metric with fewer than two rows has no
+    interval (NaN, written as null): resampling one row gives a zero-width interval that would
+    claim a precision the run does not have; a dimension with such a metric has none either."""
     means = metric_means(scores)
     sd = scores.groupby("metric_en")["score"].std(ddof=1) if len(scores) else pd.Series(dtype=float)
     means["sd"] = [float(sd.get(name, math.nan)) for name in METRIC_ORDER]
@@ -71,8 +73,12 @@ def metric_statistics(
     else:
         draws = np.full((n_boot, len(METRIC_ORDER)), math.nan)
     means["ci_low"], means["ci_high"] = percentile_interval(draws, level)
+    too_few = means["n"] < 2
+    means.loc[too_few, ["ci_low", "ci_high"]] = math.nan
     dims = dimension_averages(means)
     dims["ci_low"], dims["ci_high"] = percentile_interval(dimension_draws(draws), level)
+    lacking = {m.dimension.key for m, few in zip(METRICS, too_few) if few}
+    dims.loc[dims["dimension"].isin(lacking), ["ci_low", "ci_high"]] = math.nan
     return Statistics(means, dims, draws, n_boot, seed, level)
 
 

@@ -131,7 +131,7 @@ def fetch(
 
 
 def _download(url: str, *, timeout: float, progress: bool, label: str, offline_hint: str) -> bytes:
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:

@@ -303,7 +303,7 @@ def score_rows(
 ) -> tuple[int, int]:
     """Score ``pending`` rows (sorted by sample) and hand each record to ``emit`` as soon as it
     exists. Returns (tokens seen by the model, rows truncated)."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from charactereval_lib.charactereval.reward.model import sigmoid_faithful, sigmoids_fast
     from charactereval_lib.charactereval.reward.tokenizer import truncate_left

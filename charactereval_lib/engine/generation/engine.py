@@ -297,7 +297,7 @@ async def drive(
     file ``output`` as each result arrives (one flushed line each, so a kill loses only what is in
     flight). Shared by generation and judging so both get the same concurrency, retries, progress
     bar and signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     stop_on_sigterm = _cancel_on_sigterm()
     appender = runs.JsonlAppender(output)
