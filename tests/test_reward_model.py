@@ -16,10 +16,10 @@ from charactereval_lib.charactereval.reward.model import (
     BaichuanCharRM,
     FastOptions,
     RMConfig,
-    _probs_inplace,
-    _row_attention,
     alibi_slopes,
     attention_probs,
+    attention_probs_inplace,
+    blocked_attention,
     build_alibi_mask,
     sigmoid_faithful,
     sigmoids_fast,
@@ -146,7 +146,7 @@ def test_inplace_attention_steps_equal_the_faithful_ones():
     q = (torch.randn(1, 12, 70, 16, generator=gen) * 3).to(DTYPE)
     k = (torch.randn(1, 12, 70, 16, generator=gen) * 3).to(DTYPE)
     mask = build_alibi_mask(12, 70)
-    assert torch.equal(_probs_inplace(q, k, mask), attention_probs(q, k, mask))
+    assert torch.equal(attention_probs_inplace(q, k, mask), attention_probs(q, k, mask))
 
 
 def test_out_of_vocabulary_ids_are_refused():
@@ -188,9 +188,9 @@ def test_causal_blocks_give_the_faithful_attention_on_cpu(length):
     q, k, v = ((torch.randn(1, 8, length, 32, generator=gen) * 2).to(DTYPE) for _ in range(3))
     mask = build_alibi_mask(8, length)
     faithful = torch.matmul(attention_probs(q, k, mask), v)
-    assert torch.equal(_row_attention(q, k, v, mask, 0, 64), faithful)
+    assert torch.equal(blocked_attention(q, k, v, mask, block=64), faithful)
     # Queries that continue a prefix (absolute positions start at 100).
-    tail = _row_attention(q[:, :, 100:], k, v, mask, 100, 64)
+    tail = blocked_attention(q[:, :, 100:], k, v, mask[:, 100:], block=64)
     assert torch.equal(tail, faithful[:, :, 100:])
 
 
