@@ -233,9 +233,10 @@ class PrefixCache:
         self.length = length
         self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def store(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Keep positions [0, length) of the lending row's keys and values; once per layer, in
-        layer order."""
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Keep positions [0, length) of the lending row's keys and values of ``layer``."""
+        if layer != len(self.layers):
+            raise RuntimeError(f"prefix cache filled out of order: layer {layer} after {len(self.layers)} layer(s)")
         self.layers.append((k[:, :, : self.length].clone(), v[:, :, : self.length].clone()))
 
     def prepend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,7 +268,7 @@ class Row:
         if self.past is not None:
             k, v = self.past.prepend(layer, k, v)
         if self.lend is not None:
-            self.lend.store(k, v)
+            self.lend.store(layer, k, v)
         return k, v
 
 
