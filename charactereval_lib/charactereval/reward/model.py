@@ -595,6 +595,27 @@ def _run_batch(model: BaichuanCharRM, rows: Sequence[Row], attention: AttentionF
     return model(ids, attention, batch, last_position_only=True).tolist()
 
 
+def _run_leads_then_followers(
+    model: BaichuanCharRM,
+    seqs: Sequence[Sequence[int]],
+    leads: Sequence[tuple[int, int, list[int]]],
+    attention: AttentionFunction,
+    options: FastOptions,
+) -> list[tuple[int, float]]:
+    """(row, sigmoid) for one batch of lead rows and then, in batches, every row that continues
+    their prefixes. Followers run as soon as their prefixes exist, and the prefix caches die
+    with this call, so few are alive at once."""
+    rows = [Row(seqs[row], lend=PrefixCache(prefix) if prefix else None) for row, prefix, _ in leads]
+    scored = list(zip([row for row, _, _ in leads], _run_batch(model, rows, attention)))
+    followers = [
+        (i, Row(seqs[i][prefix:], past=lead.lend)) for (_, prefix, rest), lead in zip(leads, rows) for i in rest
+    ]
+    for batch in _batches([len(row.tokens) for _, row in followers], options):
+        values = _run_batch(model, [followers[j][1] for j in batch], attention)
+        scored += [(followers[j][0], value) for j, value in zip(batch, values)]
+    return scored
+
+
 def sigmoids_fast(
     model: BaichuanCharRM,
     seqs: Sequence[Sequence[int]],
@@ -612,15 +633,6 @@ def sigmoids_fast(
     attention = options.attention(device)
     with strict_numerics(device):
         for batch in _batches([len(seqs[row]) for row, _, _ in leads], options):
-            rows = [Row(seqs[leads[j][0]], lend=PrefixCache(leads[j][1]) if leads[j][1] else None) for j in batch]
-            followers: list[tuple[int, Row]] = []
-            for j, lead, value in zip(batch, rows, _run_batch(model, rows, attention)):
-                row, prefix, rest = leads[j]
+            for row, value in _run_leads_then_followers(model, seqs, [leads[j] for j in batch], attention, options):
                 out[row] = value
-                followers += [(i, Row(seqs[i][prefix:], past=lead.lend)) for i in rest]
-            # Followers run as soon as their prefixes exist, so few caches are alive at once.
-            for fbatch in _batches([len(row.tokens) for _, row in followers], options):
-                values = _run_batch(model, [followers[j][1] for j in fbatch], attention)
-                for j, value in zip(fbatch, values):
-                    out[followers[j][0]] = value
     return [float(v) for v in out]  # type: ignore[arg-type]
