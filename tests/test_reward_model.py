@@ -15,12 +15,16 @@ from charactereval_lib.charactereval.reward.model import (
     DTYPE,
     BaichuanCharRM,
     FastOptions,
+    PrefixCache,
+    RaggedBatch,
     RMConfig,
-    _probs_inplace,
-    _row_attention,
+    Row,
     alibi_slopes,
     attention_probs,
+    attention_probs_inplace,
+    blocked_attention,
     build_alibi_mask,
+    inplace_attention,
     sigmoid_faithful,
     sigmoids_fast,
     to_score,
@@ -146,7 +150,7 @@ def test_inplace_attention_steps_equal_the_faithful_ones():
     q = (torch.randn(1, 12, 70, 16, generator=gen) * 3).to(DTYPE)
     k = (torch.randn(1, 12, 70, 16, generator=gen) * 3).to(DTYPE)
     mask = build_alibi_mask(12, 70)
-    assert torch.equal(_probs_inplace(q, k, mask), attention_probs(q, k, mask))
+    assert torch.equal(attention_probs_inplace(q, k, mask), attention_probs(q, k, mask))
 
 
 def test_out_of_vocabulary_ids_are_refused():
@@ -179,6 +183,30 @@ def test_fast_mode_equals_faithful_on_grouped_rows():
         assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1, (options, stats)
 
 
+def test_one_forward_serves_ragged_batches_with_and_without_last_position_only():
+    """The modules of the faithful path on a right-padded batch whose last two rows continue
+    the cached prefix of the first: the head reads each row's last real token whether the final
+    layer runs at every position or at the last one only."""
+    model = make_model(12, hidden_per_head=8, layers=3, max_len=128)
+    rng = random.Random(1)
+    prefix = [rng.randrange(3, 300) for _ in range(60)]
+    seqs = [prefix + [rng.randrange(3, 300) for _ in range(n)] + [2] for n in (9, 1, 4)]
+    seqs += [[rng.randrange(3, 300) for _ in range(n)] + [2] for n in (30, 75)]
+    faithful = [sigmoid_faithful(model, s) for s in seqs]
+    for last_position_only in (False, True):
+        with torch.inference_mode():
+            cache = PrefixCache(len(prefix))
+            lead = RaggedBatch([Row(seqs[0], lend=cache), Row(seqs[3]), Row(seqs[4])])
+            first = model(lead.input_ids(torch.device("cpu")), inplace_attention, lead, last_position_only).tolist()
+            rest = RaggedBatch([Row(s[len(prefix) :], past=cache) for s in seqs[1:3]])
+            second = model(rest.input_ids(torch.device("cpu")), inplace_attention, rest, last_position_only).tolist()
+        fast = [first[0], *second, *first[1:]]
+        stats = compare_modes(faithful, fast)
+        assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1, (last_position_only, stats)
+    with pytest.raises(ValueError, match="last_position_only needs a RaggedBatch"):
+        model(torch.tensor([seqs[0]]), last_position_only=True)
+
+
 @pytest.mark.parametrize("length", [70, 300, 1300])
 def test_causal_blocks_give_the_faithful_attention_on_cpu(length):
     """Queries in blocks against keys up to the (aligned) block end, softmax over that width,
@@ -188,9 +216,9 @@ def test_causal_blocks_give_the_faithful_attention_on_cpu(length):
     q, k, v = ((torch.randn(1, 8, length, 32, generator=gen) * 2).to(DTYPE) for _ in range(3))
     mask = build_alibi_mask(8, length)
     faithful = torch.matmul(attention_probs(q, k, mask), v)
-    assert torch.equal(_row_attention(q, k, v, mask, 0, 64), faithful)
+    assert torch.equal(blocked_attention(q, k, v, mask, block=64), faithful)
     # Queries that continue a prefix (absolute positions start at 100).
-    tail = _row_attention(q[:, :, 100:], k, v, mask, 100, 64)
+    tail = blocked_attention(q[:, :, 100:], k, v, mask[:, 100:], block=64)
     assert torch.equal(tail, faithful[:, :, 100:])
 
 

@@ -1,16 +1,20 @@
 """Protocol step S8: the BaichuanCharRM forward pass in plain PyTorch, eval mode.
 
-One file, read top to bottom: config, ALiBi mask, RMSNorm, attention, MLP, decoder layer, the
-model, then the two ways to run it.
+One file, read top to bottom: config, ALiBi mask, RMSNorm, the attention functions, the
+right-padded batch and its prefix cache, the modules (attention, MLP, decoder layer, backbone,
+model), then the two ways to run them. There is one forward per module; the ways differ only in
+the arguments they pass it:
 
-- ``sigmoid_faithful``: batch 1, no padding, no cache, bf16, the same sequence of torch
-  operations as the official eval path (see ``REWARD_MODEL.md``), so it is bitwise identical to
-  the official scorer on the same device. Published numbers use it.
-- ``sigmoids_fast``: right-padded, length-bucketed batches, plus optional reuse of the keys and
-  values of a prefix shared by several rows (the metrics of one sample). Every real token keeps
-  its absolute position and sees exactly the keys it sees in batch 1; only the shapes of the
-  matrix products and softmax rows change, so results differ at most in rare roundings. It must
-  be measured against the faithful mode (``scorer.verify``).
+- ``sigmoid_faithful``: batch 1, no padding, no cache, ``eager_attention``, bf16: the same
+  sequence of torch operations as the official eval path (see ``REWARD_MODEL.md``), so it is
+  bitwise identical to the official scorer on the same device. Published numbers use it.
+- ``sigmoids_fast``: right-padded, length-bucketed batches (``RaggedBatch``), attention per row
+  through a fast-mode attention function, the final layer at the last position only, plus
+  optional reuse of the keys and values of a prefix shared by several rows (``PrefixCache``,
+  the metrics of one sample). Every real token keeps its absolute position and sees exactly the
+  keys it sees in batch 1; only the shapes of the matrix products and softmax rows change, so
+  results differ at most in rare roundings. It must be measured against the faithful mode
+  (``scorer.verify``).
 
 State-dict names follow the official checkpoint: ``model.embed_tokens``, ``model.layers.N.
 self_attn.W_pack`` (q, k, v stacked), ``...o_proj``, ``...mlp.{gate,up,down}_proj``,
@@ -20,8 +24,9 @@ self_attn.W_pack`` (q, k, v stacked), ``...o_proj``, ``...mlp.{gate,up,down}_pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -102,11 +107,8 @@ class AlibiMaskCache:
             self._mask = mask = build_alibi_mask(self.n_heads, size, device)
         return mask
 
-    def clear(self) -> None:
-        self._mask = None
 
-
-# --- layers ---------------------------------------------------------------------------------
+# --- RMSNorm --------------------------------------------------------------------------------
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -127,10 +129,19 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def split_heads(t: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(B, L, H) -> (B, heads, L, head_dim), a view (no copy), as the official code does."""
-    b, length, hidden = t.shape
-    return t.view(b, length, n_heads, hidden // n_heads).transpose(1, 2)
+# --- attention functions --------------------------------------------------------------------
+#
+# An attention function maps queries (B, heads, n, head_dim) and keys and values (B, heads, end,
+# head_dim) to an output shaped like the queries. The queries are always the LAST n of the end
+# key positions (a whole sequence, or the tokens that continue a cached prefix), and ``mask``
+# holds their rows of the ALiBi mask, (heads, n, end). ``eager_attention`` is the official core
+# and the only one the faithful mode uses; the others are fast-mode alternatives that compute
+# the same operations on the same values, in place or in query blocks.
+
+AttentionFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+# Multiple of every CPU/GPU reduction vector width in use (16/32 lanes).
+CAUSAL_ALIGN = 64
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -143,11 +154,162 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> tor
     return torch.softmax(scores, dim=-1)
 
 
+def attention_probs_inplace(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``attention_probs`` with the elementwise steps done in place: the same operations on the
+    same values (the tests check bitwise equality), without three large temporaries."""
+    scores = torch.matmul(q, k.transpose(2, 3))
+    scores.div_(math.sqrt(q.shape[-1]))
+    scores.add_(mask)
+    scores.clamp_min_(torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """S8 attention core, the official op sequence: ``softmax(q k^T / sqrt(d) + mask) v``."""
+    return torch.matmul(attention_probs(q, k, mask), v)
+
+
+def inplace_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """S8 attention core (fast mode): ``eager_attention`` with its elementwise steps in place."""
+    return torch.matmul(attention_probs_inplace(q, k, mask), v)
+
+
+def blocked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block: int = 256
+) -> torch.Tensor:
+    """S8 attention core (fast mode) that skips the fully masked upper blocks: queries in blocks
+    of ``block`` (> 0), each against the keys up to its end rounded up to a multiple of
+    CAUSAL_ALIGN, and the block holding the last partial chunk of keys against all of them.
+
+    A softmax row then differs from the eager one only by exact zeros, all in whole vector
+    chunks, which on the CPU kernels measured here gives identical sums; that is a property of
+    the kernels, not a guarantee, hence ``scorer.verify_run``."""
+    n, end = q.shape[2], k.shape[2]
+    if n <= block:
+        return inplace_attention(q, k, v, mask)
+    first = end - n  # absolute position of the first query
+    aligned = end // CAUSAL_ALIGN * CAUSAL_ALIGN
+    out = q.new_empty(q.shape)
+    # The value product runs over ALL keys, the skipped ones with probability 0: a matrix
+    # product's summation order can depend on its inner length, so that length stays the
+    # eager one. One zeroed buffer serves every block: widths only grow from block to block,
+    # so the columns past a block's width were never written.
+    padded = q.new_zeros((q.shape[0], q.shape[1], block, end))
+    for a in range(0, n, block):
+        b = min(a + block, n)
+        width = -(-(first + b) // CAUSAL_ALIGN) * CAUSAL_ALIGN
+        if width > aligned:
+            width = end  # queries in the last partial chunk: exactly the eager width
+        probs = attention_probs_inplace(q[:, :, a:b], k[:, :, :width], mask[:, a:b, :width])
+        if width < end:
+            padded[:, :, : b - a, :width] = probs
+            probs = padded[:, :, : b - a]
+        out[:, :, a:b] = torch.matmul(probs, v)
+    return out
+
+
+# Name -> attention function; parameters such as ``block`` are bound with functools.partial.
+ATTENTION_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "eager": eager_attention,
+    "inplace": inplace_attention,
+    "blocked": blocked_attention,
+}
+
+
+# --- right-padded batches and the shared-prefix cache (fast mode) ---------------------------
+#
+# Right padding keeps every real token at its absolute position (the ALiBi bias uses absolute
+# key positions; left padding would change how slope * j rounds in bf16), and under the causal
+# mask no real token sees a pad, so no padding mask is needed: the linear layers run on the
+# padded batch at once, attention runs per row (``Attention.forward``).
+
+
+class PrefixCache:
+    """Per-layer keys and values of the first ``length`` positions of one row: filled while the
+    row that lends them runs, then read, never changed, by every row that continues that prefix
+    (the metrics of one sample differ only in the dimension name at the very end)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Keep positions [0, length) of the lending row's keys and values of ``layer``."""
+        if layer != len(self.layers):
+            raise RuntimeError(f"prefix cache filled out of order: layer {layer} after {len(self.layers)} layer(s)")
+        self.layers.append((k[:, :, : self.length].clone(), v[:, :, : self.length].clone()))
+
+    def prepend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached prefix of ``layer`` followed by a continuing row's own keys and values."""
+        past_k, past_v = self.layers[layer]
+        return torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+
+
+@dataclass
+class Row:
+    """One row of a right-padded batch: ``tokens`` at absolute positions start, start + 1, ...
+    after the cached prefix ``past`` (start = its length), or from position 0. ``lend``, if
+    given, is filled with this row's keys and values of its first ``lend.length`` positions."""
+
+    tokens: Sequence[int]
+    past: PrefixCache | None = None
+    lend: PrefixCache | None = None
+
+    @property
+    def start(self) -> int:
+        return 0 if self.past is None else self.past.length
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+    def keys_values(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The row's keys and values over all its positions, from its own (``k``, ``v``)."""
+        if self.past is not None:
+            k, v = self.past.prepend(layer, k, v)
+        if self.lend is not None:
+            self.lend.store(layer, k, v)
+        return k, v
+
+
+@dataclass
+class RaggedBatch:
+    """Rows of different lengths, right-padded to the longest with token id 0."""
+
+    rows: Sequence[Row]
+
+    def input_ids(self, device: torch.device) -> torch.Tensor:
+        ids = torch.zeros((len(self.rows), max(len(row.tokens) for row in self.rows)), dtype=torch.long)
+        for i, row in enumerate(self.rows):
+            ids[i, : len(row.tokens)] = torch.tensor(list(row.tokens), dtype=torch.long)
+        return ids.to(device)
+
+    @property
+    def span(self) -> int:
+        """Positions the mask must cover: the furthest absolute position reached, plus one."""
+        return max(row.end for row in self.rows)
+
+    def last_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, H) -> (B, 1, H): each row at its last real token."""
+        last = torch.tensor([len(row.tokens) - 1 for row in self.rows], device=x.device)
+        return x[torch.arange(len(self.rows), device=x.device), last].unsqueeze(1)
+
+
+# --- modules --------------------------------------------------------------------------------
+
+
+def split_heads(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, L, H) -> (B, heads, L, head_dim), a view (no copy), as the official code does."""
+    b, length, hidden = t.shape
+    return t.view(b, length, n_heads, hidden // n_heads).transpose(1, 2)
+
+
 class Attention(nn.Module):
-    def __init__(self, config: RMConfig) -> None:
+    def __init__(self, config: RMConfig, layer_index: int) -> None:
         super().__init__()
         self.n_heads = config.num_attention_heads
         self.hidden_size = config.hidden_size
+        self.layer_index = layer_index  # which layer of a PrefixCache is this one's
         self.W_pack = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
         self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
 
@@ -161,9 +323,32 @@ class Attention(nn.Module):
         b, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, length, self.hidden_size))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        attention: AttentionFunction = eager_attention,
+        batch: RaggedBatch | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """S8 self-attention. Without ``batch``: unpadded sequences, every position (with
+        ``eager_attention``, the official op sequence). With ``batch``: each row against its own
+        keys (cached prefix first), at every real position or, with ``last_only``, at its last
+        one; pad positions get zeros."""
         q, k, v = self.qkv(x)
-        return self.merge(torch.matmul(attention_probs(q, k, mask), v))
+        if batch is None:
+            return self.merge(attention(q, k, v, mask))
+        # Row by row at the row's OWN length: a bf16 softmax sums its row in an order that
+        # depends on the row length (vector chunks vs tail), so a row padded to the batch width
+        # could round differently. Per row, the shapes are exactly those of batch 1.
+        out = q.new_zeros((q.shape[0], self.n_heads, 1 if last_only else q.shape[2], q.shape[3]))
+        for i, row in enumerate(batch.rows):
+            n = len(row.tokens)
+            k_row, v_row = row.keys_values(self.layer_index, k[i : i + 1, :, :n], v[i : i + 1, :, :n])
+            first = n - 1 if last_only else 0
+            queries = mask[:, row.start + first : row.end, : row.end]
+            out[i : i + 1, :, : n - first] = attention(q[i : i + 1, :, first:n], k_row, v_row, queries)
+        return self.merge(out)
 
 
 class MLP(nn.Module):
@@ -178,15 +363,27 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: RMConfig) -> None:
+    def __init__(self, config: RMConfig, layer_index: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, layer_index)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), mask)
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        attention: AttentionFunction = eager_attention,
+        batch: RaggedBatch | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """One pre-norm S8 layer: a residual around attention, then one around the MLP. With
+        ``last_only`` (batches only) the layer continues at each row's last position alone."""
+        attended = self.self_attn(self.input_layernorm(x), mask, attention, batch, last_only)
+        if last_only:
+            x = batch.last_positions(x)  # type: ignore[union-attr]
+        x = x + attended
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -194,34 +391,66 @@ class Backbone(nn.Module):
     def __init__(self, config: RMConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, index) for index in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.masks = AlibiMaskCache(config.num_attention_heads, config.model_max_length)
+
+    def alibi(self, length: int) -> torch.Tensor:
+        """Slice of the cached mask for inputs of ``length`` tokens (the official slice)."""
+        return self.masks.get(length, self.embed_tokens.weight.device)[:, :length, :length]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention: AttentionFunction = eager_attention,
+        batch: RaggedBatch | None = None,
+        last_position_only: bool = False,
+    ) -> torch.Tensor:
+        """S8 up to the final norm: embeddings, the layers, the norm. Returns (B, L, H), or
+        (B, 1, H) at each row's last token with ``last_position_only``."""
+        x = self.embed_tokens(input_ids)
+        mask = self.alibi(input_ids.shape[1] if batch is None else batch.span)
+        final = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
+            # Only the last position reaches the score head, and in the final layer nothing
+            # else depends on the other positions.
+            x = layer(x, mask, attention, batch, last_only=last_position_only and index == final)
+        return self.norm(x)
 
 
 class BaichuanCharRM(nn.Module):
-    """Backbone + ``score`` head. ``forward`` is the official ``BaichuanCharRM(input_ids)[1]``
-    for one unpadded sequence: the bf16 sigmoid of the score head at the last position."""
+    """Backbone + ``score`` head (Linear H -> 1 with bias)."""
 
     def __init__(self, config: RMConfig) -> None:
         super().__init__()
         self.config = config
         self.model = Backbone(config)
         self.score = nn.Linear(config.hidden_size, 1, bias=True)
-        self.masks = AlibiMaskCache(config.num_attention_heads, config.model_max_length)
 
-    def alibi(self, length: int) -> torch.Tensor:
-        """Slice of the cached mask for inputs of ``length`` tokens (the official slice)."""
-        return self.masks.get(length, self.score.weight.device)[:, :length, :length]
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention: AttentionFunction = eager_attention,
+        batch: RaggedBatch | None = None,
+        last_position_only: bool = False,
+    ) -> torch.Tensor:
+        """S8: the bf16 sigmoid of the score head at each row's last token, shape (rows,).
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-            raise ValueError(f"faithful forward takes one unpadded sequence (1, L); got {tuple(input_ids.shape)}")
-        x = self.model.embed_tokens(input_ids)
-        mask = self.alibi(input_ids.shape[1])
-        for layer in self.model.layers:
-            x = layer(x, mask)
-        x = self.model.norm(x)
-        return torch.sigmoid(self.score(x[:, -1, :]).squeeze())
+        By default one unpadded sequence (1, L) with the official op sequence: the official
+        ``BaichuanCharRM(input_ids)[1]``. ``batch`` describes the rows of a right-padded
+        ``input_ids`` (their lengths and cached prefixes); ``last_position_only`` (batches
+        only) computes the final layer at each row's last token alone."""
+        if batch is None and (input_ids.dim() != 2 or input_ids.shape[0] != 1):
+            raise ValueError(f"without a batch, forward takes one unpadded sequence (1, L); got {tuple(input_ids.shape)}")
+        if batch is None and last_position_only:
+            raise ValueError("last_position_only needs a RaggedBatch (it reads each row's last real token)")
+        hidden = self.model(input_ids, attention, batch, last_position_only)
+        if batch is not None and not last_position_only:
+            hidden = batch.last_positions(hidden)
+        last = hidden[:, -1, :]
+        # Row by row: the head's matrix product keeps the official (1, H) shape, whose summation
+        # order a batched product need not share.
+        return torch.stack([torch.sigmoid(self.score(row).squeeze()) for row in last.split(1)])
 
 
 # --- numerics guard -------------------------------------------------------------------------
@@ -279,26 +508,15 @@ def sigmoid_faithful(model: BaichuanCharRM, ids: Sequence[int]) -> float:
 
 # --- fast mode ------------------------------------------------------------------------------
 #
-# What may change and what may not. Right padding keeps every real token at its absolute
-# position (the ALiBi bias uses absolute key positions; left padding would change how
-# slope * j rounds in bf16), and under the causal mask no real token sees a pad, so no padding
-# mask is needed. The linear layers then run on the padded batch at once. Attention, however,
-# is computed per row at the row's OWN length: a bf16 softmax sums its row in an order that
-# depends on the row length (vector chunks vs tail), so a row padded to the batch width can
-# round differently; per row, the score, softmax and value products have exactly the faithful
-# shapes. The final layer is only evaluated at each row's last position, where the score is
-# read. Rows that share a token prefix (the metrics of one sample) can reuse the keys and values
-# of that prefix from one full row of their group; their prefix was computed at the lead row's
-# length. Optionally (on CPU by default) the scores and softmax skip the fully masked upper
-# blocks: queries in blocks, each against keys up to its end rounded up to a multiple of
-# CAUSAL_ALIGN, and the block holding the last partial chunk of rows against all keys; the
-# value product still runs over all keys. A softmax row then differs from the faithful one only
-# by exact zeros, all in whole vector chunks, which on the CPU kernels measured here gives
-# identical sums; that is a property of the kernels, not a guarantee. Prefix reuse and causal
-# blocks are why this mode must be verified on the device it runs on (``scorer.verify_run``).
-
-# Multiple of every CPU/GPU reduction vector width in use (16/32 lanes).
-CAUSAL_ALIGN = 64
+# The same modules as the faithful mode, called on right-padded, length-bucketed batches
+# (``RaggedBatch``): every real token keeps its absolute position and sees exactly the keys it
+# sees in batch 1, and attention runs per row at the row's own length. The final layer runs
+# only at each row's last position, where the score is read. Rows that share a token prefix
+# (the metrics of one sample) can reuse the keys and values of that prefix from one full row of
+# their group (``PrefixCache``); their prefix was computed at the lead row's length. On CPU the
+# attention skips fully masked blocks by default (``blocked_attention``). Prefix reuse and
+# causal blocks are why this mode must be verified on the device it runs on
+# (``scorer.verify_run``).
 
 
 @dataclass(frozen=True)
@@ -314,116 +532,14 @@ class FastOptions:
     # Query block size for skipping masked attention blocks; 0 = off, None = on CPU only.
     causal_block: int | None = None
 
-
-@dataclass
-class _Item:
-    """Work for one row in a batch: ``tokens`` at absolute positions start, start + 1, ...
-    after ``past`` (per layer (k, v) of positions [0, start)), or from position 0."""
-
-    tokens: Sequence[int]
-    start: int = 0
-    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-    # Keep this row's keys/values of positions [0, keep) (for rows that lend their prefix).
-    keep: int = 0
-
-
-def _probs_inplace(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``attention_probs`` with the elementwise steps done in place: the same operations on the
-    same values (the tests check bitwise equality), without three large temporaries."""
-    scores = torch.matmul(q, k.transpose(2, 3))
-    scores.div_(math.sqrt(q.shape[-1]))
-    scores.add_(mask)
-    scores.clamp_min_(torch.finfo(scores.dtype).min)
-    return torch.softmax(scores, dim=-1)
-
-
-def _row_attention(
-    q_row: torch.Tensor,
-    k_row: torch.Tensor,
-    v_row: torch.Tensor,
-    mask: torch.Tensor,
-    first: int,
-    block: int,
-) -> torch.Tensor:
-    """Attention output (1, heads, queries, head_dim) for queries at absolute positions
-    first, first + 1, ... over all keys of one row (faithful shapes when ``block`` is 0)."""
-    end = k_row.shape[2]
-    n = q_row.shape[2]
-    if not block or n <= block:
-        return torch.matmul(_probs_inplace(q_row, k_row, mask[:, first : first + n, :end]), v_row)
-    aligned = end // CAUSAL_ALIGN * CAUSAL_ALIGN
-    out = q_row.new_empty(q_row.shape)
-    # The value product runs over ALL keys, the skipped ones with probability 0: a matrix
-    # product's summation order can depend on its inner length, so that length stays the
-    # faithful one. One zeroed buffer serves every block: widths only grow from block to
-    # block, so the columns past a block's width were never written.
-    padded = q_row.new_zeros((1, q_row.shape[1], min(block, n), end))
-    for a in range(0, n, block):
-        b = min(a + block, n)
-        width = -(-(first + b) // CAUSAL_ALIGN) * CAUSAL_ALIGN
-        if width > aligned:
-            width = end  # rows in the last partial chunk: exactly the faithful width
-        probs = _probs_inplace(q_row[:, :, a:b], k_row[:, :, :width], mask[:, first + a : first + b, :width])
-        if width < end:
-            padded[:, :, : b - a, :width] = probs
-            probs = padded[:, :, : b - a]
-        out[:, :, a:b] = torch.matmul(probs, v_row)
-    return out
-
-
-def _row_kv(item: _Item, layer: int, k: torch.Tensor, v: torch.Tensor, row: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row ``row``'s keys/values over all its positions: cached prefix + its own new tokens."""
-    n = len(item.tokens)
-    k_row, v_row = k[row : row + 1, :, :n], v[row : row + 1, :, :n]
-    if item.past is not None:
-        k_row = torch.cat([item.past[layer][0], k_row], dim=2)
-        v_row = torch.cat([item.past[layer][1], v_row], dim=2)
-    return k_row, v_row
-
-
-def _run_items(
-    model: BaichuanCharRM, items: Sequence[_Item], block: int = 0
-) -> tuple[list[float], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
-    """One right-padded batch: returns each row's sigmoid and, for rows with ``keep``, their
-    per-layer keys/values of positions [0, keep)."""
-    device = model.score.weight.device
-    width = max(len(it.tokens) for it in items)
-    ids = torch.zeros((len(items), width), dtype=torch.long)
-    for row, it in enumerate(items):
-        ids[row, : len(it.tokens)] = torch.tensor(list(it.tokens), dtype=torch.long)
-    mask = model.alibi(max(it.start + len(it.tokens) for it in items))
-    x = model.model.embed_tokens(ids.to(device))
-    kept: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in items]
-    layers = model.model.layers
-    for index, layer in enumerate(layers):
-        attn = layer.self_attn
-        q, k, v = attn.qkv(layer.input_layernorm(x))
-        final = index == len(layers) - 1
-        out = q.new_zeros((len(items), q.shape[1], 1 if final else width, q.shape[3]))
-        for row, it in enumerate(items):
-            k_row, v_row = _row_kv(it, index, k, v, row)
-            if it.keep:
-                kept[row].append((k_row[:, :, : it.keep].clone(), v_row[:, :, : it.keep].clone()))
-            # The final layer only matters at the last position: one query row there.
-            first = len(it.tokens) - 1 if final else 0
-            q_row = q[row : row + 1, :, first : len(it.tokens)]
-            out[row : row + 1, :, : q_row.shape[2]] = _row_attention(q_row, k_row, v_row, mask, it.start + first, block)
-        if final:
-            rows = torch.arange(len(items), device=device)
-            last = torch.tensor([len(it.tokens) - 1 for it in items], device=device)
-            x = x[rows, last].unsqueeze(1)
-        x = x + attn.merge(out)
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return _finish(model, x), kept
-
-
-def _finish(model: BaichuanCharRM, h_last: torch.Tensor) -> list[float]:
-    """Final norm, score head and sigmoid per row, on (1, H) slices: the exact shapes of the
-    faithful path's tail."""
-    out = []
-    for row in h_last.reshape(-1, h_last.shape[-1]).split(1):
-        out.append(torch.sigmoid(model.score(model.model.norm(row)).squeeze()).item())
-    return out
+    def attention(self, device: torch.device) -> AttentionFunction:
+        """The attention function these options select on ``device``."""
+        block = self.causal_block
+        if block is None:
+            block = 256 if device.type == "cpu" else 0
+        if block:
+            return functools.partial(ATTENTION_FUNCTIONS["blocked"], block=block)
+        return ATTENTION_FUNCTIONS["inplace"]
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
@@ -437,19 +553,67 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def _batches(items: list[_Item], options: FastOptions) -> Iterator[list[int]]:
+def _lead_rows(
+    seqs: Sequence[Sequence[int]], groups: Sequence[Hashable] | None, options: FastOptions
+) -> list[tuple[int, int, list[int]]]:
+    """(row, prefix length, follower rows) for each row computed in full; its followers are
+    computed only past its first ``prefix`` tokens, which they share."""
+    if groups is None or not options.reuse_prefix:
+        return [(i, 0, []) for i in range(len(seqs))]
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(groups):
+        members.setdefault(key, []).append(i)
+    leads: list[tuple[int, int, list[int]]] = []
+    for idx in members.values():
+        # Keep at least one token per follower after the prefix: its score is read there.
+        prefix = min(_common_prefix([seqs[i] for i in idx]), min(len(seqs[i]) for i in idx) - 1)
+        if len(idx) > 1 and prefix >= options.min_prefix:
+            leads.append((idx[0], prefix, idx[1:]))
+        else:
+            leads.extend((i, 0, []) for i in idx)
+    return leads
+
+
+def _batches(lengths: Sequence[int], options: FastOptions) -> Iterator[list[int]]:
     """Length-bucketed batches: indices sorted longest first, cut so that rows x longest row
     stays within the token budget."""
-    order = sorted(range(len(items)), key=lambda i: -len(items[i].tokens))
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batch: list[int] = []
     for i in order:
-        longest = len(items[batch[0]].tokens) if batch else 0
+        longest = lengths[batch[0]] if batch else 0
         if batch and ((len(batch) + 1) * longest > options.token_budget or len(batch) >= options.max_batch):
             yield batch
             batch = []
         batch.append(i)
     if batch:
         yield batch
+
+
+def _run_batch(model: BaichuanCharRM, rows: Sequence[Row], attention: AttentionFunction) -> list[float]:
+    batch = RaggedBatch(rows)
+    ids = batch.input_ids(model.score.weight.device)
+    return model(ids, attention, batch, last_position_only=True).tolist()
+
+
+def _run_leads_then_followers(
+    model: BaichuanCharRM,
+    seqs: Sequence[Sequence[int]],
+    leads: Sequence[tuple[int, int, list[int]]],
+    attention: AttentionFunction,
+    options: FastOptions,
+) -> list[tuple[int, float]]:
+    """(row, sigmoid) for one batch of lead rows and then, in batches, every row that continues
+    their prefixes. Followers run as soon as their prefixes exist, and the prefix caches die
+    with this call, so few are alive at once."""
+    rows = [Row(seqs[row], lend=PrefixCache(prefix) if prefix else None) for row, prefix, _ in leads]
+    scored = list(zip([row for row, _, _ in leads], _run_batch(model, rows, attention)))
+    followers = [
+        (i, Row(seqs[i][prefix:], past=lead.lend)) for (_, prefix, rest), lead in zip(leads, rows) for i in rest
+    ]
+    for batch in _batches([len(row.tokens) for _, row in followers], options):
+        values = _run_batch(model, [followers[j][1] for j in batch], attention)
+        scored += [(followers[j][0], value) for j, value in zip(batch, values)]
+    return scored
 
 
 def sigmoids_fast(
@@ -465,38 +629,10 @@ def sigmoids_fast(
         check_ids(model, seq)
     device = model.score.weight.device
     out: list[float | None] = [None] * len(seqs)
-    # Lead rows (computed in full) and, per lead, the followers that reuse its prefix.
-    leads: list[tuple[int, int, list[int]]] = []  # (row, prefix length, follower rows)
-    if groups is not None and options.reuse_prefix:
-        members: dict[Hashable, list[int]] = {}
-        for i, key in enumerate(groups):
-            members.setdefault(key, []).append(i)
-        for idx in members.values():
-            # Keep at least one token per follower after the prefix: its score is read there.
-            prefix = min(_common_prefix([seqs[i] for i in idx]), min(len(seqs[i]) for i in idx) - 1)
-            if len(idx) > 1 and prefix >= options.min_prefix:
-                leads.append((idx[0], prefix, idx[1:]))
-            else:
-                leads.extend((i, 0, []) for i in idx)
-    else:
-        leads = [(i, 0, []) for i in range(len(seqs))]
-    block = options.causal_block
-    if block is None:
-        block = 256 if device.type == "cpu" else 0
+    leads = _lead_rows(seqs, groups, options)
+    attention = options.attention(device)
     with strict_numerics(device):
-        first = [_Item(seqs[row], keep=prefix) for row, prefix, _ in leads]
-        followers: list[tuple[int, _Item]] = []
-        for batch in _batches(first, options):
-            values, kept = _run_items(model, [first[j] for j in batch], block)
-            for j, value, kv in zip(batch, values, kept):
-                row, prefix, rest = leads[j]
+        for batch in _batches([len(seqs[row]) for row, _, _ in leads], options):
+            for row, value in _run_leads_then_followers(model, seqs, [leads[j] for j in batch], attention, options):
                 out[row] = value
-                followers += [(i, _Item(seqs[i][prefix:], start=prefix, past=kv)) for i in rest]
-            # Followers run as soon as their prefixes exist, so few caches are alive at once.
-            items = [it for _, it in followers]
-            for fbatch in _batches(items, options):
-                values, _ = _run_items(model, [items[j] for j in fbatch], block)
-                for j, value in zip(fbatch, values):
-                    out[followers[j][0]] = value
-            followers = []
     return [float(v) for v in out]  # type: ignore[arg-type]
