@@ -7,8 +7,9 @@ The same rows (whole official samples, about ``--rows``, with the synthetic repl
 process (``LocalEngine``) and on a local Ray cluster with ``--workers`` workers, with a tiny
 RANDOM reward model (4 layers, hidden 256) whose tokenizer is trained on the data. Reported per
 mode: scoring seconds (model loading excluded on both sides), the set-up seconds of each side
-(model load; cluster start + workers loading), rows/s, the speed ratio ray/local, the overhead per
-row, and whether every record is bitwise the same.
+(model load; cluster start + workers loading), rows/s, the speed ratio ray/local, Ray's own cost
+per row (one Ray worker vs this process with as many torch threads, ``--local-threads 1``), and
+whether every record is bitwise the same.
 
 On a machine with as many cores as workers the local scorer already uses every core (torch's
 threads), while each Ray worker gets one, so expect overhead (shipping rows and records, one
@@ -56,6 +57,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=300, help="about this many rows, whole samples (default 300)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--modes", default="fast,faithful")
+    parser.add_argument("--local-threads", type=int, default=0, help="torch threads of the single-process scorer (0: torch's default)")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
     if not args.data_dir:
@@ -71,11 +73,18 @@ def main() -> int:
     from charactereval_lib.charactereval.reward.tiny import make_tiny
     from charactereval_lib.engine import runs
 
+    if args.local_threads:
+        torch.set_num_threads(args.local_threads)
     data = load_official_data(args.data_dir)
     rows = build_rows(data)
     chosen = [rows[i] for i in pick_subset(rows, args.rows)]
     results: dict = {
-        "machine": {"cpus": os.cpu_count(), "torch_threads_local": torch.get_num_threads(), "load_average_at_start": os.getloadavg()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads_local": torch.get_num_threads(),
+            "torch_threads_per_ray_worker": 1,
+            "load_average_at_start": os.getloadavg()[0],
+        },
         "model": {"layers": 4, "hidden": 256, "heads": 8, "vocab": 8000},
         "rows": len(chosen),
         "samples": len({r[0] for r in chosen}),
@@ -89,10 +98,16 @@ def main() -> int:
             settings = scorer.ScorerSettings(mode=mode, device="cpu", progress=False)
             timings = {}
             records = {}
-            for name in ("local", "ray"):
+            # One Ray worker does the local scorer's work plus Ray's: the difference is Ray's cost.
+            engines = {
+                "local": scorer.LocalEngine,
+                "ray_1_worker": lambda: RayEngine(RaySettings(workers=1)),
+                "ray": lambda: RayEngine(RaySettings(workers=args.workers)),
+            }
+            for name, make_engine in engines.items():
                 run_dir = tmp / f"{mode}-{name}"
                 write_run(run_dir, data, chosen)
-                engine = RayEngine(RaySettings(workers=args.workers)) if name == "ray" else scorer.LocalEngine()
+                engine = make_engine()
                 start = time.perf_counter()
                 report = scorer.score_run(run_dir, rm_dir, data, settings, engine)
                 wall = time.perf_counter() - start
@@ -103,18 +118,20 @@ def main() -> int:
                     "rows_per_s": report.scored / report.seconds,
                 }
                 records[name] = {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(run_dir / runs.SCORES).records}
-            local, ray = timings["local"], timings["ray"]
+            local, one, ray = timings["local"], timings["ray_1_worker"], timings["ray"]
             results["modes"][mode] = {
                 **timings,
                 "speedup_ray_vs_local": local["scoring_seconds"] / ray["scoring_seconds"],
-                "ray_overhead_ms_per_row": 1000 * (ray["scoring_seconds"] - local["scoring_seconds"]) / len(chosen),
-                "bitwise_equal_records": records["local"] == records["ray"],
+                "ray_vs_local_ms_per_row": 1000 * (ray["scoring_seconds"] - local["scoring_seconds"]) / len(chosen),
+                "ray_1_worker_overhead_ms_per_row": 1000 * (one["scoring_seconds"] - local["scoring_seconds"]) / len(chosen),
+                "bitwise_equal_records": records["local"] == records["ray"] == records["ray_1_worker"],
             }
             r = results["modes"][mode]
             print(
-                f"{mode:8s}: local {local['rows_per_s']:.1f} rows/s, ray x{args.workers} {ray['rows_per_s']:.1f} rows/s "
-                f"(ratio {r['speedup_ray_vs_local']:.2f}, {r['ray_overhead_ms_per_row']:+.1f} ms/row; set-up local "
-                f"{local['setup_seconds']:.1f} s, ray {ray['setup_seconds']:.1f} s); bitwise equal: {r['bitwise_equal_records']}"
+                f"{mode:8s}: local {local['rows_per_s']:.1f} rows/s, ray x1 {one['rows_per_s']:.1f}, ray x{args.workers} "
+                f"{ray['rows_per_s']:.1f} (ratio x{args.workers}/local {r['speedup_ray_vs_local']:.2f}; ray x1 costs "
+                f"{r['ray_1_worker_overhead_ms_per_row']:+.1f} ms/row; set-up local {local['setup_seconds']:.1f} s, "
+                f"ray {ray['setup_seconds']:.1f} s); bitwise equal: {r['bitwise_equal_records']}"
             )
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
