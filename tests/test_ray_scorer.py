@@ -199,3 +199,18 @@ def test_ray_options_need_the_ray_engine(setup, rm_dir, capsys):
     _, data_dir, run_dir, _ = setup
     status = main(["score", str(run_dir), "--rm", str(rm_dir), "--data-dir", str(data_dir), "--workers", "2"])
     assert status == 2 and "need engine ray" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
+    import torch
+
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data, _, run_dir, _ = setup
+    cuda = scorer.ScorerSettings(device="cuda", progress=False)
+    with pytest.raises(runs.RunError, match=r"^a Ray worker could not start: --device cuda: CUDA is not available"):
+        scorer.score_run(run_dir, rm_dir, data, cuda, RayEngine(RaySettings(workers=1)))
+    assert not runs.read_jsonl(run_dir / runs.SCORES).records

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import socket
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -256,6 +257,8 @@ class RayEngine:
 
 
 def _cause(exc: BaseException) -> str:
+    """The last line of a worker's error (Ray wraps it in its remote traceback), without the
+    exception's qualified class name."""
     cause = getattr(exc, "cause", None) or exc
     text = str(cause).strip().splitlines()
-    return text[-1] if text else type(cause).__name__
+    return re.sub(r"^[\w.]+(Error|Exception): ", "", text[-1]) if text else type(cause).__name__
