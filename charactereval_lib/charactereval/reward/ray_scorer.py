@@ -105,7 +105,8 @@ class RayEngine:
         if settings.gpus_per_worker < 0:
             raise runs.RunError(f"--gpus-per-worker {settings.gpus_per_worker}: cannot be negative")
         self.settings = settings
-        # Called after each finished unit with the live workers and the rows written so far.
+        # Called after each finished unit with every worker started so far (replacements included)
+        # and the number of rows written; the driver-side hook for progress and fault injection.
         self.on_result = on_result
         self.workers: list[WorkerInfo] = []
         self.cluster: dict[str, Any] = {}
