@@ -392,8 +392,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     report = outcome.report
     rate = f", {report.scored / report.seconds:.2f} rows/s" if report.seconds else ""
     merged = f"; merged {report.merged_from_shards} record(s) from shard files" if report.merged_from_shards else ""
+    engine = f", ray x{args.workers}" if args.engine == "ray" else ""
     print(
-        f"{report.output}: scored {report.scored} row(s) ({settings.mode}, {settings.device}{rate}); "
+        f"{report.output}: scored {report.scored} row(s) ({settings.mode}, {settings.device}{engine}{rate}); "
         f"{report.already_scored} already scored; {report.truncated} truncated to 4096 tokens{merged}"
     )
     return 0
@@ -592,6 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
+    g.add_argument("--engine", choices=list(pipeline.SCORE_ENGINES), default="local",
+                   help="local (default): score in this process; ray: on the workers of a Ray cluster")
+    g.add_argument("--address", metavar="ADDR", help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
+    g.add_argument("--workers", type=int, default=1, metavar="N", help="Ray workers, each loading the checkpoint once (default 1)")
+    g.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G", help="GPUs per Ray worker (default 0: CPU)")
     _judge_options(p, required=False)
     g = p.add_argument_group("--scorer judge --dry-run")
     g.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")

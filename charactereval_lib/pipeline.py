@@ -43,6 +43,8 @@ COMPARISON_NOTEBOOK = "comparison.ipynb"
 COMPARISON_HTML = "comparison.html"
 # Each report figure is also saved here as PNG, beside the HTML.
 FIGURES_DIR = "figures"
+# Where reward-model scoring runs: this process, or the workers of a Ray cluster.
+SCORE_ENGINES = ("local", "ray")
 
 
 class SettingsError(ConfigError):
@@ -182,6 +184,12 @@ class ScoreSettings(_Settings):
     prefix_reuse: bool = True
     causal_block: int | None = None
     verify: int | None = None
+    # "local": this process; "ray": workers of a Ray cluster (at ``address``, else a local one),
+    # each with ``gpus_per_worker`` GPUs; scores are written by this process either way.
+    engine: str = "local"
+    address: str | None = None
+    workers: int = 1
+    gpus_per_worker: float = 0.0
 
     def __post_init__(self) -> None:
         from charactereval_lib.charactereval.reward.scorer import MODES, parse_shard
@@ -192,13 +200,29 @@ class ScoreSettings(_Settings):
             parse_shard(self.shard)
         _positive("batch_tokens", self.batch_tokens)
         _positive("verify", self.verify)
+        _positive("workers", self.workers)
+        if self.engine not in SCORE_ENGINES:
+            raise SettingsError(f"engine {self.engine!r}: expected one of {', '.join(SCORE_ENGINES)}")
+        if self.engine == "local" and (self.address is not None or self.workers != 1 or self.gpus_per_worker):
+            raise SettingsError("address, workers and gpus_per_worker (--address, --workers, --gpus-per-worker) need engine ray")
+        if self.gpus_per_worker < 0:
+            raise SettingsError(f"gpus_per_worker must not be negative, got {self.gpus_per_worker}")
+        if self.engine == "ray" and self.verify:
+            raise SettingsError("verify (--verify) runs in this process: leave out engine ray")
 
     def scorer_settings(self, *, dry_run: bool, progress: bool):
         from charactereval_lib.charactereval.reward.scorer import ScorerSettings, parse_shard, resolve_device
 
+        if dry_run:
+            device = self.device or "none"
+        elif self.engine == "ray":
+            # Resolved by each worker on its own node ("auto": cuda where Ray gave it a GPU).
+            device = self.device or "auto"
+        else:
+            device = resolve_device(self.device)
         return ScorerSettings(
             mode=self.mode,
-            device=resolve_device(self.device) if not dry_run else (self.device or "none"),
+            device=device,
             shard=parse_shard(self.shard) if self.shard else None,
             fast_token_budget=self.batch_tokens,
             fast_reuse_prefix=self.prefix_reuse,
@@ -446,6 +470,12 @@ def score(
     run = runs.RunDir.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
     scorer_settings = settings.scorer_settings(dry_run=dry_run, progress=progress)
+    engine = None
+    if settings.engine == "ray" and not dry_run:
+        from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+        # Before any work: without Ray installed, this is the one line saying how to install it.
+        engine = RayEngine(RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker))
     data = _data(data_dir, data)
     outcome = ScoreOutcome(run, scorer_settings)
     rm_dir = Path(settings.rm) if settings.rm else None
@@ -462,7 +492,7 @@ def score(
     if settings.verify:
         outcome.verify = scorer.verify_run(run.path, rm_dir, data, scorer_settings, settings.verify)
         return outcome
-    outcome.report = scorer.score_run(run.path, rm_dir, data, scorer_settings)
+    outcome.report = scorer.score_run(run.path, rm_dir, data, scorer_settings, engine)
     outcome.warnings += outcome.report.warnings
     return outcome
 

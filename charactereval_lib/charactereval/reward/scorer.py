@@ -293,6 +293,33 @@ def _chunks_by_sample(rows: Sequence[RowInput], lengths: Sequence[int], max_toke
         yield chunk
 
 
+# Rows of whole samples per faithful work unit: faithful scores one row at a time, so a unit
+# only sets how much work a Ray worker takes at once and how often its records come back.
+FAITHFUL_UNIT_ROWS = 8
+
+
+def encode_rows(pending: Sequence[RowInput], tokenizer: Any) -> list[tuple[list[int], int, bool]]:
+    """Each row's model input (``rm_input_ids``) with its untruncated length, for the record."""
+    from charactereval_lib.charactereval.reward.tokenizer import truncate_left
+
+    encoded = []
+    for row in pending:
+        full = tokenizer.encode_ids(row.text) + [tokenizer.eos_id]
+        ids, truncated = truncate_left(full, tokenizer.max_tokens)
+        encoded.append((ids, len(full), truncated))
+    return encoded
+
+
+def work_units(pending: Sequence[RowInput], encoded: Sequence[tuple[list[int], int, bool]], settings: ScorerSettings) -> list[list[int]]:
+    """Row indices that ``score_rows`` scores together, whole samples each. In fast mode they are
+    its batching chunks (a batch's shapes, hence possibly its roundings, depend on its rows), so a
+    unit scored on its own, e.g. by a Ray worker, gives exactly the numbers of one pass over all
+    rows: the greedy split of a unit's own rows is the unit itself."""
+    if settings.mode == FAST:
+        return list(_chunks_by_sample(pending, [len(ids) for ids, _, _ in encoded], 8 * settings.fast_token_budget))
+    return list(_chunks_by_sample(pending, [1] * len(pending), FAITHFUL_UNIT_ROWS))
+
+
 def score_rows(
     pending: Sequence[RowInput],
     tokenizer: Any,
@@ -306,33 +333,25 @@ def score_rows(
     from tqdm import tqdm
 
     from charactereval_lib.charactereval.reward.model import sigmoid_faithful, sigmoids_fast
-    from charactereval_lib.charactereval.reward.tokenizer import truncate_left
 
-    encoded = []
-    for row in pending:
-        # rm_input_ids, keeping the untruncated length for the record.
-        full = tokenizer.encode_ids(row.text) + [tokenizer.eos_id]
-        ids, truncated = truncate_left(full, tokenizer.max_tokens)
-        encoded.append((ids, len(full), truncated))
+    encoded = encode_rows(pending, tokenizer)
     tokens = sum(len(ids) for ids, _, _ in encoded)
     truncated_count = sum(1 for _, _, t in encoded if t)
+    options = settings.fast_options()
     bar = tqdm(total=len(pending), unit="row", desc=f"scoring ({settings.mode})", disable=not settings.progress)
     try:
-        if settings.mode == FAITHFUL:
-            for row, (ids, n_full, truncated) in zip(pending, encoded):
-                sigmoid = sigmoid_faithful(model, ids)
-                emit(_record(row, sigmoid, len(ids), n_full, truncated, FAITHFUL, ckpt_sha))
-                bar.update(1)
-        else:
-            options = settings.fast_options()
-            lengths = [len(ids) for ids, _, _ in encoded]
-            for chunk in _chunks_by_sample(pending, lengths, 8 * options.token_budget):
-                seqs = [encoded[i][0] for i in chunk]
-                values = sigmoids_fast(model, seqs, [pending[i].id for i in chunk], options)
-                for i, sigmoid in zip(chunk, values):
+        for unit in work_units(pending, encoded, settings):
+            if settings.mode == FAITHFUL:
+                for i in unit:
+                    ids, n_full, truncated = encoded[i]
+                    emit(_record(pending[i], sigmoid_faithful(model, ids), len(ids), n_full, truncated, FAITHFUL, ckpt_sha))
+                    bar.update(1)
+            else:
+                values = sigmoids_fast(model, [encoded[i][0] for i in unit], [pending[i].id for i in unit], options)
+                for i, sigmoid in zip(unit, values):
                     ids, n_full, truncated = encoded[i]
                     emit(_record(pending[i], sigmoid, len(ids), n_full, truncated, FAST, ckpt_sha))
-                bar.update(len(chunk))
+                bar.update(len(unit))
     finally:
         bar.close()
     return tokens, truncated_count
@@ -358,8 +377,30 @@ def select_rows(inputs: Sequence[RowInput], shard: tuple[int, int] | None) -> li
     return sorted(chosen, key=lambda r: order[r.id])
 
 
-def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerSettings) -> ScoringReport:
-    """Score the rows of ``run_dir`` that are not scored yet under this checkpoint and mode."""
+class LocalEngine:
+    """Scores in this process: the model is loaded here and ``score_rows`` runs over every
+    pending row. (``ray_scorer.RayEngine`` is the other engine: the same units, on workers.)"""
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "local"}
+
+    @contextlib.contextmanager
+    def session(self, rm_dir: Path, settings: ScorerSettings, ckpt_sha: str):
+        """Loads the model, then yields ``score(pending, emit) -> (tokens, truncated)``."""
+        from charactereval_lib.charactereval.reward.checkpoint import load_model
+        from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+
+        tokenizer, model = load_tokenizer(rm_dir), load_model(rm_dir, settings.device)
+        yield lambda pending, emit: score_rows(pending, tokenizer, model, settings, ckpt_sha, emit)
+
+
+def score_run(
+    run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerSettings, engine: Any = None
+) -> ScoringReport:
+    """Score the rows of ``run_dir`` that are not scored yet under this checkpoint and mode, in
+    this process or with another ``engine`` (``describe()`` for the manifest; ``session(...)``
+    loads the model and yields the scoring function, see ``LocalEngine``); whatever the engine,
+    only this process writes the scores."""
     from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identity
 
     if settings.mode not in MODES:
@@ -372,7 +413,7 @@ def score_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: ScorerS
     out_path = shard_path(run_dir, settings.shard)
     report.output = str(out_path)
     with writer_lock(out_path):
-        _score_locked(run_dir, rm_dir, settings, inputs, identity, out_path, report)
+        _score_locked(run_dir, rm_dir, settings, inputs, identity, out_path, report, engine or LocalEngine())
     return report
 
 
@@ -384,6 +425,7 @@ def _score_locked(
     identity: dict[str, Any],
     out_path: Path,
     report: ScoringReport,
+    engine: Any,
 ) -> None:
     """The body of ``score_run`` while holding the output file's lock."""
     from charactereval_lib.charactereval.reward.tiny import tiny_label
@@ -402,15 +444,9 @@ def _score_locked(
         "checkpoint": {"path": str(rm_dir), "sha256": ckpt_sha, "format": identity["format"], "label": label},
         "fast": asdict(settings.fast_options()) if settings.mode == FAST else None,
     }
-    _record_manifest(run_dir, settings, {**parameters, "started_at": runs.utc_now(), "rows": len(inputs)})
+    _record_manifest(run_dir, settings, {**parameters, **engine.describe(), "started_at": runs.utc_now(), "rows": len(inputs)})
     if pending:
-        from charactereval_lib.charactereval.reward.checkpoint import load_model
-        from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(rm_dir)
-        model = load_model(rm_dir, settings.device)
-        start = time.perf_counter()
-        with runs.JsonlAppender(out_path) as out:
+        with engine.session(rm_dir, settings, ckpt_sha) as score, runs.JsonlAppender(out_path) as out:
             if out.repair_message:
                 report.warnings.append(out.repair_message)
 
@@ -418,10 +454,11 @@ def _score_locked(
                 out.write(record)
                 report.scored += 1
 
-            report.tokens, report.truncated = score_rows(pending, tokenizer, model, settings, ckpt_sha, emit)
-        report.seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            report.tokens, report.truncated = score(pending, emit)
+            report.seconds = time.perf_counter() - start
     summary = {k: v for k, v in asdict(report).items() if k != "warnings"}
-    _record_manifest(run_dir, settings, {**parameters, **summary, "finished_at": runs.utc_now()})
+    _record_manifest(run_dir, settings, {**parameters, **engine.describe(), **summary, "finished_at": runs.utc_now()})
 
 
 def _record_manifest(run_dir: Path, settings: ScorerSettings, section: dict[str, Any]) -> None:

@@ -1,0 +1,143 @@
+"""Ray engine benchmark: ``score --engine ray`` with N CPU workers vs the single-process scorer.
+
+    python benchmarks/bench_ray.py [--data-dir DIR] [--rows 300] [--workers 2] [--modes fast,faithful]
+
+The same rows (whole official samples, about ``--rows``, with the synthetic reply of
+``bench_scoring.py``) of one run are scored twice per mode, into two copies of the run: in this
+process (``LocalEngine``) and on a local Ray cluster with ``--workers`` workers, with a tiny
+RANDOM reward model (4 layers, hidden 256) whose tokenizer is trained on the data. Reported per
+mode: scoring seconds (model loading excluded on both sides), the set-up seconds of each side
+(model load; cluster start + workers loading), rows/s, the speed ratio ray/local, Ray's own cost
+per row (one Ray worker vs this process with as many torch threads, ``--local-threads 1``), and
+whether every record is bitwise the same.
+
+On a machine with as many cores as workers the local scorer already uses every core (torch's
+threads), while each Ray worker gets one, so expect overhead (shipping rows and records, one
+driver loop), not a speed-up: Ray pays off with one worker per GPU or per machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def write_run(run_dir: Path, data, sample_rows: list[tuple[int, str, str]]) -> None:
+    """``rows.jsonl`` of the chosen (id, metric_en) pairs with the benchmark's synthetic reply."""
+    from bench_scoring import FILLER
+
+    from charactereval_lib.charactereval.protocol import METRIC_BY_EN
+
+    samples = data.by_id()
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "rows.jsonl", "w", encoding="utf-8") as out:
+        for sample_id, metric_en, _text in sample_rows:
+            sample = samples[sample_id]
+            row = {
+                "id": sample_id,
+                "role": sample.role,
+                "metric_en": metric_en,
+                "metric_zh": METRIC_BY_EN[metric_en].metric_zh,
+                "model_output": sample.role + "\uff1a" + FILLER,
+            }
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=os.environ.get("CHARACTEREVAL_DATA_DIR"))
+    parser.add_argument("--rows", type=int, default=300, help="about this many rows, whole samples (default 300)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--modes", default="fast,faithful")
+    parser.add_argument("--local-threads", type=int, default=0, help="torch threads of the single-process scorer (0: torch's default)")
+    parser.add_argument("--out", help="also write the results as JSON here")
+    args = parser.parse_args()
+    if not args.data_dir:
+        print("benchmark needs the official data: pass --data-dir or set CHARACTEREVAL_DATA_DIR", file=sys.stderr)
+        return 2
+
+    import torch
+    from bench_scoring import build_rows, pick_subset
+
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.reward import scorer
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+    from charactereval_lib.charactereval.reward.tiny import make_tiny
+    from charactereval_lib.engine import runs
+
+    if args.local_threads:
+        torch.set_num_threads(args.local_threads)
+    data = load_official_data(args.data_dir)
+    rows = build_rows(data)
+    chosen = [rows[i] for i in pick_subset(rows, args.rows)]
+    results: dict = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads_local": torch.get_num_threads(),
+            "torch_threads_per_ray_worker": 1,
+            "load_average_at_start": os.getloadavg()[0],
+        },
+        "model": {"layers": 4, "hidden": 256, "heads": 8, "vocab": 8000},
+        "rows": len(chosen),
+        "samples": len({r[0] for r in chosen}),
+        "workers": args.workers,
+        "modes": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
+        tmp = Path(tmp)
+        rm_dir = make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256, heads=8, vocab_size=8000)
+        for mode in args.modes.split(","):
+            settings = scorer.ScorerSettings(mode=mode, device="cpu", progress=False)
+            timings = {}
+            records = {}
+            # One Ray worker does the local scorer's work plus Ray's: the difference is Ray's cost.
+            engines = {
+                "local": scorer.LocalEngine,
+                "ray_1_worker": lambda: RayEngine(RaySettings(workers=1)),
+                "ray": lambda: RayEngine(RaySettings(workers=args.workers)),
+            }
+            for name, make_engine in engines.items():
+                run_dir = tmp / f"{mode}-{name}"
+                write_run(run_dir, data, chosen)
+                engine = make_engine()
+                start = time.perf_counter()
+                report = scorer.score_run(run_dir, rm_dir, data, settings, engine)
+                wall = time.perf_counter() - start
+                assert report.scored == len(chosen), (name, report.scored)
+                timings[name] = {
+                    "scoring_seconds": report.seconds,
+                    "setup_seconds": wall - report.seconds,
+                    "rows_per_s": report.scored / report.seconds,
+                }
+                records[name] = {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(run_dir / runs.SCORES).records}
+            local, one, ray = timings["local"], timings["ray_1_worker"], timings["ray"]
+            results["modes"][mode] = {
+                **timings,
+                "speedup_ray_vs_local": local["scoring_seconds"] / ray["scoring_seconds"],
+                "ray_vs_local_ms_per_row": 1000 * (ray["scoring_seconds"] - local["scoring_seconds"]) / len(chosen),
+                "ray_1_worker_overhead_ms_per_row": 1000 * (one["scoring_seconds"] - local["scoring_seconds"]) / len(chosen),
+                "bitwise_equal_records": records["local"] == records["ray"] == records["ray_1_worker"],
+            }
+            r = results["modes"][mode]
+            print(
+                f"{mode:8s}: local {local['rows_per_s']:.1f} rows/s, ray x1 {one['rows_per_s']:.1f}, ray x{args.workers} "
+                f"{ray['rows_per_s']:.1f} (ratio x{args.workers}/local {r['speedup_ray_vs_local']:.2f}; ray x1 costs "
+                f"{r['ray_1_worker_overhead_ms_per_row']:+.1f} ms/row; set-up local {local['setup_seconds']:.1f} s, "
+                f"ray {ray['setup_seconds']:.1f} s); bitwise equal: {r['bitwise_equal_records']}"
+            )
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0 if all(m["bitwise_equal_records"] for m in results["modes"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""``score --engine ray`` on a local two-worker Ray cluster with the tiny model: bitwise the scores
+of the single-process scorer, a worker killed mid-run costs nothing, a killed driver resumes
+without duplicates; and without Ray, one line saying how to install it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from _reward_support import tiny_checkpoint, write_data_dir, write_rows
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.reward import scorer
+from charactereval_lib.cli import main
+from charactereval_lib.engine import runs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One local cluster for the module: two CPUs (the machine's), no dashboard; workers import
+    this checkout and keep checkpoint digests in a private cache."""
+    ray = pytest.importorskip("ray")
+    cache = tmp_path_factory.mktemp("ray-cache")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _private_digest_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def rm_dir() -> Path:
+    return tiny_checkpoint(layers=2, hidden=32, heads=4)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    data_dir = write_data_dir(tmp_path / "data", 24)
+    run_dir = tmp_path / "run"
+    rows = write_rows(run_dir, data_dir)
+    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows
+
+
+def settings(mode: str = "faithful") -> scorer.ScorerSettings:
+    # A small fast-mode budget: several work units, so both workers get some.
+    return scorer.ScorerSettings(mode=mode, progress=False, fast_token_budget=300)
+
+
+def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> dict:
+    """The single-process scorer's sigmoids for the same rows."""
+    ref = run_dir.parent / f"reference-{mode}"
+    write_rows(ref, data_dir)
+    scorer.score_run(ref, rm_dir, data, settings(mode))
+    return {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(ref / runs.SCORES).records}
+
+
+def keys_once(path: Path) -> list[tuple[int, str]]:
+    keys = [(r["id"], r["metric_en"]) for r in runs.read_jsonl(path).records]
+    assert len(keys) == len(set(keys)), "a row was written twice"
+    return keys
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["faithful", "fast"])
+def test_two_workers_score_bitwise_like_one_process(cluster, setup, rm_dir, mode):
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    data, data_dir, run_dir, rows = setup
+    engine = RayEngine(RaySettings(workers=2))
+    report = scorer.score_run(run_dir, rm_dir, data, settings(mode), engine)
+    assert report.scored == len(rows)
+    records = runs.read_jsonl(run_dir / runs.SCORES).records
+    assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
+    expected = reference(run_dir, data_dir, data, rm_dir, mode)
+    # Every field, the sigmoid bit for bit included.
+    assert {(r["id"], r["metric_en"]): r for r in records} == expected
+    manifest = runs.load_manifest(run_dir)["scoring"]
+    assert manifest["engine"] == "ray" and manifest["ray"]["workers"] == 2
+    assert manifest["ray"]["cluster"]["cpus"] == 2 and len(manifest["ray"]["worker_devices"]) == 2
+    assert all(d.endswith(":cpu") for d in manifest["ray"]["worker_devices"])
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_costs_nothing(cluster, setup, rm_dir):
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    data, data_dir, run_dir, rows = setup
+    killed = []
+
+    def kill_one_worker(workers, written):
+        if not killed:
+            killed.append(workers[0].pid)
+            os.kill(workers[0].pid, signal.SIGKILL)
+
+    engine = RayEngine(RaySettings(workers=2), on_result=kill_one_worker)
+    report = scorer.score_run(run_dir, rm_dir, data, settings(), engine)
+    assert killed and report.scored == len(rows)
+    assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
+    expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
+    assert {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(run_dir / runs.SCORES).records} == expected
+    assert runs.load_manifest(run_dir)["scoring"]["ray"]["worker_restarts"] == 1
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from charactereval_lib.engine import runs
+    write = runs.JsonlAppender.write
+    def slow_write(self, record):
+        write(self, record)
+        time.sleep(0.05)  # widen the window in which the parent kills us
+    runs.JsonlAppender.write = slow_write
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+    from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
+    data = load_official_data(sys.argv[1], verify=False)
+    score_run(Path(sys.argv[2]), Path(sys.argv[3]), data, ScorerSettings(progress=False), RayEngine(RaySettings(workers=2)))
+    """
+)
+
+
+def end_session(sid: int) -> None:
+    """SIGKILL every process left in session ``sid`` (Ray's agents can outlive a killed driver)."""
+    import psutil
+
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == sid:
+                process.kill()
+        except (ProcessLookupError, psutil.Error):
+            pass
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_without_duplicates(cluster, setup, rm_dir, tmp_path, request):
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    data, data_dir, run_dir, rows = setup
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    # The driver starts its own local cluster (and Ray's reaper takes it down with the driver).
+    # Its own session, so that whatever of its cluster outlives it can be found and ended.
+    child = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(data_dir), str(run_dir), str(rm_dir)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    request.addfinalizer(lambda: end_session(child.pid))
+    scores = run_dir / runs.SCORES
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if scores.exists() and scores.read_bytes().count(b"\n") >= 3:
+            break
+        if child.poll() is not None:
+            pytest.fail(f"driver ended early: {child.stderr.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stderr.close()
+    before = runs.read_jsonl(scores).records
+    assert 3 <= len(before) < len(rows), "the kill must land mid-run"
+
+    report = scorer.score_run(run_dir, rm_dir, data, settings(), RayEngine(RaySettings(workers=2)))
+    assert report.already_scored == len(before) and report.scored == len(rows) - len(before)
+    assert len(keys_once(scores)) == len(rows)
+    expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
+    assert {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(scores).records} == expected
+
+
+def test_without_ray_the_engine_fails_in_one_line(setup, rm_dir, monkeypatch, capsys):
+    _, data_dir, run_dir, _ = setup
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    status = main(["score", str(run_dir), "--rm", str(rm_dir), "--data-dir", str(data_dir), "--engine", "ray", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1
+    assert err[0].startswith("error: --engine ray needs Ray") and "pip install 'charactereval-workbench[ray]'" in err[0]
+    assert not (run_dir / runs.SCORES).exists()
+
+
+def test_ray_options_need_the_ray_engine(setup, rm_dir, capsys):
+    _, data_dir, run_dir, _ = setup
+    status = main(["score", str(run_dir), "--rm", str(rm_dir), "--data-dir", str(data_dir), "--workers", "2"])
+    assert status == 2 and "need engine ray" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
+    import torch
+
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data, _, run_dir, _ = setup
+    cuda = scorer.ScorerSettings(device="cuda", progress=False)
+    with pytest.raises(runs.RunError, match=r"^a Ray worker could not start: --device cuda: CUDA is not available"):
+        scorer.score_run(run_dir, rm_dir, data, cuda, RayEngine(RaySettings(workers=1)))
+    assert not runs.read_jsonl(run_dir / runs.SCORES).records
