@@ -56,9 +56,6 @@ class SettingsError(ConfigError):
 
 def _accepts(annotation: Any, value: Any) -> bool:
     """Whether ``value`` fits a simple annotation (int, float, str, bool, X | None, tuples)."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, {**typing.__dict__, **__builtins__}) if isinstance(__builtins__, dict) else \
-            eval(annotation, {**typing.__dict__, **vars(__builtins__)})  # noqa: S307 - our own annotations
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_accepts(arg, value) for arg in typing.get_args(annotation))
