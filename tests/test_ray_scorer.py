@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import tiny_checkpoint, write_data_dir, write_rows
-from charactereval_lib.charactereval.data import load_official_data
+from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setup are fixtures
+    write_data_dir,
+    write_rows,
+    private_digest_cache,
+    rm_dir,
+    setup,
+    tiny_checkpoint,
+)
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
@@ -37,24 +43,6 @@ def cluster(tmp_path_factory):
     )
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _private_digest_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def rm_dir() -> Path:
-    return tiny_checkpoint(layers=2, hidden=32, heads=4)
-
-
-@pytest.fixture
-def setup(tmp_path):
-    data_dir = write_data_dir(tmp_path / "data", 24)
-    run_dir = tmp_path / "run"
-    rows = write_rows(run_dir, data_dir)
-    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:

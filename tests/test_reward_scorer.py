@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import SYNTH_PROFILES, tiny_checkpoint, write_data_dir, write_rows
+from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setup are fixtures
+    tiny_checkpoint,
+    write_data_dir,
+    write_rows,
+    private_digest_cache,
+    rm_dir,
+    setup,
+    SYNTH_PROFILES,
+)
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
@@ -26,24 +34,6 @@ from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_sc
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def _private_digest_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def rm_dir() -> Path:
-    return tiny_checkpoint(layers=2, hidden=32, heads=4)
-
-
-@pytest.fixture
-def setup(tmp_path):
-    data_dir = write_data_dir(tmp_path / "data", 24)
-    run_dir = tmp_path / "run"
-    rows = write_rows(run_dir, data_dir)
-    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows
 
 
 def settings(**kw) -> scorer.ScorerSettings:
