@@ -7,10 +7,10 @@ these subcommands with one call to ``add_coser_parser``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
+from charactereval_lib.engine.generation.engine import run_closing
 from charactereval_lib.engine.runs import RunDir
 from charactereval_lib.coser.prompts import ModelRules
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings
@@ -81,15 +81,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         policy = RetryPolicy(base_delay_s=args.retry_base_delay, timeout_s=args.timeout)
 
-        async def main() -> dict[str, Any]:
-            clients = RoleClients(settings, concurrency=args.concurrency, policy=policy)
-            try:
-                return await run_coser(run_dir, scenes, settings, preset, critic, clients,
-                                       scene_concurrency=args.scene_concurrency)
-            finally:
-                await clients.aclose()
-
-        outcome = asyncio.run(main())
+        clients = RoleClients(settings, concurrency=args.concurrency, policy=policy)
+        outcome = run_closing(clients, lambda: run_coser(run_dir, scenes, settings, preset, critic, clients,
+                                                         scene_concurrency=args.scene_concurrency))
     for line in outcome["warnings"]:
         print(f"warning: {line}", file=sys.stderr)
     for line in outcome["errors"]:

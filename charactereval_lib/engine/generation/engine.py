@@ -368,12 +368,19 @@ def run_generation(
     thread (Ctrl-C there interrupts the kernel, which cancels nothing mid-flight: records
     already received are saved either way)."""
 
-    async def main() -> SessionSummary:
+    return run_closing(backend, lambda: generate_async(Path(run_dir), requests, backend, task,
+                                                       retry_errors=retry_errors, progress=progress))
+
+
+def run_closing(closeable: Any, factory: Any) -> Any:
+    """``run_coroutine(factory)``, then ``await closeable.aclose()`` however the run ended: a
+    backend's connections belong to the loop that opened them."""
+
+    async def main() -> Any:
         try:
-            return await generate_async(Path(run_dir), requests, backend, task, retry_errors=retry_errors,
-                                        progress=progress)
+            return await factory()
         finally:
-            await backend.aclose()
+            await closeable.aclose()
 
     return run_coroutine(main)
 

@@ -32,7 +32,7 @@ from charactereval_lib.engine.generation.base import (
     build_payload,
     request_sha256,
 )
-from charactereval_lib.engine.generation.engine import drive, run_coroutine
+from charactereval_lib.engine.generation.engine import drive, run_closing
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, grade_reply
 
 SCORER = "judge"
@@ -222,11 +222,4 @@ async def judge_async(
 
 def run_judging(run: runs.RunDir, output: Path, items: Sequence[JudgeItem], backend: Backend, **options: Any) -> JudgeSummary:
     """Blocking ``judge_async`` for scripts, notebooks and the CLI (closes the backend)."""
-
-    async def main() -> JudgeSummary:
-        try:
-            return await judge_async(run, output, items, backend, **options)
-        finally:
-            await backend.aclose()
-
-    return run_coroutine(main)
+    return run_closing(backend, lambda: judge_async(run, output, items, backend, **options))
