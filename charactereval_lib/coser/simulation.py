@@ -17,9 +17,18 @@ Protocol (both versions; the version settings select every rule that differs):
 - Messages: an agent's consecutive messages of one role are joined with a blank line, and an
   empty message is not added (pinned by the golden NSP-loop vectors).
 - Calls: temperature 0 on the first attempt of a turn, 1 on each retry; an empty reply is retried
-  up to ``version.max_attempts`` calls and the last one is kept as it is. Transport failures
-  (429, 5xx, resets) are retried by the engine backend at the same temperature; a call that still
-  fails stops the scene, which a resumed run continues.
+  up to ``version.max_attempts`` calls (paper 11, HEAD 6) and the last one is kept as it is.
+  Transport failures (429, 5xx, resets) are retried by the engine backend at the same
+  temperature; a call that still fails stops the scene, which a resumed run continues.
+- Refusals (actor, Environment and NSP alike): a reply the provider marks as declined (the
+  engine's ``refusal``: ``message.refusal``; or ``content_filter``: finish_reason
+  ``content_filter``, or a 400/403 whose body carries a content-filter or moderation marker) is
+  an empty reply: retried the same way, and kept as an empty message when every attempt is
+  declined, so the scene goes on. The turn record says so (``refused``: some attempt was declined;
+  ``refusals``: how many). Upstream has no such path (a declined call is an API error there).
+  Account errors and a 403 without a marker are failures, not refusals. The judge gets a declined
+  answer as an empty one, which it cannot read; a dimension whose attempts are all unreadable (or
+  name another dimension) is a failed judgement, recorded with its reason.
 
 Platform choices (recorded in run.json): each scene draws from its own random stream
 (``prompts.scene_rng``), so scenes can run concurrently and a scene's prompts and fallbacks do
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -115,6 +125,9 @@ class SimulationSettings:
     thoughtless: bool = False
     random_stream: str = "per-scene sha256(42:scene_key)"
     nsp_fallback: str = "one draw among the sorted candidates"
+    refusal_rule: str = ("a declined call (message.refusal, finish_reason content_filter, or a 400/403 with a "
+                         "content-filter or moderation marker) is an empty reply: retried at temperature 1, "
+                         "kept empty after the last attempt, turn marked refused; a 403 without a marker fails")
 
     def role(self, name: str) -> RoleSettings:
         if name == "repair":
@@ -145,6 +158,7 @@ class SimulationSettings:
             "thoughtless": self.thoughtless,
             "random_stream": self.random_stream,
             "nsp_fallback": self.nsp_fallback,
+            "refusal_rule": self.refusal_rule,
         }
 
 
@@ -182,15 +196,17 @@ class RoleClients:
 
     async def ask(self, role: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
                   ) -> dict[str, Any]:
-        """One call: the reply text and its record fields; CallFailed when the backend gave up."""
+        """One call: the reply text and its record fields; CallFailed when the backend gave up.
+        A declined call (see the module docstring) is no failure: an empty text, ``refused``."""
         params = DecodingParams(max_tokens=max_tokens, temperature=temperature)
         request = GenerationRequest(next(self._ids), role, messages, params)
         self.calls[role] += 1
         result = await self._backends[role].call(request)
-        if result.status != STATUS_OK:
+        refused = result.refusal or result.content_filter
+        if result.status != STATUS_OK and not refused:
             raise CallFailed(role, result.error)
-        return {"text": result.model_output or "", "usage": result.usage, "attempts": result.attempts,
-                "model": result.model}
+        return {"text": "" if refused else result.model_output or "", "refused": refused, "usage": result.usage,
+                "attempts": result.attempts, "model": result.model}
 
     async def aclose(self) -> None:
         for backend in self._backends.values():
@@ -199,16 +215,20 @@ class RoleClients:
 
 async def reply_with_retries(ask: Ask, role: str, messages: list[dict[str, str]], max_tokens: int,
                              max_attempts: int) -> dict[str, Any]:
-    """Simulation step "call an agent": temperature 0 first; an empty reply is asked again at
-    temperature 1, up to ``max_attempts`` calls, and the last reply is kept as it is."""
+    """Simulation step "call an agent": temperature 0 first; an empty or declined reply is asked
+    again at temperature 1, up to ``max_attempts`` calls, and the last reply is kept as it is (a
+    declined one as empty). ``refused``: some attempt was declined; ``refusals``: how many."""
     temperatures = []
+    refusals = 0
     for attempt in range(max_attempts):
         temperature = 0 if attempt == 0 else 1
         temperatures.append(temperature)
         answer = await ask(role, messages, temperature, max_tokens)
+        refusals += bool(answer.get("refused"))
         if answer["text"]:
             break
-    return {"reply": answer["text"], "temperatures": temperatures, "usage": answer["usage"]}
+    return {"reply": answer["text"], "temperatures": temperatures, "usage": answer["usage"],
+            "refused": refusals > 0, "refusals": refusals}
 
 
 # --- agent histories ---------------------------------------------------------------------------------
@@ -335,8 +355,14 @@ async def judge_dimension(ask: Ask, critic_prompt: str, user_message: str, dimen
         return (await ask("repair", [{"role": "user", "content": prompt}], 0, version.judge_max_tokens))["text"]
 
     result = await run_dimension_judgement_async(ask_judge, ask_repair, dimension, n, version, settings.judge.model)
-    return {"dimension": dimension, "status": "failed" if result.failed else "ok", "critique": result.critique,
-            "scores": result.scores, "attempts": result.attempts}
+    record = {"dimension": dimension, "status": "failed" if result.failed else "ok", "critique": result.critique,
+              "scores": result.scores, "attempts": result.attempts}
+    if result.failed:
+        # Upstream crashes the whole run here; the platform fails this scene's judgement and says why.
+        statuses = Counter(a["status"] for a in result.attempts)
+        record["reason"] = (f"no usable {dimension} critique in {len(result.attempts)} judge attempts ("
+                            + ", ".join(f"{status} {count}" for status, count in statuses.most_common()) + ")")
+    return record
 
 
 def surface_metrics(simulation_text: str, reference: str) -> dict[str, Any]:

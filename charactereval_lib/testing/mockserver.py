@@ -3,8 +3,8 @@
 It answers ``POST /v1/chat/completions`` with a reply derived from the request (so a client can
 check that every record belongs to its own request) and can inject, per request and per attempt,
 the failures a real endpoint produces: 429 with ``Retry-After``, 5xx, hangs past the client's
-timeout, connection resets, malformed JSON, content-filter 400s, other 4xx, empty and multi-line
-replies. Its replies mean nothing. Needs ``aiohttp`` (a test extra).
+timeout, connection resets, malformed JSON, content-filter 400s, moderation 403s (OpenRouter's
+shape) and plain 403s, other 4xx, empty and multi-line replies. Its replies mean nothing. Needs ``aiohttp`` (a test extra).
 
 As a deterministic judge (actions ``judge``, ``judge_multiline``, ``judge_invalid``) it answers
 in the ``cot_classify`` shape: reasoning, then the grade alone on the last line; the grade is
@@ -36,7 +36,7 @@ SYSTEM_FINGERPRINT = "fp_mock"
 # Actions a plan can name (see ``MockServer.respond``); "429" and "slow" take ":seconds".
 ACTIONS = (
     "ok", "multiline", "empty", "refusal", "finish_filter", "429", "500", "503", "timeout",
-    "reset", "malformed", "filter400", "bad400", "401", "404", "slow",
+    "reset", "malformed", "filter400", "bad400", "401", "403", "moderation403", "404", "slow",
     # Answers shaped like other servers' (FastAPI's {"detail": ...}, plain text, an HTML page):
     "detail400", "detail404", "text500", "html502",
     # A deterministic judge (see the module docstring); "judge" takes an optional ":grade".
@@ -207,6 +207,14 @@ class MockServer:
             # Real providers echo (part of) the key they were sent: the client must redact it.
             sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
             return _error(401, "invalid_api_key", f"Incorrect API key provided: {sent}.")
+        if name == "403":
+            return _error(403, "permission_denied", "This key has no access to the model")
+        if name == "moderation403":
+            # OpenRouter's moderation refusal: the status alone says nothing, the metadata does.
+            body = {"error": {"code": 403, "message": "Your input was flagged by moderation",
+                              "metadata": {"reasons": ["violence"], "flagged_input": "...", "provider_name": "mock",
+                                           "model_slug": SERVED_MODEL}}}
+            return web.json_response(body, status=403)
         if name == "404":
             return _error(404, "model_not_found", "The model does not exist")
         if name == "detail400":

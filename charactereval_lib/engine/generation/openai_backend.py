@@ -296,14 +296,24 @@ def _describe_cause(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}" if cause else str(exc)
 
 
+# OpenRouter's moderation refusal (HTTP 403 "your input was flagged") carries these in
+# ``error.metadata``; a 403 without them (a key without access, a blocked account) is not one.
+_MODERATION_METADATA = {"flagged_input", "reasons"}
+
+
 def _is_content_filter(exc: Any) -> bool:
     """OpenAI and Azure mark filtered prompts with code ``content_filter`` (Azure also
-    ``content_policy_violation``); some servers only say so in the message."""
+    ``content_policy_violation``); some servers only say so in the message; OpenRouter's
+    moderation puts ``flagged_input``/``reasons`` in the error's ``metadata``. Only an explicit
+    marker counts: a bare 400 or 403 stays an ordinary failure."""
     codes = {str(exc.code or "").lower()}
     body = exc.body if isinstance(exc.body, Mapping) else {}
     inner = body.get("error", body) if isinstance(body, Mapping) else {}
     if isinstance(inner, Mapping):
         codes.add(str(inner.get("code") or "").lower())
+        metadata = inner.get("metadata")
+        if isinstance(metadata, Mapping) and _MODERATION_METADATA <= metadata.keys():
+            return True
     if codes & {"content_filter", "content_policy_violation"}:
         return True
     return "content management policy" in _api_message(exc).lower()
