@@ -130,7 +130,8 @@ class GenerationResult:
     elapsed_s: float | None = None
     model: str | None = None
     # The API marked the reply as a refusal (message.refusal), or a content filter stopped it
-    # (finish_reason content_filter or a content-filter 400). Text is not inspected.
+    # (finish_reason content_filter, a content-filter 400, or a 400/403 whose error body carries
+    # a moderation marker; see openai_backend._is_content_filter). Text is not inspected.
     refusal: bool = False
     content_filter: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
