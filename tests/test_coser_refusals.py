@@ -118,9 +118,10 @@ def clean_run(tmp_path_factory):
     return run
 
 
-def test_declined_first_attempts_are_retried_at_temperature_1_marked_and_the_run_completes(clean_run, tmp_path):
+def test_declined_first_attempts_of_every_role_are_retried_at_temperature_1_marked_and_the_run_completes(
+        clean_run, tmp_path):
     run = tmp_path / "declined"
-    plan = refusal_plan(DECLINING, share=2)
+    plan = refusal_plan(DECLINING, share=2, roles=("actor", "env", "nsp"))
     with MockServer(reply=scripted_reply, plan=plan) as server:
         outcome = smoke_run(run, server)
     assert outcome["errors"] == []
@@ -128,7 +129,7 @@ def test_declined_first_attempts_are_retried_at_temperature_1_marked_and_the_run
     turns = read_jsonl(run / TURNS).records
     assert all(isinstance(t["refused"], bool) for t in turns)  # on every turn record
     refused = [t for t in turns if t["refused"]]
-    assert refused and all(t["kind"] == "actor" for t in refused)
+    assert {t["kind"] for t in refused} == {"actor", "env", "nsp"}
     assert all(t["temperatures"] == [0, 1] and t["refusals"] == 1 and t["reply"] for t in refused)
     assert all(t["temperatures"] == [0] and t["refusals"] == 0 for t in turns if not t["refused"])
     # The script's actors answer the same at any temperature: the retried turns recover the scene.

@@ -5,8 +5,8 @@ from the SHA-256 of the whole request, so the same request always gets the same 
 run equals an uninterrupted one) and the replies exercise the protocol: the NSP sometimes names
 the current speaker, says ``random`` or an unknown name (fallbacks), ends the scene after a
 varying number of turns; the judge answers valid JSON. ``faulty_judge`` adds the judge faults the
-platform must survive. ``refusal_plan`` makes the mock server refuse some actor turns (a refusal,
-a content filter or a moderation 403), the way a provider declines a request. The replies mean
+platform must survive. ``refusal_plan`` makes the mock server decline some actor (or Environment,
+NSP) turns (a refusal, a content filter or a moderation 403), the way a provider does. The replies mean
 nothing.
 """
 
@@ -48,16 +48,16 @@ def role_of(payload: dict[str, Any]) -> str:
     return "actor"
 
 
-def refusal_plan(actions: Sequence[str], *, share: int = 3, refused_attempts: int = 1
-                 ) -> Callable[[str, int, dict[str, Any]], str]:
-    """A ``MockServer`` plan: one actor request in ``share`` (chosen by its key) is declined on
-    its first ``refused_attempts`` attempts with one of ``actions`` (e.g. ``refusal``,
-    ``finish_filter``, ``filter400``, ``moderation403``, or ``403`` for a failure that is not a
-    refusal), picked by its key too; every other request is answered normally."""
+def refusal_plan(actions: Sequence[str], *, share: int = 3, refused_attempts: int = 1,
+                 roles: Sequence[str] = ("actor",)) -> Callable[[str, int, dict[str, Any]], str]:
+    """A ``MockServer`` plan: one request in ``share`` of the given ``roles`` (chosen by its key)
+    is declined on its first ``refused_attempts`` attempts with one of ``actions`` (e.g.
+    ``refusal``, ``finish_filter``, ``filter400``, ``moderation403``, or ``403`` for a failure
+    that is not a refusal), picked by its key too; every other request is answered normally."""
 
     def plan(key: str, attempt: int, payload: dict[str, Any]) -> str:
         index = int(key[:8], 16)
-        if role_of(payload) == "actor" and index % share == 0 and attempt <= refused_attempts:
+        if role_of(payload) in roles and index % share == 0 and attempt <= refused_attempts:
             return actions[(index // share) % len(actions)]
         return "ok"
 
