@@ -262,7 +262,7 @@ def surface_table(metrics: Sequence[dict[str, Any]], n_boot: int, seed: int) -> 
         part = frame[frame.dimension == name]
         empty = {"mean": None, "low": None, "high": None}
         table[name] = {**interval_table(part, n_boot, seed, (name,), average=False).get(name, empty),
-                       "sessions": int(len(part))}
+                       "sessions": len(part)}
     return table
 
 
