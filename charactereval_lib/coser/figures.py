@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.plots import RUN_PALETTE, count_axis, new_figure, with_cjk_font
@@ -70,7 +71,7 @@ def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
                         color=color, markersize=4, label=f"{tag} books")
     labels = [b if len(b) <= BOOK_LABEL_CHARS else b[: BOOK_LABEL_CHARS - 1] + "…" for b, _ in books]
     ax.set_yticks(y, labels, fontsize="small")
-    ax.set_xlabel("average of the four dimensions (0-100)")
+    ax.set_xlabel("average of the four dimensions")
     ax.grid(axis="x", alpha=0.3)
     if books:
         ax.legend(loc="lower right", fontsize="small")
@@ -88,6 +89,7 @@ def rounds_figure(histogram: Mapping[Any, int], ended_by: Mapping[str, int]) -> 
     left.set_xlabel("rounds in the scene (at most 20)")
     count_axis(left.yaxis, "scene runs")
     left.set_xlim(0.5, 20.5)
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_title("Rounds per scene")
     names = list(ended_by)
     right.barh(names[::-1], [ended_by[n] for n in names][::-1], color="#55a868")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,9 +138,18 @@ def interval(cell: dict[str, Any]) -> str:
     return NO_INTERVAL if cell.get("low") is None else f"[{fmt(cell['low'])}, {fmt(cell['high'])}]"
 
 
+# Cells that read as numbers (a value, an interval, a marker in a column of numbers) align right.
+_NUMBER_LIKE = re.compile(r"(?:[-+–\d.,\[\] ±]|n<2 scenes|unavailable)*")
+
+
 def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
-    """A table as the reports show it: no index column, floats rounded for display only."""
-    return frame.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
+    """A table as the reports show it: no index column, text escaped and aligned left, numbers
+    right, floats rounded for display only."""
+    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
+            and not frame[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
+    headers = [{"selector": f"th.col{frame.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
+    return (frame.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None, escape="html")
+            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
 
 
 def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
@@ -356,14 +366,16 @@ def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[
 
 
 def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) -> pd.DataFrame:
-    """Mean [interval] per score, one column per run (overall, or one split), and the paper."""
+    """Mean [interval] per score, one column per run: overall beside the paper's anchor, or one
+    split (the anchor is over both splits, so it is not shown there)."""
     rows = []
     for name in SCORES:
         row = {"score": name}
         for a in analyses:
             cell = (a.summary["by_split"][split] if split else a.summary["overall"]).get(name, {})
             row[a.name] = f"{fmt(cell.get('mean'))} {interval(cell)}"
-        row["paper (GPT-4o)"] = analyses[0].paper_cell(name) if not split else "–"
+        if not split:
+            row["paper (GPT-4o)"] = analyses[0].paper_cell(name)
         rows.append(row)
     return pd.DataFrame(rows)
 
