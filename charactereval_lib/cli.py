@@ -496,7 +496,8 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(pipeline.coser_dry_run(settings, data_dir=args.data_dir, prices=dict(args.price or []))))
         return 0
-    outcome = pipeline.coser_run(args.run, settings, data_dir=args.data_dir)
+    progress = not args.no_progress and sys.stderr.isatty()
+    outcome = pipeline.coser_run(args.run, settings, data_dir=args.data_dir, progress=progress)
     _warn(outcome.warnings)
     for line in outcome.errors:
         print(f"error: {line}", file=sys.stderr)
@@ -589,6 +590,7 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("--scene-concurrency", type=int, default=256, help="scenes in flight (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
     p.add_argument("--retry-base-delay", type=float, default=1.0, help="first transport back-off in seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
     p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",
                    help="--dry-run: USD per million input:output tokens of ROLE (repeatable)")

@@ -947,9 +947,10 @@ def coser_dry_run(settings: CoserRunSettings, *, data_dir: str | os.PathLike[str
 
 
 def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSettings, *,
-              data_dir: str | os.PathLike[str] | None = None) -> CoserRunOutcome:
+              data_dir: str | os.PathLike[str] | None = None, progress: bool = False) -> CoserRunOutcome:
     """Simulate and judge every (repeat, scene) of the preset not finished yet (resuming: the same
-    call continues a run; other settings are refused), under the run's writer lock."""
+    call continues a run; other settings are refused), under the run's writer lock; ``progress``
+    shows a bar of finished scene runs."""
     from charactereval_lib.coser.run import LOCK, run_coser, start_run
     from charactereval_lib.coser.simulation import RoleClients
     from charactereval_lib.engine.generation.engine import run_closing
@@ -965,7 +966,8 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
         policy = RetryPolicy(base_delay_s=settings.retry_base_delay, timeout_s=settings.timeout)
         clients = RoleClients(simulation, concurrency=settings.concurrency, policy=policy)
         outcome = run_closing(clients, lambda: run_coser(run, scenes, simulation, preset, critic, clients,
-                                                         scene_concurrency=settings.scene_concurrency))
+                                                         scene_concurrency=settings.scene_concurrency,
+                                                         progress=progress))
     return CoserRunOutcome(run, outcome["scenes"], outcome["errors"], outcome["warnings"], outcome["calls"])
 
 

@@ -153,14 +153,14 @@ def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
 
 
 def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
-    """The box under the heading: the "not comparable with the paper" label with its reasons in
-    capitals first, then the caveats; a quiet line when the run is comparable and has none."""
+    """The boxes under the heading: the "NOT COMPARABLE WITH THE PAPER" label with every reason
+    (a quiet line saying the run is comparable instead), then the caveats, if any."""
     parts = []
     if reasons:
         items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
-        parts.append(f'<div class="ce-warnings"><strong>NOT COMPARABLE WITH THE PAPER</strong>: settings '
-                     f"that change the scores differ from the paper's, so its anchor is shown for orientation only.<ul>{items}</ul>"
-                     "</div>")
+        parts.append('<div class="ce-warnings"><strong>NOT COMPARABLE WITH THE PAPER</strong>: settings '
+                     "that change the scores differ from the paper's, so its anchor is shown for orientation only."
+                     f"<ul>{items}</ul></div>")
     else:
         parts.append('<div class="ce-warnings ce-none">Comparable with the paper\'s anchor: judge and environment '
                      "are the paper's model, protocol coser-paper, no given lines, inner thoughts kept.</div>")
@@ -210,7 +210,7 @@ class CoserAnalysis:
         return "\n".join([
             f"# CoSER report: {self.name}{label}",
             "",
-            f"Protocol **{s['protocol_version']}** ({s['score_variant']} scores); preset **{s['preset']}**: "
+            f"Protocol **{s['protocol_version']}**, scores {s['score_variant']}; preset **{s['preset']}**: "
             f"{counts['scenes']} scenes judged, {counts['sessions']} of {counts['sessions_expected']} sessions "
             f"(scene x repeat, {s['repeats']} repeat(s)); intervals: {s['bootstrap']['resamples']} cluster-bootstrap "
             "resamples of whole scenes, 95% percentile.",

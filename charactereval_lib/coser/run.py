@@ -101,8 +101,12 @@ def check_identity(run_dir: RunDir, settings: SimulationSettings, preset: Preset
 
 
 async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset,
-                    critic: CriticPrompts, clients: RoleClients, *, scene_concurrency: int = 256) -> dict[str, Any]:
-    """Simulate and judge every (repeat, scene) of the preset that is not finished yet."""
+                    critic: CriticPrompts, clients: RoleClients, *, scene_concurrency: int = 256,
+                    progress: bool = False) -> dict[str, Any]:
+    """Simulate and judge every (repeat, scene) of the preset that is not finished yet (with
+    ``progress``, a bar of finished scene runs on stderr)."""
+    from tqdm import tqdm
+
     state = CoserRun(run_dir)
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
@@ -121,6 +125,7 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                     await judge(repeat, scene, record)
                 except CallFailed as exc:
                     errors.append(f"repeat {repeat} scene {scene.key}: {exc}")
+                bar.update()
 
         async def simulate(repeat: int, scene: Scene) -> dict[str, Any]:
             recorded = state.turns.get((repeat, scene.key), {})
@@ -158,7 +163,8 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                                                 critic, settings, todo):
                     judge_log.write({**base, "kind": "dimension", **result})
 
-        await asyncio.gather(*(one(r, s) for r, s in work))
+        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
+            await asyncio.gather(*(one(r, s) for r, s in work))
     return {"scenes": len(work), "errors": errors, "warnings": state.warnings, "calls": dict(clients.calls)}
 
 
