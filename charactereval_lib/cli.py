@@ -6,12 +6,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
-from charactereval_lib.coser.commands import add_coser_parser
+from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.grading.errors import GradingError
@@ -462,6 +462,162 @@ def cmd_export_official(args: argparse.Namespace) -> int:
     for path in export_official(run_dir, load_official_data(args.data_dir), Path(args.out) if args.out else None):
         print(path)
     return 0
+
+
+# --- CoSER -----------------------------------------------------------------------------------
+
+
+def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
+    """``ROLE=IN:OUT`` (USD per million input and output tokens) of ``coser run --price``."""
+    role, _, pair = value.partition("=")
+    price_in, _, price_out = pair.partition(":")
+    try:
+        prices = (float(price_in), float(price_out))
+    except ValueError:
+        prices = None
+    if role not in pipeline.COSER_ROLES or prices is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected ROLE=IN:OUT with ROLE one of {', '.join(pipeline.COSER_ROLES)} "
+            "and two prices in USD per million tokens")
+    return role, prices
+
+
+def cmd_coser_data(args: argparse.Namespace) -> int:
+    if args.coser_data_command == "fetch":
+        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=not args.quiet)
+    else:
+        problems = pipeline.coser_data_verify(args.data_dir)
+    return _report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
+                                      "digests")
+
+
+def cmd_coser_run(args: argparse.Namespace) -> int:
+    settings = _settings(pipeline.CoserRunSettings, args)
+    if args.dry_run:
+        print("\n".join(pipeline.coser_dry_run(settings, data_dir=args.data_dir, prices=dict(args.price or []))))
+        return 0
+    progress = not args.no_progress and sys.stderr.isatty()
+    outcome = pipeline.coser_run(args.run, settings, data_dir=args.data_dir, progress=progress)
+    _warn(outcome.warnings)
+    for line in outcome.errors:
+        print(f"error: {line}", file=sys.stderr)
+    calls = ", ".join(f"{k} {v}" for k, v in outcome.calls.items())
+    print(f"{outcome.run}: {outcome.scenes - len(outcome.errors)}/{outcome.scenes} scene runs complete "
+          f"(calls this session: {calls})")
+    if outcome.errors:
+        print("rerun the same command to continue the unfinished scenes", file=sys.stderr)
+    return outcome.exit_code()
+
+
+def cmd_coser_summarize(args: argparse.Namespace) -> int:
+    import json
+
+    outcome = pipeline.coser_summarize(args.run, _settings(pipeline.CoserSummarizeSettings, args))
+    print(json.dumps(outcome.summary, indent=2, ensure_ascii=False))
+    _warn(outcome.warnings)
+    return 0
+
+
+def cmd_coser_report(args: argparse.Namespace) -> int:
+    outcome = pipeline.coser_report(args.run, _settings(pipeline.CoserReportSettings, args), out=args.out)
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.notebook} and {outcome.html}")
+    return 0
+
+
+def cmd_coser_compare(args: argparse.Namespace) -> int:
+    outcome = pipeline.coser_compare(args.runs, args.out, _settings(pipeline.CoserReportSettings, args))
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.notebook} and {outcome.html}")
+    return 0
+
+
+def _coser_data_dir_option(parser: argparse.ArgumentParser, *flags: str) -> None:
+    parser.add_argument(*(flags or ("--data-dir",)), dest="data_dir", metavar="DIR",
+                        help="CoSER data directory (default: $COSER_DATA_DIR, else data/coser/)")
+
+
+def _coser_statistics_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of whole scenes (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+
+
+def add_coser_parser(subparsers: Any) -> None:
+    """``coser`` with its actions: data fetch|verify, run, summarize, report, compare."""
+    coser = subparsers.add_parser("coser", help="CoSER given-circumstance acting: data, run, summarize, report, compare")
+    sub = coser.add_subparsers(dest="coser_command", required=True, metavar="ACTION")
+
+    data = sub.add_parser("data", help="fetch or verify the pinned CoSER test set and upstream prompt file")
+    data_sub = data.add_subparsers(dest="coser_data_command", required=True, metavar="ACTION")
+    for name in ("fetch", "verify"):
+        p = data_sub.add_parser(name)
+        # --dir, as CharacterEval's `data fetch|verify` spell it.
+        _coser_data_dir_option(p, "--dir", "--data-dir")
+        if name == "fetch":
+            p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
+            p.add_argument("--quiet", action="store_true")
+        p.set_defaults(func=cmd_coser_data)
+
+    p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
+    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("--preset", choices=["full", "sample", "smoke"], default="smoke",
+                   help="full: 200 scenes x 3; sample: 10 id + 10 ood x 1; smoke: 1 id + 1 ood x 1 (default)")
+    p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=COSER_DEFAULT_VERSION,
+                   help=f"default {COSER_DEFAULT_VERSION}")
+    p.add_argument("--backend", choices=list(pipeline.COSER_BACKENDS), default="openai",
+                   help="offline: meaningless replies, for trying the command")
+    p.add_argument("--base-url", help="endpoint for every role unless --ROLE-base-url is given")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="variable holding the key for every role unless --ROLE-api-key-env (never stored)")
+    p.add_argument("--no-api-key", action="store_true", help="a local server that needs no key")
+    for role in pipeline.COSER_ROLES:
+        g = p.add_argument_group(f"{role} role")
+        default = pipeline.COSER_ROLE_DEFAULTS.get(role)
+        g.add_argument(f"--{role}-model", default=default,
+                       help=f"model (default {default})" if default else "model under test (required)")
+        g.add_argument(f"--{role}-base-url", metavar="URL")
+        g.add_argument(f"--{role}-api-key-env", metavar="NAME")
+        if role != "judge":
+            g.add_argument(f"--{role}-system-role", choices=["system", "user"], help="default: upstream rule")
+            for flag in ("name-suffix", "output-example", "fix-repetition"):
+                g.add_argument(f"--{role}-{flag}", action=argparse.BooleanOptionalAction, default=None,
+                               help="default: upstream rule for the model name")
+    p.add_argument("--repair-model", help="JSON repair model at the judge endpoint (default: the version's)")
+    p.add_argument("--continue-from", type=int, default=0, metavar="K", help="give the first K original lines")
+    p.add_argument("--wo-thought", action="store_true", help="thoughtless output format (upstream --wo_thought)")
+    p.add_argument("--limit", type=int, help="only the preset's first N scenes")
+    p.add_argument("--concurrency", type=int, default=64, help="requests in flight per role (default 64)")
+    p.add_argument("--scene-concurrency", type=int, default=256, help="scenes in flight (default 256)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
+    p.add_argument("--retry-base-delay", type=float, default=1.0, help="first transport back-off in seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
+    p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",
+                   help="--dry-run: USD per million input:output tokens of ROLE (repeatable)")
+    _coser_data_dir_option(p)
+    p.set_defaults(func=cmd_coser_run)
+
+    p = sub.add_parser("summarize", help="RUN/coser_summary.json: means, bootstrap intervals, splits, books, spread")
+    p.add_argument("run", metavar="RUN")
+    _coser_statistics_options(p)
+    p.set_defaults(func=cmd_coser_summarize)
+
+    for name, func, text in (
+        ("report", cmd_coser_report, "execute the CoSER report notebook -> RUN/report.ipynb + RUN/report.html"),
+        ("compare", cmd_coser_compare, "execute the CoSER comparison notebook -> OUT/comparison.ipynb + .html"),
+    ):
+        p = sub.add_parser(name, help=text)
+        if name == "report":
+            p.add_argument("run", metavar="RUN")
+            p.add_argument("--out", metavar="DIR", help="output directory (default: the run directory)")
+        else:
+            p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
+            p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+            p.add_argument("--allow-mixed", action="store_true",
+                           help="compare runs whose protocol version or non-actor models differ (warned at the top)")
+        _coser_statistics_options(p)
+        p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+        p.set_defaults(func=func)
 
 
 # --- parser ----------------------------------------------------------------------------------

@@ -1,0 +1,393 @@
+"""A CoSER run (or several) loaded for its report: the summary, the paper's anchor, whether the
+run is comparable with it, and the tables the notebooks show.
+
+Comparable with the paper means: the judge and the environment are exactly the paper's model
+name (``gpt-4o-2024-08-06``; the moving alias ``gpt-4o`` does not count, since a run does not
+record which snapshot answered), protocol ``coser-paper``, no given lines (``continue_from``
+0) and inner thoughts kept. Any other run is labelled "not comparable with the paper", with
+every reason. Other differences (the NSP model, a subset of the scenes, one repeat instead of
+three) are caveats in the warning box: the numbers follow the same rules but vary more or
+differ in a known way.
+
+Nothing here writes to the run directory; tables round numbers for display only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pandas.io.formats.style import Styler
+
+from charactereval_lib import __version__
+from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS, compute_summary
+from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.resources import resource_path
+
+ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
+NOT_COMPARABLE = "not comparable with the paper"
+AVERAGE = "average"
+SCORES = (*DIMENSIONS, AVERAGE)
+DISPLAY_DIGITS = 2  # the paper prints two decimals
+NO_INTERVAL = "n<2 scenes"
+ENDING_LABELS = {"end_chat": "<END CHAT>", "max_rounds": "max rounds (20)", "failed": "failed (a call gave up)",
+                 "not_run": "not run yet"}
+
+
+def load_anchor() -> dict[str, Any]:
+    """The paper's published GPT-4o row and the settings it was produced with (shipped data,
+    provenance in ``data/reference/README.md``)."""
+    return json.loads(resource_path(ANCHOR_FILE).read_text(encoding="utf-8"))
+
+
+def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None) -> list[str]:
+    """Why a run is not comparable with the paper's anchor (empty: it is). Model names are
+    compared exactly as requested and recorded in run.json."""
+    anchor = anchor or load_anchor()
+    coser = manifest.get("coser") or {}
+    models = coser.get("models") or {}
+    identity = coser.get("identity") or {}
+    reasons = []
+    for role, label in (("judge", "judge"), ("env", "environment")):
+        model, wanted = models.get(role), anchor[f"{role}_model"]
+        if model != wanted:
+            reasons.append(f"{NOT_COMPARABLE}: the {label} model is {model!r}, not the paper's {wanted!r} "
+                           "(names must match exactly; the moving alias 'gpt-4o' does not)")
+    version = manifest.get("protocol_version")
+    if version != anchor["protocol_version"]:
+        reasons.append(f"{NOT_COMPARABLE}: protocol {version}, not {anchor['protocol_version']} (the version of the "
+                       "paper's numbers)")
+    if identity.get("continue_from", 0) != anchor["continue_from"]:
+        reasons.append(f"{NOT_COMPARABLE}: the first {identity['continue_from']} original lines were given "
+                       "(the paper's table gives none)")
+    if identity.get("thoughtless", False) != anchor["thoughtless"]:
+        reasons.append(f"{NOT_COMPARABLE}: thoughtless output format (the paper's table keeps inner thoughts)")
+    return reasons
+
+
+def caveats(manifest: dict[str, Any], summary: dict[str, Any], anchor: dict[str, Any]) -> list[str]:
+    """What else a reader must know before reading the numbers (not a reason for the label)."""
+    coser = manifest.get("coser") or {}
+    models = coser.get("models") or {}
+    identity = coser.get("identity") or {}
+    notes = []
+    offline = [role for role, spec in (identity.get("roles") or {}).items() if spec.get("backend") == "offline"]
+    if offline:
+        notes.append(f"Roles {', '.join(offline)} use the offline backend: placeholder text made without any model. "
+                     "The numbers demonstrate the wiring only.")
+    counts = summary["counts"]
+    if counts["scenes"] < anchor["scenes"] or (summary.get("repeats") or 0) < anchor["repeats"]:
+        notes.append(f"A subset: {counts['scenes']} of {anchor['scenes']} scenes judged, {summary.get('repeats')} "
+                     f"repeat(s) (preset {summary.get('preset')}); the paper's numbers are over {anchor['scenes']} "
+                     f"scenes x {anchor['repeats']} runs, so intervals are wider and the mix of books differs.")
+    if models.get("nsp") != anchor["nsp_model"]:
+        notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {anchor['nsp_model']}.")
+    if models.get("actor") != anchor["actor_model"]:
+        notes.append(f"The anchor is the paper's GPT-4o ({anchor['actor_model']}) as actor; this run's actor is "
+                     f"{models.get('actor')!r}, so differences from it include the actor's.")
+    ended = summary["ended_by"]
+    if ended["failed"] or ended["not_run"]:
+        notes.append(f"{ended['failed']} scene run(s) failed and {ended['not_run']} were not run: rerun "
+                     "`charactereval coser run` with the same settings to finish them.")
+    if summary["judge_failures"]:
+        notes.append(f"{summary['judge_failures']} session(s) have a dimension the judge never answered validly; "
+                     "those dimensions are left out of the means.")
+    if summary["sessions_unjudged"]:
+        notes.append(f"{summary['sessions_unjudged']} finished scene run(s) are not judged yet.")
+    if summary.get("bleu_unavailable"):
+        notes.append(summary["bleu_unavailable"])
+    return notes
+
+
+def compare_problems(run_dirs: Sequence[runs.RunDir]) -> list[str]:
+    """Why runs must not be compared as they are: the same run twice, or runs that differ in
+    protocol version or in a model other than the actor (environment, NSP, judge, repair)."""
+    problems = []
+    resolved = [r.path.resolve() for r in run_dirs]
+    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if repeated:
+        problems.append(f"the same run is given more than once: {', '.join(repeated)}")
+    manifests = {r.name: r.manifest() for r in run_dirs}
+    versions = {name: m.get("protocol_version") for name, m in manifests.items()}
+    if len(set(versions.values())) > 1:
+        problems.append(f"the runs follow different protocol versions ({versions})")
+    for role in ("env", "nsp", "judge", "repair"):
+        models = {name: ((m.get("coser") or {}).get("models") or {}).get(role) for name, m in manifests.items()}
+        if len(set(models.values())) > 1:
+            problems.append(f"the runs have different {role} models ({models})")
+    return problems
+
+
+# --- display -----------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def interval(cell: dict[str, Any]) -> str:
+    """"[low, high]", or ``NO_INTERVAL`` when too few scenes leave none, "–" without a value."""
+    if not cell or cell.get("mean") is None:
+        return "–"
+    return NO_INTERVAL if cell.get("low") is None else f"[{fmt(cell['low'])}, {fmt(cell['high'])}]"
+
+
+# Cells that read as numbers (a value, an interval, a marker in a column of numbers) align right.
+_NUMBER_LIKE = re.compile(r"(?:[-+–\d.,\[\] ±]|n<2 scenes|unavailable)*")
+
+
+def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
+    """A table as the reports show it: no index column, text escaped and aligned left, numbers
+    right, floats rounded for display only."""
+    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
+            and not frame[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
+    headers = [{"selector": f"th.col{frame.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
+    return (frame.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None, escape="html")
+            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
+
+
+def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
+    """The boxes under the heading: the "NOT COMPARABLE WITH THE PAPER" label with every reason
+    (a quiet line saying the run is comparable instead), then the caveats, if any."""
+    parts = []
+    if reasons:
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        parts.append('<div class="ce-warnings"><strong>NOT COMPARABLE WITH THE PAPER</strong>: settings '
+                     "that change the scores differ from the paper's, so its anchor is shown for orientation only."
+                     f"<ul>{items}</ul></div>")
+    else:
+        parts.append('<div class="ce-warnings ce-none">Comparable with the paper\'s anchor: judge and environment '
+                     "are the paper's model, protocol coser-paper, no given lines, inner thoughts kept.</div>")
+    if notes:
+        items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        parts.append(f'<div class="ce-warnings"><strong>Caveats ({len(notes)})</strong><ul>{items}</ul></div>')
+    return "".join(parts)
+
+
+def rendered_by() -> str:
+    commit = runs.git_commit()
+    return f"Rendered by charactereval {__version__}" + (f" at commit `{commit}`." if commit else ".")
+
+
+@dataclass
+class CoserAnalysis:
+    """One run's manifest, summary (computed afresh) and the paper's anchor."""
+
+    run: runs.RunDir
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    anchor: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+    @property
+    def models(self) -> dict[str, Any]:
+        return self.summary.get("models") or {}
+
+    def not_comparable(self) -> list[str]:
+        return comparability(self.manifest, self.anchor)
+
+    def caveats(self) -> list[str]:
+        return caveats(self.manifest, self.summary, self.anchor)
+
+    def warnings_html(self, extra: Sequence[str] = ()) -> str:
+        """The label and caveats box; ``extra``: more caveats (e.g. ``plots.font_warnings()``)."""
+        return warnings_html(self.not_comparable(), [*self.caveats(), *extra])
+
+    def header_markdown(self) -> str:
+        """Report heading: protocol version, the roles' models, preset and n."""
+        s, counts = self.summary, self.summary["counts"]
+        label = f" — **{NOT_COMPARABLE.upper()}**" if self.not_comparable() else ""
+        models = self.models
+        return "\n".join([
+            f"# CoSER report: {self.name}{label}",
+            "",
+            f"Protocol **{s['protocol_version']}**, scores {s['score_variant']}; preset **{s['preset']}**: "
+            f"{counts['scenes']} scenes judged, {counts['sessions']} of {counts['sessions_expected']} sessions "
+            f"(scene x repeat, {s['repeats']} repeat(s)); intervals: {s['bootstrap']['resamples']} cluster-bootstrap "
+            "resamples of whole scenes, 95% percentile.",
+            "",
+            "| role | model |",
+            "|---|---|",
+            *(f"| {label} | `{models.get(role)}` |" for role, label in (
+                ("actor", "actor (under test)"), ("env", "environment"), ("nsp", "next speaker (NSP)"),
+                ("judge", "judge"), ("repair", "judge JSON repair"))),
+            "",
+            rendered_by(),
+        ])
+
+    def paper_cell(self, name: str) -> str:
+        entry = {**self.anchor["dimensions"], **self.anchor["surface_per_100"]}.get(name)
+        return "–" if entry is None else f"{entry['value']:.2f} ± {entry['plus_minus']:.2f}"
+
+    def scores_table(self) -> pd.DataFrame:
+        """The four dimensions and their average: mean, 95% interval, run-to-run SD, the paper's
+        GPT-4o value and this run minus it."""
+        overall, spread = self.summary["overall"], self.summary["run_to_run_sd"] or {}
+        rows = []
+        for name in SCORES:
+            cell = overall.get(name, {})
+            paper = self.anchor["dimensions"][name]["value"]
+            rows.append({"score": name, "mean": fmt(cell.get("mean")), "95% interval": interval(cell),
+                         "run-to-run SD": fmt(spread.get(name)), "paper (GPT-4o)": self.paper_cell(name),
+                         "run - paper": fmt(None if cell.get("mean") is None else cell["mean"] - paper)})
+        return pd.DataFrame(rows)
+
+    def surface_table(self) -> pd.DataFrame:
+        """BLEU and ROUGE-L per 100, with the reason when BLEU is unavailable."""
+        rows = []
+        for name in SURFACE_METRICS:
+            cell = self.summary["surface_per_100"].get(name, {})
+            note = ""
+            if name == "BLEU" and self.summary.get("bleu_unavailable"):
+                note = "unavailable: " + self.summary["bleu_unavailable"].removeprefix("BLEU unavailable: ")
+            rows.append({"metric": name, "mean": "unavailable" if note else fmt(cell.get("mean")),
+                         "95% interval": "–" if note else interval(cell), "sessions": cell.get("sessions", 0),
+                         "paper (GPT-4o)": self.paper_cell(name), "note": note})
+        return pd.DataFrame(rows)
+
+    def split_table(self) -> pd.DataFrame:
+        """Per split (id: in-distribution books, ood: out-of-distribution): mean and interval."""
+        rows = []
+        for tag, table in self.summary["by_split"].items():
+            row = {"split": tag}
+            for name in SCORES:
+                cell = table.get(name, {})
+                row[name] = fmt(cell.get("mean"))
+                row[f"{name} 95%"] = interval(cell)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def book_table(self) -> pd.DataFrame:
+        """Per book: split, scenes, sessions, each dimension's mean and the average with its
+        interval (a bootstrap of the book's own scenes)."""
+        rows = []
+        for book, entry in self.summary["by_book"].items():
+            scores = entry["scores"]
+            row = {"book": book, "split": entry["tag"], "scenes": entry["scenes"], "sessions": entry["sessions"]}
+            row.update({name: fmt(scores.get(name, {}).get("mean")) for name in DIMENSIONS})
+            row[AVERAGE] = fmt(scores.get(AVERAGE, {}).get("mean"))
+            row["average 95%"] = interval(scores.get(AVERAGE, {}))
+            rows.append(row)
+        return pd.DataFrame(rows, columns=["book", "split", "scenes", "sessions", *SCORES, "average 95%"])
+
+    def repeat_table(self) -> pd.DataFrame:
+        """Each repeat's dimension means and average (the spread's raw material)."""
+        rows = [{"repeat": int(r), **{n: fmt(v.get(n)) for n in SCORES}}
+                for r, v in self.summary["by_repeat"].items()]
+        return pd.DataFrame(rows, columns=["repeat", *SCORES])
+
+    def endings_table(self) -> pd.DataFrame:
+        """How the preset's scene runs ended."""
+        ended = self.summary["ended_by"]
+        return pd.DataFrame([{"ending": ENDING_LABELS[k], "scene runs": ended[k]} for k in ENDINGS])
+
+    def rounds_table(self) -> pd.DataFrame:
+        rounds = self.summary["rounds"]
+        return pd.DataFrame([{k: fmt(rounds.get(k)) for k in ("mean", "median", "min", "max")}])
+
+    def judge_table(self) -> pd.DataFrame:
+        """Judge failures per dimension, the sessions they touch, refused turns per role."""
+        s = self.summary
+        rows = [{"what": f"failed judgements: {d}", "count": n} for d, n in s["judge_failed_dimensions"].items()]
+        rows.append({"what": "sessions with a failed judgement", "count": s["judge_failures"]})
+        rows.append({"what": "finished scene runs not judged yet", "count": s["sessions_unjudged"]})
+        rows += [{"what": f"refused turns: {k}", "count": v} for k, v in s["refused_turns"].items()]
+        return pd.DataFrame(rows)
+
+    def settings_table(self) -> pd.DataFrame:
+        """The recorded settings (run.json's coser section and versions), one row each."""
+        coser = self.manifest.get("coser") or {}
+        rows = [("protocol version", self.manifest.get("protocol_version")),
+                ("package", self.manifest.get("package_version")), ("git commit", self.manifest.get("git_commit")),
+                ("preset", coser.get("preset")), ("repeats", coser.get("repeats")),
+                ("scenes", len(coser.get("scenes") or []))]
+        rows += [(f"identity / {k}", v) for k, v in _flatten(coser.get("identity") or {}, "")]
+        rows += [(f"endpoints / {k}", v) for k, v in _flatten(coser.get("endpoints") or {}, "")]
+        return pd.DataFrame([(k, str(v)) for k, v in rows], columns=["setting", "value"])
+
+    def scores_figure(self) -> Any:
+        from charactereval_lib.coser.figures import scores_figure
+
+        return scores_figure({self.name: self.summary["overall"]}, self.anchor)
+
+    def book_figure(self) -> Any:
+        from charactereval_lib.coser.figures import book_figure
+
+        return book_figure(self.summary["by_book"])
+
+    def rounds_figure(self) -> Any:
+        from charactereval_lib.coser.figures import rounds_figure
+
+        return rounds_figure(self.summary["rounds"].get("histogram", {}),
+                             {ENDING_LABELS[k]: n for k, n in self.summary["ended_by"].items()})
+
+
+def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [item for key, inner in value.items()
+                for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
+    return [(prefix, value)]
+
+
+def load_analysis(run: runs.RunDir, *, n_boot: int, seed: int) -> CoserAnalysis:
+    """A run's summary computed afresh (the same function and settings as ``coser summarize``)."""
+    return CoserAnalysis(run, run.manifest(), compute_summary(run, n_boot=n_boot, seed=seed), load_anchor())
+
+
+# --- several runs ------------------------------------------------------------------------------
+
+
+def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
+    lines = ["# CoSER comparison", ""]
+    for k, a in enumerate(analyses):
+        s, models = a.summary, a.models
+        label = f"; **{NOT_COMPARABLE}**" if a.not_comparable() else ""
+        lines.append(f"{k + 1}. **{a.name}**: actor `{models.get('actor')}`, environment `{models.get('env')}`, "
+                     f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s['protocol_version']}, "
+                     f"preset {s['preset']}, {s['counts']['scenes']} scenes x {s['repeats']} repeat(s){label}")
+    return "\n".join([*lines, "", rendered_by()])
+
+
+def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[str] = ()) -> str:
+    problems = compare_problems([a.run for a in analyses])
+    reasons = [f"runs not comparable with each other: {p}" for p in problems]
+    reasons += [f"{a.name}: {r}" for a in analyses for r in a.not_comparable()]
+    notes = [f"{a.name}: {n}" for a in analyses for n in a.caveats()]
+    return warnings_html(reasons, [*notes, *extra])
+
+
+def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) -> pd.DataFrame:
+    """Mean [interval] per score, one column per run: overall beside the paper's anchor, or one
+    split (the anchor is over both splits, so it is not shown there)."""
+    rows = []
+    for name in SCORES:
+        row = {"score": name}
+        for a in analyses:
+            cell = (a.summary["by_split"][split] if split else a.summary["overall"]).get(name, {})
+            row[a.name] = f"{fmt(cell.get('mean'))} {interval(cell)}"
+        if not split:
+            row["paper (GPT-4o)"] = analyses[0].paper_cell(name)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def comparison_figure(analyses: Sequence[CoserAnalysis]) -> Any:
+    from charactereval_lib.coser.figures import scores_figure
+
+    return scores_figure({a.name: a.summary["overall"] for a in analyses}, analyses[0].anchor)
+
+
+def stacked(analyses: Sequence[CoserAnalysis], table: str) -> pd.DataFrame:
+    """One table of several runs: ``CoserAnalysis.<table>()`` of each, with a leading run column."""
+    frames = [getattr(a, table)().assign(run=a.name) for a in analyses]
+    combined = pd.concat(frames, ignore_index=True)
+    return combined[["run", *[c for c in combined.columns if c != "run"]]]

@@ -1,0 +1,241 @@
+"""CoSER statistics, the pipeline API and the reports.
+
+Unit tests compute the summary of a hand-written run directory whose intervals, spreads and
+counts are worked out by hand; the end-to-end tests make two smoke runs on the local mock
+server (``testing.coser_script``), one with upstream's default judge and environment
+(``gpt-4o``: not comparable with the paper) and one with the paper's, and execute the real
+report and comparison notebooks on them."""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from charactereval_lib import cli, pipeline
+from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, interval, load_anchor
+from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
+from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.engine.runs import RunDir, write_jsonl_atomic
+from charactereval_lib.testing.coser_script import scripted_reply
+from charactereval_lib.testing.mockserver import MockServer
+
+from tests.coser_golden import data_dir
+
+PAPER_MODEL = "gpt-4o-2024-08-06"
+
+
+# --- a hand-written run -------------------------------------------------------------------------
+
+
+def dimension_records(repeat: int, scene: str, book: str, tag: str, scores: list[float], status: str = "ok"):
+    return [{"repeat": repeat, "scene": scene, "tag": tag, "book": book, "kind": "dimension", "dimension": d,
+             "status": status, "scores": {"score": s, "score_clipped": min(s, 100)} if status == "ok" else None}
+            for d, s in zip(DIMENSIONS, scores)]
+
+
+@pytest.fixture()
+def hand_run(tmp_path):
+    """Book A: scenes a1, a2 judged in repeats 0 and 1; book B: one scene b1 (repeat 0 only, one
+    dimension failed); scene b2 failed in its simulation; scene b3 of the preset never ran."""
+    run = RunDir(tmp_path / "hand")
+    run.path.mkdir()
+    run.update_manifest(protocol_version="coser-paper", coser={
+        "preset": "sample", "repeats": 2, "scenes": ["a1", "a2", "b1", "b2", "b3"],
+        "models": {"actor": "m", "env": PAPER_MODEL, "nsp": "CoSER-70B", "judge": PAPER_MODEL, "repair": "r"},
+        "identity": {"protocol": {"score_upper_clip": False}, "continue_from": 0, "thoughtless": False}})
+    scores = {("a1", 0): [60, 70, 80, 90], ("a1", 1): [62, 72, 82, 110],
+              ("a2", 0): [40, 50, 60, 70], ("a2", 1): [44, 54, 64, 74]}
+    judgements = []
+    for (scene, repeat), values in scores.items():
+        judgements += dimension_records(repeat, scene, "A", "id", values)
+    judgements += dimension_records(0, "b1", "B", "ood", [30, 30, 30, 30])
+    judgements[-1] = {**judgements[-1], "status": "failed", "scores": None}
+    judgements += [{"repeat": r, "scene": s, "kind": "metrics", "bleu": b, "rouge_l": 0.5}
+                   for (s, r), b in zip(scores, (0.1, 0.2, 0.3, 0.4))]
+    write_jsonl_atomic(run.artifact(JUDGEMENTS), judgements)
+    scenes = [{"repeat": r, "scene": s, "status": "done", "ended_by": e, "rounds": n}
+              for (s, r), e, n in zip([*scores, ("b1", 0)], ["end_chat", "max_rounds", "end_chat", "end_chat",
+                                                            "end_chat"], [7, 20, 9, 9, 12])]
+    scenes += [{"repeat": 0, "scene": "b2", "status": "error", "error": {}},
+               {"repeat": 1, "scene": "b1", "status": "error", "error": {}}]
+    write_jsonl_atomic(run.artifact(SCENES), scenes)
+    turns = [{"repeat": 0, "scene": "a1", "step": 0, "kind": "actor", "refused": True},
+             {"repeat": 0, "scene": "a1", "step": 0, "kind": "actor", "refused": True},  # recorded twice
+             {"repeat": 0, "scene": "a1", "step": 1, "kind": "nsp"},  # no field: not refused
+             {"repeat": 0, "scene": "a1", "step": 2, "kind": "env", "refused": False},
+             {"repeat": 0, "scene": "a2", "step": 0, "kind": "env", "refused": True}]
+    write_jsonl_atomic(run.artifact(TURNS), turns)
+    return run
+
+
+def test_per_book_intervals_spread_and_counts_match_a_hand_computation(hand_run):
+    summary = compute_summary(hand_run, n_boot=1000, seed=0)
+    book_a = summary["by_book"]["A"]
+    assert (book_a["tag"], book_a["scenes"], book_a["sessions"]) == ("id", 2, 4)
+    # Each scene's mean over its two repeats, per dimension (SC, AN, CF, SQ).
+    a1, a2 = [61, 71, 81, 100], [42, 52, 62, 72]
+    # Two scenes: a resample holds a1 twice, a2 twice or one each (each with probability >= 1/4),
+    # so the 2.5% and 97.5% percentiles are the two scenes' own means.
+    for i, d in enumerate(DIMENSIONS):
+        cell = book_a["scores"][d]
+        assert cell["mean"] == pytest.approx((a1[i] + a2[i]) / 2)
+        assert (cell["low"], cell["high"]) == pytest.approx((a2[i], a1[i]))
+    average = book_a["scores"]["average"]
+    assert (average["mean"], average["low"], average["high"]) == pytest.approx((67.625, 57.0, 78.25))
+    # Book B has one scene: a mean without an interval; its failed dimension is left out.
+    book_b = summary["by_book"]["B"]["scores"]
+    assert book_b["Storyline Consistency"] == {"mean": 30.0, "low": None, "high": None}
+    assert book_b["Storyline Quality"]["mean"] is None
+    # Per repeat: each dimension's mean over the scenes judged in that repeat (repeat 0 has b1,
+    # without its failed Storyline Quality); the spread is the SD across the two repeats.
+    repeat0 = [(60 + 40 + 30) / 3, (70 + 50 + 30) / 3, (80 + 60 + 30) / 3, (90 + 70) / 2]
+    repeat1 = [53, 63, 73, 92]
+    for i, d in enumerate(DIMENSIONS):
+        assert summary["by_repeat"][0][d] == pytest.approx(repeat0[i], abs=1e-4)
+        assert summary["run_to_run_sd"][d] == pytest.approx(statistics.stdev([repeat0[i], repeat1[i]]), abs=1e-4)
+    assert summary["run_to_run_sd"]["average"] == pytest.approx(
+        statistics.stdev([statistics.mean(repeat0), statistics.mean(repeat1)]), abs=1e-4)
+    assert summary["ended_by"] == {"end_chat": 4, "max_rounds": 1, "failed": 2, "not_run": 3}
+    assert summary["rounds"]["histogram"] == {7: 1, 9: 2, 12: 1, 20: 1}
+    assert summary["judge_failures"] == 1 and summary["judge_failed_dimensions"]["Storyline Quality"] == 1
+    assert summary["refused_turns"] == {"actor": 1, "env": 1, "nsp": 0, "total": 2}
+    assert summary["surface_per_100"]["BLEU"]["mean"] == pytest.approx(25.0)
+    assert summary["counts"] == {"scenes": 3, "sessions": 5, "sessions_expected": 10}
+
+
+def test_a_run_is_comparable_only_with_the_papers_exact_judge_and_environment(hand_run):
+    anchor = load_anchor()
+    manifest = hand_run.manifest()
+    assert comparability(manifest, anchor) == []
+    for role in ("judge", "env"):
+        alias = json.loads(json.dumps(manifest))
+        alias["coser"]["models"][role] = "gpt-4o"
+        (reason,) = comparability(alias, anchor)
+        assert reason.startswith(NOT_COMPARABLE) and "'gpt-4o'" in reason
+    head = {**manifest, "protocol_version": "coser-head"}
+    assert any("coser-head" in r for r in comparability(head, anchor))
+    given = json.loads(json.dumps(manifest))
+    given["coser"]["identity"]["continue_from"] = 3
+    assert len(comparability(given, anchor)) == 1
+
+
+def test_the_anchor_is_the_papers_gpt4o_row():
+    anchor = load_anchor()
+    values = {k: (v["value"], v["plus_minus"]) for k, v in anchor["dimensions"].items()}
+    assert values == {"Storyline Consistency": (61.59, 0.66), "Anthropomorphism": (48.93, 0.48),
+                      "Character Fidelity": (48.95, 1.73), "Storyline Quality": (80.33, 0.59),
+                      "average": (59.95, 0.50)}
+    assert anchor["surface_per_100"] == {"BLEU": {"value": 5.90, "plus_minus": 0.16}}
+    assert (anchor["judge_model"], anchor["env_model"]) == (PAPER_MODEL, PAPER_MODEL)
+
+
+# --- settings and the command line --------------------------------------------------------------
+
+
+def test_run_settings_resolve_roles_and_report_bad_values_by_name():
+    settings = pipeline.CoserRunSettings(actor_model="a", base_url="http://x/v1", judge_base_url="http://j/v1",
+                                         env_api_key_env="ENV_KEY", actor_name_suffix=True)
+    sim = settings.simulation_settings()
+    assert (sim.actor.base_url, sim.judge.base_url, sim.env.api_key_env, sim.nsp.api_key_env) == (
+        "http://x/v1", "http://j/v1", "ENV_KEY", "OPENAI_API_KEY")
+    assert sim.actor.rules.name_suffix is True and sim.env.rules is None and sim.version.name == "coser-paper"
+    assert pipeline.CoserRunSettings(actor_model="a", no_api_key=True).simulation_settings().judge.api_key_env == ""
+    with pytest.raises(pipeline.SettingsError, match="unknown key"):
+        pipeline.CoserRunSettings.from_mapping({"actor_model": "a", "judge": "x"}, "cfg")
+    with pytest.raises(pipeline.SettingsError, match="preset 'huge'"):
+        pipeline.CoserRunSettings(actor_model="a", preset="huge")
+    with pytest.raises(pipeline.SettingsError, match="actor_model is required"):
+        pipeline.CoserRunSettings(actor_model="")
+
+
+def test_bad_price_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["coser", "run", "r", "--actor-model", "a", "--dry-run", "--price", "judge=1:x"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ROLE=IN:OUT" in err
+
+
+def test_dry_run_prices_each_role(capsys):
+    assert cli.main(["coser", "run", "r", "--actor-model", "a", "--dry-run", "--data-dir", str(data_dir()),
+                     "--price", "actor=1:2", "--price", "env=1:2", "--price", "nsp=1:2", "--price", "judge=1:2"]) == 0
+    out = capsys.readouterr().out
+    assert "preset smoke, 2 scene(s) x 1 repeat(s)" in out and "estimated cost: ~$" in out
+
+
+# --- end to end: smoke runs, reports, comparison --------------------------------------------------
+
+
+def smoke(run: Path, url: str, *extra: str) -> None:
+    assert cli.main(["coser", "run", str(run), "--preset", "smoke", "--actor-model", "mock-actor", "--base-url", url,
+                     "--no-api-key", "--data-dir", str(data_dir()), "--retry-base-delay", "0.01", "--timeout", "5",
+                     "--no-progress", *extra]) == 0
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """Two smoke runs (upstream's gpt-4o judge and environment; the paper's), each summarised
+    and reported, and their comparison."""
+    root = tmp_path_factory.mktemp("coser-report")
+    alias, paper = root / "alias", root / "paper"
+    with MockServer(reply=scripted_reply) as server:
+        smoke(alias, server.base_url)
+        smoke(paper, server.base_url, "--judge-model", PAPER_MODEL, "--env-model", PAPER_MODEL)
+    out = {}
+    for run in (alias, paper):
+        assert cli.main(["coser", "summarize", str(run), "--n-boot", "200"]) == 0
+        assert cli.main(["coser", "report", str(run), "--n-boot", "200"]) == 0
+        out[run.name] = (json.loads((run / SUMMARY).read_text()), (run / "report.html").read_text(encoding="utf-8"))
+    assert cli.main(["coser", "compare", str(alias), str(paper), "--out", str(root / "cmp"), "--n-boot", "200",
+                     "--allow-mixed"]) == 0
+    out["compare"] = (None, (root / "cmp" / "comparison.html").read_text(encoding="utf-8"))
+    out["root"] = root
+    return out
+
+
+def test_report_shows_the_anchor_and_the_summarys_numbers(rendered):
+    summary, page = rendered["alias"]
+    text = html.unescape(page)
+    for value in ("61.59 ± 0.66", "48.93 ± 0.48", "48.95 ± 1.73", "80.33 ± 0.59", "59.95 ± 0.50", "5.90 ± 0.16"):
+        assert value in text
+    assert "Protocol <strong>coser-paper</strong>" in page and "preset <strong>smoke</strong>" in page
+    for model in ("mock-actor", "gpt-4o", "gpt-4o-mini"):
+        assert f"<code>{model}</code>" in page
+    for name, cell in summary["overall"].items():
+        assert f"{cell['mean']:.2f}" in text and interval(cell) in text, name
+    # Per book: every book of the summary with its average.
+    assert ">Per book<" in page
+    for book, entry in summary["by_book"].items():
+        assert html.escape(book) in page and f"{entry['scores']['average']['mean']:.2f}" in text
+    if summary["bleu_unavailable"]:
+        assert "unavailable: NLTK" in text
+    else:
+        assert f"{summary['surface_per_100']['BLEU']['mean']:.2f}" in text
+    assert f"{summary['surface_per_100']['ROUGE-L']['mean']:.2f}" in text
+    assert text.count("<img") >= 3 and "Contents" in text
+
+
+def test_not_comparable_label_follows_the_judge_and_environment(rendered):
+    _, alias_page = rendered["alias"]
+    _, paper_page = rendered["paper"]
+    assert "NOT COMPARABLE WITH THE PAPER" in alias_page and "not the paper's 'gpt-4o-2024-08-06'" in alias_page
+    assert "not comparable" not in paper_page.lower()
+    assert "Comparable with the paper's anchor" in html.unescape(paper_page)
+
+
+def test_comparison_shows_both_runs_and_why_they_differ(rendered):
+    _, page = rendered["compare"]
+    text = html.unescape(page)
+    assert "alias" in text and "paper" in text and "59.95 ± 0.50" in text
+    assert "runs not comparable with each other: the runs have different env models" in text
+    assert "alias: not comparable with the paper" in text and "paper: not comparable" not in text
+
+
+def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, capsys):
+    root = rendered["root"]
+    assert cli.main(["coser", "compare", str(root / "alias"), str(root / "paper"), "--out", str(tmp_path)]) == 2
+    assert "cannot compare: the runs have different env models" in capsys.readouterr().err
