@@ -518,6 +518,17 @@ def cmd_coser_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coser_import(args: argparse.Namespace) -> int:
+    report = pipeline.coser_import(args.file, args.run, protocol=args.protocol, actor_model=args.actor_model,
+                                   data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
+    print(report.summary_line())
+    for mismatch in report.mismatches[:10]:
+        print(f"  not reproduced: {mismatch}", file=sys.stderr)
+    if len(report.mismatches) > 10:
+        print(f"  ... and {len(report.mismatches) - 10} more (run.json: import_official)", file=sys.stderr)
+    return 0
+
+
 def cmd_coser_report(args: argparse.Namespace) -> int:
     outcome = pipeline.coser_report(args.run, _settings(pipeline.CoserReportSettings, args), out=args.out)
     _warn(outcome.warnings)
@@ -543,8 +554,8 @@ def _coser_statistics_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_coser_parser(subparsers: Any) -> None:
-    """``coser`` with its actions: data fetch|verify, run, summarize, report, compare."""
-    coser = subparsers.add_parser("coser", help="CoSER given-circumstance acting: data, run, summarize, report, compare")
+    """``coser`` with its actions: data fetch|verify, run, import, summarize, report, compare."""
+    coser = subparsers.add_parser("coser", help="CoSER given-circumstance acting: data, run, import, summarize, report, compare")
     sub = coser.add_subparsers(dest="coser_command", required=True, metavar="ACTION")
 
     data = sub.add_parser("data", help="fetch or verify the pinned CoSER test set and upstream prompt file")
@@ -601,6 +612,17 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("run", metavar="RUN")
     _coser_statistics_options(p)
     p.set_defaults(func=cmd_coser_summarize)
+
+    p = sub.add_parser("import", help="an official paper-era exp/evaluation/*.json as a new run, re-scored")
+    p.add_argument("file", metavar="FILE", help="the official result file (e.g. exp/evaluation/id_set_gpt-4o.json)")
+    p.add_argument("run", metavar="RUN", help="a new (or empty) run directory")
+    p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=None,
+                   help=f"version whose score formula re-scores the critiques (default {COSER_DEFAULT_VERSION})")
+    p.add_argument("--actor-model", help="the file's section under cases (default: its only one)")
+    p.add_argument("--no-metrics", action="store_true", help="skip BLEU/ROUGE-L of the simulation texts")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _coser_data_dir_option(p)
+    p.set_defaults(func=cmd_coser_import)
 
     for name, func, text in (
         ("report", cmd_coser_report, "execute the CoSER report notebook -> RUN/report.ipynb + RUN/report.html"),

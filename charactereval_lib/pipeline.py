@@ -971,6 +971,21 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
     return CoserRunOutcome(run, outcome["scenes"], outcome["errors"], outcome["warnings"], outcome["calls"])
 
 
+def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | runs.RunDir, *,
+                 protocol: str | None = None, actor_model: str | None = None,
+                 data_dir: str | os.PathLike[str] | None = None, metrics: bool = True,
+                 progress: bool = False):
+    """An official paper-era ``exp/evaluation/*.json`` file as a new CoSER run (``coser.official.
+    import_evaluation``): validated whole first, every dimension re-scored from its recorded
+    critique, the reproduction report returned and kept in ``run.json``. ``protocol`` None: the
+    paper-era version, the one that wrote these files."""
+    from charactereval_lib.coser.official import import_evaluation
+    from charactereval_lib.coser.versions import DEFAULT_VERSION, get_version
+
+    return import_evaluation(run, path, version=get_version(protocol or DEFAULT_VERSION), data_dir=data_dir, actor_model=actor_model,
+                             metrics=metrics, progress=progress)
+
+
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
     from charactereval_lib.coser.run import JUDGEMENTS
 

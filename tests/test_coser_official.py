@@ -201,3 +201,20 @@ def test_a_failure_while_writing_leaves_nothing_and_a_used_directory_is_refused(
     (runs_dir / "empty").mkdir()
     official.import_evaluation(runs_dir / "empty", path, data_dir=data_dir(), metrics=False, progress=False)
     assert (runs_dir / "empty" / SCENES).exists() and len(list(runs_dir.iterdir())) == 2
+
+
+def test_cli_import_then_summarize_and_report_an_imported_run(tmp_path, capsys):
+    """``coser import`` wires the import; an imported run (no turn records, profiles unknown)
+    summarizes and renders its report, which names the import and its source file."""
+    from charactereval_lib import cli
+
+    path = synthetic_file(tmp_path / "f.json")
+    run = tmp_path / "imported"
+    assert cli.main(["coser", "import", str(path), str(run), "--data-dir", str(data_dir()), "--no-metrics",
+                     "--quiet"]) == 0
+    assert "4/4 dimension scores and 1/1 scene scores reproduced exactly" in capsys.readouterr().out
+    assert cli.main(["coser", "import", str(path), str(run), "--data-dir", str(data_dir()), "--quiet"]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert cli.main(["coser", "report", str(run), "--n-boot", "50"]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "imported" in page and path.name in page

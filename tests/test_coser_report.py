@@ -86,13 +86,10 @@ def test_per_book_intervals_spread_and_counts_match_a_hand_computation(hand_run)
         assert (cell["low"], cell["high"]) == pytest.approx((a2[i], a1[i]))
     average = book_a["scores"]["average"]
     assert (average["mean"], average["low"], average["high"]) == pytest.approx((67.625, 57.0, 78.25))
-    # Book B has one scene: a mean without an interval; its failed dimension is left out.
-    book_b = summary["by_book"]["B"]["scores"]
-    assert book_b["Storyline Consistency"] == {"mean": 30.0, "low": None, "high": None}
-    assert book_b["Storyline Quality"]["mean"] is None
-    # Per repeat: each dimension's mean over the scenes judged in that repeat (repeat 0 has b1,
-    # without its failed Storyline Quality); the spread is the SD across the two repeats.
-    repeat0 = [(60 + 40 + 30) / 3, (70 + 50 + 30) / 3, (80 + 60 + 30) / 3, (90 + 70) / 2]
+    # Book B's only judged session has a failed dimension: the session fails as a whole (seed 004
+    # H19), so B has no score at all, and repeat 0's means are a1's and a2's.
+    assert "B" not in summary["by_book"]
+    repeat0 = [50, 60, 70, 80]
     repeat1 = [53, 63, 73, 92]
     for i, d in enumerate(DIMENSIONS):
         assert summary["by_repeat"][0][d] == pytest.approx(repeat0[i], abs=1e-4)
@@ -104,7 +101,7 @@ def test_per_book_intervals_spread_and_counts_match_a_hand_computation(hand_run)
     assert summary["judge_failures"] == 1 and summary["judge_failed_dimensions"]["Storyline Quality"] == 1
     assert summary["refused_turns"] == {"actor": 1, "env": 1, "nsp": 0, "total": 2}
     assert summary["surface_per_100"]["BLEU"]["mean"] == pytest.approx(25.0)
-    assert summary["counts"] == {"scenes": 3, "sessions": 5, "sessions_expected": 10}
+    assert summary["counts"] == {"scenes": 2, "sessions": 4, "sessions_expected": 10}
 
 
 def test_a_run_is_comparable_only_with_the_papers_exact_judge_and_environment(hand_run):

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -81,6 +82,14 @@ def caveats(manifest: dict[str, Any], summary: dict[str, Any], anchor: dict[str,
     if offline:
         notes.append(f"Roles {', '.join(offline)} use the offline backend: placeholder text made without any model. "
                      "The numbers demonstrate the wiring only.")
+    imported = manifest.get("import_official")
+    if imported:
+        report = imported["report"]
+        notes.append(f"Imported from the official result file {Path(imported['file']).name} (sha256 "
+                     f"{imported['sha256'][:12]}…): nothing was simulated or judged here. Re-scored from its recorded "
+                     f"critiques: {report['dimension_scores_reproduced']}/{report['dimension_scores']} dimension "
+                     f"scores and {report['scene_scores_reproduced']}/{report['cases']} scene scores equal the "
+                     "recorded ones exactly (the rest: run.json, import_official).")
     counts = summary["counts"]
     if counts["scenes"] < anchor["scenes"] or (summary.get("repeats") or 0) < anchor["repeats"]:
         notes.append(f"A subset: {counts['scenes']} of {anchor['scenes']} scenes judged, {summary.get('repeats')} "
@@ -97,7 +106,7 @@ def caveats(manifest: dict[str, Any], summary: dict[str, Any], anchor: dict[str,
                      "`charactereval coser run` with the same settings to finish them.")
     if summary["judge_failures"]:
         notes.append(f"{summary['judge_failures']} session(s) have a dimension the judge never answered validly; "
-                     "those dimensions are left out of the means.")
+                     "such a session fails as a whole and is left out of every mean.")
     if summary["sessions_unjudged"]:
         notes.append(f"{summary['sessions_unjudged']} finished scene run(s) are not judged yet.")
     if summary.get("bleu_unavailable"):

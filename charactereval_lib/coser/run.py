@@ -183,16 +183,17 @@ def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, sce
 
 
 def judged_frame(run_dir: RunDir, version_clip: bool) -> Any:
-    """One row per (repeat, scene, dimension) with a score in the run's version variant."""
+    """One row per (repeat, scene, dimension) with a score in the run's version variant. A
+    session (repeat, scene) with a dimension the judge never answered validly has failed as a
+    whole (seed 004 H19), so none of its dimensions is a row."""
     import pandas as pd
 
     rows = []
-    latest = {}
-    for r in read_jsonl(run_dir.artifact(JUDGEMENTS)).records:
-        if r.get("kind") == "dimension":
-            latest[(r["repeat"], r["scene"], r["dimension"])] = r
+    latest = {(r["repeat"], r["scene"], r["dimension"]): r
+              for r in read_jsonl(run_dir.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
+    failed = {key[:2] for key, r in latest.items() if r["status"] == "failed"}
     for (repeat, scene, dim), r in latest.items():
-        if r["status"] == "ok":
+        if r["status"] == "ok" and (repeat, scene) not in failed:
             score = r["scores"]["score_clipped" if version_clip else "score"]
             rows.append({"repeat": repeat, "scene": scene, "tag": r["tag"], "book": r["book"], "dimension": dim,
                          "score": float(score)})
