@@ -519,8 +519,10 @@ def cmd_coser_summarize(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_import(args: argparse.Namespace) -> int:
+    models = {f"{role}_model": getattr(args, f"{role}_model") for role in ("env", "nsp", "judge")
+              if getattr(args, f"{role}_model")}
     report = pipeline.coser_import(args.file, args.run, protocol=args.protocol, actor_model=args.actor_model,
-                                   data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
+                                   models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
     print(report.summary_line())
     for mismatch in report.mismatches[:10]:
         print(f"  not reproduced: {mismatch}", file=sys.stderr)
@@ -619,6 +621,9 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=None,
                    help=f"version whose score formula re-scores the critiques (default {COSER_DEFAULT_VERSION})")
     p.add_argument("--actor-model", help="the file's section under cases (default: its only one)")
+    for role, label in (("env", "environment"), ("nsp", "next-speaker"), ("judge", "judge")):
+        p.add_argument(f"--{role}-model", help=f"the {label} model that produced the file (default: the name in "
+                                                "the paper-era experiment; give a dated snapshot if you know it)")
     p.add_argument("--no-metrics", action="store_true", help="skip BLEU/ROUGE-L of the simulation texts")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _coser_data_dir_option(p)

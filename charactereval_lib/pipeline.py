@@ -973,17 +973,20 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
 
 def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | runs.RunDir, *,
                  protocol: str | None = None, actor_model: str | None = None,
+                 models: Mapping[str, str] | None = None,
                  data_dir: str | os.PathLike[str] | None = None, metrics: bool = True,
                  progress: bool = False):
     """An official paper-era ``exp/evaluation/*.json`` file as a new CoSER run (``coser.official.
     import_evaluation``): validated whole first, every dimension re-scored from its recorded
     critique, the reproduction report returned and kept in ``run.json``. ``protocol`` None: the
-    paper-era version, the one that wrote these files."""
+    paper-era version, the one that wrote these files. ``models``: the other roles' models
+    (``env_model``, ``nsp_model``, ``judge_model``) where they are known more precisely than the
+    experiment name the files were written under (e.g. a dated snapshot)."""
     from charactereval_lib.coser.official import import_evaluation
     from charactereval_lib.coser.versions import DEFAULT_VERSION, get_version
 
     return import_evaluation(run, path, version=get_version(protocol or DEFAULT_VERSION), data_dir=data_dir, actor_model=actor_model,
-                             metrics=metrics, progress=progress)
+                             metrics=metrics, progress=progress, **dict(models or {}))
 
 
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
