@@ -45,6 +45,11 @@ def _allow_mixed_option(parser: argparse.ArgumentParser) -> None:
                         help="analyse scores from several scorer configurations anyway (warned about at the top)")
 
 
+def _judge_choice_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--judge-model", metavar="M",
+                        help="the judge whose scores are meant, when judge_scores.jsonl holds several judges")
+
+
 # --- data ------------------------------------------------------------------------------------
 
 
@@ -208,7 +213,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         f"{counts['generation_failures']}; scorers: {scorers}; MBTI: {summary['mbti']}"
     )
     if judge:
-        print(f"invalid judge answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
+        print(f"judge {counts['judge_model']}: invalid answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
               "by their spec, the rest scored as the spec says)")
     _warn(outcome.warnings)
     scorer = summary["scorer"]
@@ -634,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
+    _judge_choice_option(p)
     _allow_mixed_option(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -655,6 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
         p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
         p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+        p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
+                       help="whose scores the main sections show (default reward-model); a run scored by both "
+                            "also gets them side by side with their agreement")
+        _judge_choice_option(p)
         _allow_mixed_option(p)
         _data_dir_option(p)
         p.set_defaults(func=func)
