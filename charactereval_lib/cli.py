@@ -352,6 +352,30 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
 
 
+def cmd_panel(args: argparse.Namespace) -> int:
+    """panel RUN: prints the panel's metric means, the judges' alpha and their invalid answers."""
+    settings = _settings(pipeline.PanelSettings, args, judge_models=tuple(args.judge_models))
+    outcome = pipeline.panel(args.run, settings, args.out)
+    summary = outcome.summary
+    level = round(summary["bootstrap"]["level"] * 100)
+    print(f"{'metric':<22}{'n':>6}{'mean':>9}   {level}% CI")
+    for metric in summary["metrics"]:
+        print(f"{metric['metric_en']:<22}{metric['n']:>6}{_fmt(metric['mean']):>9}   "
+              f"[{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]")
+    for dim in summary["dimensions"]:
+        print(f"{dim['name'] + ' (avg)':<28}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]")
+    alpha, counts = summary["krippendorff_alpha"], summary["counts"]
+    print(f"Krippendorff's alpha ({alpha['level']}) {_fmt(alpha['value'])} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
+          f"over {alpha['n']} rows of {alpha['n_clusters']} samples")
+    tie = f", {counts['ties_settled']} tie(s) settled to the lowest grade" if summary["verdict"] == "majority" else ""
+    print(f"verdict {summary['verdict']}: {counts['with_verdict']}/{counts['rows']} rows{tie}; "
+          + "; ".join(f"{model}: {j['invalid']} invalid, {j['not_judged']} not judged"
+                      for model, j in summary["per_judge"].items()))
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.out / 'panel_summary.json'} and {outcome.out / 'panel_verdicts.jsonl'}")
+    return 0
+
+
 def _judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
     g = parser.add_argument_group("judge")
@@ -694,6 +718,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _data_dir_option(p)
     p.set_defaults(func=cmd_metaeval)
+
+    p = sub.add_parser("panel", help="several judges' scores of a run combined: verdicts, means, Krippendorff's alpha")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--judge-model", dest="judge_models", action="append", required=True, metavar="M",
+                   help="a judge of the panel (repeat: two or more, each already scored RUN with --scorer judge)")
+    p.add_argument("--verdict", choices=["majority", "mean"], default="majority",
+                   help="majority (default; a tie goes to the lowest tied grade) or mean of the judges' grades")
+    p.add_argument("--out", metavar="DIR", help="where panel_summary.json and panel_verdicts.jsonl go (default RUN/panel)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _allow_mixed_option(p)
+    p.set_defaults(func=cmd_panel)
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")

@@ -292,6 +292,32 @@ class SummarizeSettings(_Settings):
 
 
 @dataclass(frozen=True)
+class PanelSettings(_Settings):
+    """A panel of judges on one run (``charactereval.panel``): the judge models (two or more,
+    each already scored the run), the verdict (``majority``, ties to the lowest grade, or
+    ``mean``) and the bootstrap settings of the intervals."""
+
+    judge_models: tuple[str, ...]
+    verdict: str = "majority"
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    level: float = DEFAULT_LEVEL
+    allow_mixed: bool = False
+
+    def __post_init__(self) -> None:
+        from charactereval_lib.charactereval.panel import VERDICTS
+
+        if len(set(self.judge_models)) < 2 or len(set(self.judge_models)) != len(self.judge_models):
+            raise SettingsError(f"a panel needs two or more different judge models (--judge-model), got "
+                                f"{list(self.judge_models)}")
+        if self.verdict not in VERDICTS:
+            raise SettingsError(f"verdict {self.verdict!r}: expected one of {', '.join(VERDICTS)}")
+        _positive("n_boot", self.n_boot)
+        if not 0 < self.level < 1:
+            raise SettingsError(f"level must be between 0 and 1, got {self.level}")
+
+
+@dataclass(frozen=True)
 class ReportSettings(SummarizeSettings):
     """What a rendered report shows beside the statistics' settings. ``scorer`` is the scorer of
     the report's main sections; the judge's grades are shown beside the reward model's whenever
@@ -378,6 +404,15 @@ class MetaevalOutcome:
     out: runs.RunDir
     summary: dict[str, Any]  # metaeval_summary.json
     scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
+
+
+@dataclass
+class PanelOutcome:
+    """What ``panel`` wrote: the panel summary (``panel_summary.json``) in ``out``."""
+
+    out: Path
+    summary: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -602,6 +637,29 @@ def metaeval(
                "created_at": runs.utc_now()}
     meta.write_summary(out_run, summary)
     return MetaevalOutcome(out_run, summary, scoring)
+
+
+def panel(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: PanelSettings,
+    out: str | os.PathLike[str] | None = None,
+) -> PanelOutcome:
+    """Several judges' scores of one run combined (``charactereval.panel``): each row's verdict,
+    panel metric means with intervals, the judges' Krippendorff's alpha with its interval and
+    every judge's invalid answers, into ``OUT`` (default ``RUN/panel``). Each judge's records
+    must come from one configuration unless ``allow_mixed``."""
+    from charactereval_lib.charactereval import panel as panels
+
+    run = _analysable(run)
+    warnings = []
+    for model in settings.judge_models:
+        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=runs.JUDGE,
+                                     judge_model=run.select_judge(model))
+        warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
+    out_dir = Path(out) if out is not None else run.artifact(panels.DEFAULT_DIR)
+    summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
+                                     seed=settings.seed, level=settings.level, warnings=warnings)
+    return PanelOutcome(out_dir, summary, warnings)
 
 
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
