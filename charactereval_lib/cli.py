@@ -86,6 +86,21 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
     return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: all files match the pinned digests")
 
 
+def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
+    keys = {}
+    for item in args.fields or ():
+        name, sep, key = item.partition("=")
+        if not sep or not key:
+            raise pipeline.SettingsError(f"--field {item!r}: expected NAME=KEY (e.g. reply=model_output)")
+        keys[name] = key
+    outcome = pipeline.convert_rm_train(args.out, source=args.file, keys=keys, data_dir=args.data_dir)
+    print(f"{outcome.labels}: {outcome.records} label(s) of {outcome.samples} sample(s) from {outcome.source} "
+          f"({outcome.role_prefixed} replies start with their role's name)")
+    print("note: the reward model was trained on these rows: its agreement with them is in-sample, not comparable "
+          "with the paper's Table 2", file=sys.stderr)
+    return 0
+
+
 def cmd_data_subset(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 
@@ -530,6 +545,18 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=func)
+
+    p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "
+                                                     "every record")
+    p.add_argument("--out", required=True, metavar="LABELS", help="the JSON Lines labels file to write")
+    p.add_argument("--file", metavar="FILE",
+                   help="the annotations file, read as it is (default: rm_train_data.json of the data directory, "
+                        "checked against the pinned digests)")
+    p.add_argument("--field", dest="fields", action="append", metavar="NAME=KEY",
+                   help="the key of field NAME (id, metric, reply, label) in the records, when it is not the "
+                        "default (id; metric_en or metric_zh; model_output; label); repeatable")
+    _data_dir_option(p, "--dir")
+    p.set_defaults(func=cmd_data_convert_rm_train)
 
     p = data_sub.add_parser("subset", help="a deterministic metric-stratified subset of sample ids")
     p.add_argument("size", type=int, metavar="N", help="number of samples")

@@ -416,6 +416,17 @@ class PanelOutcome:
 
 
 @dataclass
+class RmTrainOutcome:
+    """What ``convert_rm_train`` wrote: the LABELS file, its source and counts."""
+
+    labels: Path
+    source: Path
+    records: int
+    samples: int
+    role_prefixed: int
+
+
+@dataclass
 class SummaryOutcome:
     run: runs.RunDir
     summary: dict[str, Any]
@@ -660,6 +671,31 @@ def panel(
     summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
                                      seed=settings.seed, level=settings.level, warnings=warnings)
     return PanelOutcome(out_dir, summary, warnings)
+
+
+def convert_rm_train(
+    out: str | os.PathLike[str],
+    *,
+    source: str | os.PathLike[str] | None = None,
+    keys: Mapping[str, str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+) -> RmTrainOutcome:
+    """The reward model's training annotations as a metaeval LABELS file ``out``, written only
+    once every record passed the checks of ``metaeval.rm_train_labels`` (``source``: that file
+    as it is; default: the data directory's ``rm_train_data.json``, checked against the pinned
+    digests). Agreement on these rows is in-sample: the reward model was trained on them."""
+    from charactereval_lib.charactereval import metaeval as meta
+    from charactereval_lib.charactereval.data import load_rm_train
+
+    data = _data(data_dir, data)
+    path, document = load_rm_train(data_dir, source)
+    labels = meta.rm_train_labels(document, path, data, dict(keys or {}))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl_atomic(out, labels)
+    return RmTrainOutcome(out, path, len(labels), len({label["id"] for label in labels}),
+                          meta.role_prefixed(labels, data))
 
 
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:

@@ -13,11 +13,14 @@ from test_reports_notebooks import PNG, cell_problems, sections
 
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
-from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.testing.mockserver import MockServer, request_key
-from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
+from charactereval_lib.testing.synthetic import (
+    write_synthetic_data,
+    write_synthetic_run,
+)
 
 
 def judge(run, data, server, model="judge-x", **overrides):
@@ -69,7 +72,7 @@ def test_report_shows_both_scorers_and_their_agreement(judged):
         assert statistic in agreement
     assert agreement.count(PNG) == 1 and (a / "figures" / "agreement.png").read_bytes().startswith(b"\x89PNG")
     # The overall row counts the one invalid answer left out of the agreement.
-    overall = re.search(r"<tr>\s*<td[^>]*>overall</td>(.*?)</tr>", agreement, re.S).group(1)
+    overall = re.search(r"<tr>\s*<td[^>]*>overall</td>(.*?)</tr>", agreement, re.DOTALL).group(1)
     assert re.findall(r"<td[^>]*>([^<]*)</td>", overall)[2] == "1"
     # The main sections stay the reward model's: its figures are all still there.
     assert {"radars.png", "score_grid.png", "failures.png"} <= {p.name for p in (a / "figures").iterdir()}
