@@ -642,7 +642,9 @@ def metaeval(
     else:
         scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
         scorer_model = settings.rm
-    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer), n_boot=n_boot, seed=seed)
+    judge_model = settings.judge_model if isinstance(settings, JudgeSettings) else None
+    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer, judge_model), n_boot=n_boot,
+                                seed=seed)
     summary = {"labels": str(Path(labels).resolve()), "scorer": scorer, "scorer_model": scorer_model,
                "bootstrap": {"n_boot": n_boot, "seed": seed, "level": DEFAULT_LEVEL}, **summary,
                "created_at": runs.utc_now()}

@@ -189,9 +189,11 @@ def write_rows(out: runs.RunDir, labels: Sequence[dict[str, Any]], data: Officia
         runs.write_jsonl_atomic(out.rows, rows)
 
 
-def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str) -> list[str | None]:
-    """Each label's predicted choice from ``scorer``'s latest records (None: not scored yet)."""
-    latest = out.latest_scores(scorer=scorer)
+def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str,
+                judge_model: str | None = None) -> list[str | None]:
+    """Each label's predicted choice from ``scorer``'s latest records (the judge's: of
+    ``judge_model``, as OUT may hold several judges) (None: not scored yet)."""
+    latest = out.latest_scores(scorer=scorer, judge_model=judge_model)
     predicted: list[str | None] = []
     for label in labels:
         record = latest.get((label["id"], label["metric_en"]))
