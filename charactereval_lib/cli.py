@@ -45,6 +45,11 @@ def _allow_mixed_option(parser: argparse.ArgumentParser) -> None:
                         help="analyse scores from several scorer configurations anyway (warned about at the top)")
 
 
+def _judge_choice_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--judge-model", metavar="M",
+                        help="the judge whose scores are meant, when judge_scores.jsonl holds several judges")
+
+
 # --- data ------------------------------------------------------------------------------------
 
 
@@ -79,6 +84,21 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 
     data_dir = locate_data_dir(args.data_dir)
     return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: all files match the pinned digests")
+
+
+def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
+    keys = {}
+    for item in args.fields or ():
+        name, sep, key = item.partition("=")
+        if not sep or not key:
+            raise pipeline.SettingsError(f"--field {item!r}: expected NAME=KEY (e.g. reply=model_output)")
+        keys[name] = key
+    outcome = pipeline.convert_rm_train(args.out, source=args.file, keys=keys, data_dir=args.data_dir)
+    print(f"{outcome.labels}: {outcome.records} label(s) of {outcome.samples} sample(s) from {outcome.source} "
+          f"({outcome.role_prefixed} replies start with their role's name)")
+    print("note: the reward model was trained on these rows: its agreement with them is in-sample, not comparable "
+          "with the paper's Table 2", file=sys.stderr)
+    return 0
 
 
 def cmd_data_subset(args: argparse.Namespace) -> int:
@@ -208,7 +228,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         f"{counts['generation_failures']}; scorers: {scorers}; MBTI: {summary['mbti']}"
     )
     if judge:
-        print(f"invalid judge answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
+        print(f"judge {counts['judge_model']}: invalid answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
               "by their spec, the rest scored as the spec says)")
     _warn(outcome.warnings)
     scorer = summary["scorer"]
@@ -345,6 +365,30 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
         print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{_fmt(group['metascore']['value']):>11}"
               f"{_fmt(group['cohen_kappa']['value']):>8}{_fmt(group['krippendorff_alpha']['value']):>8}")
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
+
+
+def cmd_panel(args: argparse.Namespace) -> int:
+    """panel RUN: prints the panel's metric means, the judges' alpha and their invalid answers."""
+    settings = _settings(pipeline.PanelSettings, args, judge_models=tuple(args.judge_models))
+    outcome = pipeline.panel(args.run, settings, args.out)
+    summary = outcome.summary
+    level = round(summary["bootstrap"]["level"] * 100)
+    print(f"{'metric':<22}{'n':>6}{'mean':>9}   {level}% CI")
+    for metric in summary["metrics"]:
+        print(f"{metric['metric_en']:<22}{metric['n']:>6}{_fmt(metric['mean']):>9}   "
+              f"[{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]")
+    for dim in summary["dimensions"]:
+        print(f"{dim['name'] + ' (avg)':<28}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]")
+    alpha, counts = summary["krippendorff_alpha"], summary["counts"]
+    print(f"Krippendorff's alpha ({alpha['level']}) {_fmt(alpha['value'])} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
+          f"over {alpha['n']} rows of {alpha['n_clusters']} samples")
+    tie = f", {counts['ties_settled']} tie(s) settled to the lowest grade" if summary["verdict"] == "majority" else ""
+    print(f"verdict {summary['verdict']}: {counts['with_verdict']}/{counts['rows']} rows{tie}; "
+          + "; ".join(f"{model}: {j['invalid']} invalid, {j['not_judged']} not judged"
+                      for model, j in summary["per_judge"].items()))
+    _warn(outcome.warnings)
+    print(f"wrote {outcome.out / 'panel_summary.json'} and {outcome.out / 'panel_verdicts.jsonl'}")
+    return 0
 
 
 def _judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -685,6 +729,18 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=func)
 
+    p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "
+                                                     "every record")
+    p.add_argument("--out", required=True, metavar="LABELS", help="the JSON Lines labels file to write")
+    p.add_argument("--file", metavar="FILE",
+                   help="the annotations file, read as it is (default: rm_train_data.json of the data directory, "
+                        "checked against the pinned digests)")
+    p.add_argument("--field", dest="fields", action="append", metavar="NAME=KEY",
+                   help="the key of field NAME (id, metric, reply, label) in the records, when it is not the "
+                        "default (id; metric_en or metric_zh; model_output; label); repeatable")
+    _data_dir_option(p, "--dir")
+    p.set_defaults(func=cmd_data_convert_rm_train)
+
     p = data_sub.add_parser("subset", help="a deterministic metric-stratified subset of sample ids")
     p.add_argument("size", type=int, metavar="N", help="number of samples")
     p.add_argument("--out", metavar="FILE", help="write the ids here (one per line) instead of printing them")
@@ -817,6 +873,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
+    _judge_choice_option(p)
     _allow_mixed_option(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -838,6 +895,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
         p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
         p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+        p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
+                       help="whose scores the main sections show (default reward-model); a run scored by both "
+                            "also gets them side by side with their agreement")
+        _judge_choice_option(p)
         _allow_mixed_option(p)
         _data_dir_option(p)
         p.set_defaults(func=func)
@@ -867,6 +928,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _data_dir_option(p)
     p.set_defaults(func=cmd_metaeval)
+
+    p = sub.add_parser("panel", help="several judges' scores of a run combined: verdicts, means, Krippendorff's alpha")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--judge-model", dest="judge_models", action="append", required=True, metavar="M",
+                   help="a judge of the panel (repeat: two or more, each already scored RUN with --scorer judge)")
+    p.add_argument("--verdict", choices=["majority", "mean"], default="majority",
+                   help="majority (default; a tie goes to the lowest tied grade) or mean of the judges' grades")
+    p.add_argument("--out", metavar="DIR", help="where panel_summary.json and panel_verdicts.jsonl go (default RUN/panel)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _allow_mixed_option(p)
+    p.set_defaults(func=cmd_panel)
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")

@@ -273,13 +273,15 @@ class JudgeSettings(_Settings):
 @dataclass(frozen=True)
 class SummarizeSettings(_Settings):
     """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
-    model by default), and whether a run mixing scorer configurations may be summarised."""
+    model by default; ``judge_model`` picks one judge of a run that holds several), and whether
+    a run mixing scorer configurations may be summarised."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
     level: float = DEFAULT_LEVEL
     allow_mixed: bool = False
     scorer: str = runs.REWARD_MODEL
+    judge_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.scorer not in runs.SCORERS:
@@ -290,8 +292,36 @@ class SummarizeSettings(_Settings):
 
 
 @dataclass(frozen=True)
+class PanelSettings(_Settings):
+    """A panel of judges on one run (``charactereval.panel``): the judge models (two or more,
+    each already scored the run), the verdict (``majority``, ties to the lowest grade, or
+    ``mean``) and the bootstrap settings of the intervals."""
+
+    judge_models: tuple[str, ...]
+    verdict: str = "majority"
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    level: float = DEFAULT_LEVEL
+    allow_mixed: bool = False
+
+    def __post_init__(self) -> None:
+        from charactereval_lib.charactereval.panel import VERDICTS
+
+        if len(set(self.judge_models)) < 2 or len(set(self.judge_models)) != len(self.judge_models):
+            raise SettingsError(f"a panel needs two or more different judge models (--judge-model), got "
+                                f"{list(self.judge_models)}")
+        if self.verdict not in VERDICTS:
+            raise SettingsError(f"verdict {self.verdict!r}: expected one of {', '.join(VERDICTS)}")
+        _positive("n_boot", self.n_boot)
+        if not 0 < self.level < 1:
+            raise SettingsError(f"level must be between 0 and 1, got {self.level}")
+
+
+@dataclass(frozen=True)
 class ReportSettings(SummarizeSettings):
-    """What a rendered report shows beside the statistics' settings."""
+    """What a rendered report shows beside the statistics' settings. ``scorer`` is the scorer of
+    the report's main sections; the judge's grades are shown beside the reward model's whenever
+    a run holds both (``judge_model`` picks the judge of a run that holds several)."""
 
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     show_code: bool = False
@@ -299,10 +329,6 @@ class ReportSettings(SummarizeSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.scorer != runs.REWARD_MODEL:
-            # The notebooks take no scorer parameter yet: refuse rather than show the wrong scores.
-            raise SettingsError(f"scorer {self.scorer!r}: reports show the reward model's scores; for the judge use "
-                                "`summarize --scorer judge`, charactereval.judge.scorer_agreement and judge_figures")
         from charactereval_lib.charactereval.reference import load_paper_table
 
         known = list(load_paper_table().index)
@@ -378,6 +404,26 @@ class MetaevalOutcome:
     out: runs.RunDir
     summary: dict[str, Any]  # metaeval_summary.json
     scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
+
+
+@dataclass
+class PanelOutcome:
+    """What ``panel`` wrote: the panel summary (``panel_summary.json``) in ``out``."""
+
+    out: Path
+    summary: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RmTrainOutcome:
+    """What ``convert_rm_train`` wrote: the LABELS file, its source and counts."""
+
+    labels: Path
+    source: Path
+    records: int
+    samples: int
+    role_prefixed: int
 
 
 @dataclass
@@ -526,7 +572,8 @@ def judge_score(
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
     summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
                           key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
-                          describe=judge.describe(backend.describe(), specs, data), progress=progress)
+                          manifest_key=settings.judge_model, describe=judge.describe(backend.describe(), specs, data),
+                          progress=progress)
     return JudgeOutcome(run, summary=summary, judge_model=settings.judge_model)
 
 
@@ -595,12 +642,62 @@ def metaeval(
     else:
         scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
         scorer_model = settings.rm
-    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer), n_boot=n_boot, seed=seed)
+    judge_model = settings.judge_model if isinstance(settings, JudgeSettings) else None
+    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer, judge_model), n_boot=n_boot,
+                                seed=seed)
     summary = {"labels": str(Path(labels).resolve()), "scorer": scorer, "scorer_model": scorer_model,
                "bootstrap": {"n_boot": n_boot, "seed": seed, "level": DEFAULT_LEVEL}, **summary,
                "created_at": runs.utc_now()}
     meta.write_summary(out_run, summary)
     return MetaevalOutcome(out_run, summary, scoring)
+
+
+def panel(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: PanelSettings,
+    out: str | os.PathLike[str] | None = None,
+) -> PanelOutcome:
+    """Several judges' scores of one run combined (``charactereval.panel``): each row's verdict,
+    panel metric means with intervals, the judges' Krippendorff's alpha with its interval and
+    every judge's invalid answers, into ``OUT`` (default ``RUN/panel``). Each judge's records
+    must come from one configuration unless ``allow_mixed``."""
+    from charactereval_lib.charactereval import panel as panels
+
+    run = _analysable(run)
+    warnings = []
+    for model in settings.judge_models:
+        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=runs.JUDGE,
+                                     judge_model=run.select_judge(model))
+        warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
+    out_dir = Path(out) if out is not None else run.artifact(panels.DEFAULT_DIR)
+    summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
+                                     seed=settings.seed, level=settings.level, warnings=warnings)
+    return PanelOutcome(out_dir, summary, warnings)
+
+
+def convert_rm_train(
+    out: str | os.PathLike[str],
+    *,
+    source: str | os.PathLike[str] | None = None,
+    keys: Mapping[str, str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+) -> RmTrainOutcome:
+    """The reward model's training annotations as a metaeval LABELS file ``out``, written only
+    once every record passed the checks of ``metaeval.rm_train_labels`` (``source``: that file
+    as it is; default: the data directory's ``rm_train_data.json``, checked against the pinned
+    digests). Agreement on these rows is in-sample: the reward model was trained on them."""
+    from charactereval_lib.charactereval import metaeval as meta
+    from charactereval_lib.charactereval.data import load_rm_train
+
+    data = _data(data_dir, data)
+    path, document = load_rm_train(data_dir, source)
+    labels = meta.rm_train_labels(document, path, data, dict(keys or {}))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl_atomic(out, labels)
+    return RmTrainOutcome(out, path, len(labels), len({label["id"] for label in labels}),
+                          meta.role_prefixed(labels, data))
 
 
 def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
@@ -612,14 +709,30 @@ def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialDat
         return None, f"per-metric failure counts unavailable ({exc})"
 
 
-def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWARD_MODEL) -> list[str]:
+def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWARD_MODEL,
+                 judge_model: str | None = None) -> list[str]:
     """What a reader must know before any number of this run: refuses a run whose ``scorer``
     scores mix configurations unless ``allow_mixed`` (then the mix is the first warning)."""
     from charactereval_lib.charactereval import analysis
 
-    mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer)
+    mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer, judge_model=judge_model)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    return notes + [_plain(warning) for warning in analysis.run_warnings(run.path)]
+    return notes + [_plain(warning) for warning in analysis.run_warnings(run.path, scorer=scorer,
+                                                                          judge_model=judge_model)]
+
+
+def _report_scorers(run: runs.RunDir, settings: ReportSettings) -> tuple[str | None, list[str]]:
+    """The judge a report shows (None: the run holds no judge scores) and the warnings of every
+    scorer it shows; each scorer's mixed configurations are refused unless ``allow_mixed``."""
+    judge_model = run.select_judge(settings.judge_model) if (settings.judge_model or run.judge_models()) else None
+    if settings.scorer == runs.JUDGE and judge_model is None:
+        raise runs.RunError(f"{run.path}: no judge scores (run `charactereval score RUN --scorer judge` first)")
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
+    other = runs.JUDGE if settings.scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
+    if judge_model is not None and run.latest_scores(scorer=other, judge_model=judge_model):
+        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=other, judge_model=judge_model)
+        warnings = [f"MIXED SCORERS: {problem}" for problem in mixed] + warnings
+    return judge_model, warnings
 
 
 def _plain(markdown: str) -> str:
@@ -638,12 +751,14 @@ def summarize(
     from charactereval_lib.charactereval.summary import summarize_run
 
     run = runs.RunDir.resolve(run).require_dir()
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer)
+    judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
     data, note = _optional_data(data_dir)
     if note:
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
-                            seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer)
+                            seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer,
+                            judge_model=judge_model)
     return SummaryOutcome(run, summary, warnings)
 
 
@@ -663,6 +778,7 @@ def _notebook_parameters(settings: ReportSettings, data_dir: str | os.PathLike[s
         "seed": settings.seed,
         "level": settings.level,
         "figures_dir": str(figures.resolve()),
+        "scorer": settings.scorer,
     }
 
 
@@ -673,12 +789,13 @@ def report(
     data_dir: str | os.PathLike[str] | None = None,
 ) -> ReportOutcome:
     """One run's report: ``RUN/report.ipynb`` (papermill) and ``RUN/report.html``, both written
-    only once the notebook ran through."""
+    only once the notebook ran through. The main sections show ``settings.scorer``'s scores; a
+    run that also holds the other scorer's gets both side by side and their agreement."""
     from charactereval_lib.engine import report as notebooks
 
     run = _analysable(run)
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed)
-    parameters = {"run_dir": str(run.path.resolve()),
+    judge_model, warnings = _report_scorers(run, settings)
+    parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model,
                   **_notebook_parameters(settings, data_dir, run.artifact(FIGURES_DIR))}
     notebook, html = notebooks.render(ANALYSE_NOTEBOOK, run.artifact(REPORT_NOTEBOOK), run.artifact(REPORT_HTML),
                                       parameters, show_code=settings.show_code,
@@ -686,7 +803,8 @@ def report(
     return ReportOutcome(notebook, html, warnings)
 
 
-def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_MODEL) -> list[str]:
+def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_MODEL,
+                     judge_model: str | None = None) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
     with different configurations (checkpoint or judge model, mode) or protocol versions."""
     problems = []
@@ -694,7 +812,7 @@ def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_
     repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if repeated:
         problems.append(f"the same run is given more than once: {', '.join(repeated)}")
-    identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer)) for r in run_list}
+    identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer, judge_model)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
@@ -712,20 +830,34 @@ def compare(
     data_dir: str | os.PathLike[str] | None = None,
 ) -> ReportOutcome:
     """A comparison report of several runs (the first is the reference): ``OUT/comparison.ipynb``
-    and ``OUT/comparison.html``. Refuses runs that cannot be compared unless ``allow_mixed``."""
+    and ``OUT/comparison.html``. The main sections compare ``settings.scorer``'s scores; when
+    every run also holds the judge's (of the same judge model), the judge's means and each run's
+    agreement of the two scorers follow. Refuses runs that cannot be compared unless
+    ``allow_mixed``."""
     from charactereval_lib.engine import report as notebooks
 
     if len(run_list) < 2:
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]
-    problems = compare_problems(resolved)
+    judged = [_report_scorers(run, settings) for run in resolved]
+    models = {model for model, _ in judged}
+    # The judge's section needs one judge model in every run.
+    judge_model = models.pop() if len(models) == 1 else None
+    judges_text = ", ".join(f"{r.name}: {m or 'no judge scores'}" for r, (m, _) in zip(resolved, judged))
+    if settings.scorer == runs.JUDGE and judge_model is None:
+        raise runs.MixedRunError(f"cannot compare: the runs were not judged by one judge model ({judges_text})")
+    problems = compare_problems(resolved, settings.scorer, judge_model)
+    if judge_model is not None and settings.scorer == runs.REWARD_MODEL:
+        problems += [p for p in compare_problems(resolved, runs.JUDGE, judge_model) if p not in problems]
     if problems and not settings.allow_mixed:
         raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
     warnings = [f"NOT COMPARABLE: {p}" for p in problems]
-    for run in resolved:
-        warnings += [f"{run.name}: {w}" for w in run_warnings(run, allow_mixed=settings.allow_mixed)]
+    if judge_model is None and any(m for m, _ in judged):
+        warnings.append(f"the judge's section is left out: the runs were not judged by one judge model ({judges_text})")
+    for run, (_, run_notes) in zip(resolved, judged):
+        warnings += [f"{run.name}: {w}" for w in run_notes]
     out = Path(out_dir)
-    parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved],
+    parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "judge_model": judge_model,
                   **_notebook_parameters(settings, data_dir, out / FIGURES_DIR)}
     title = "CharacterEval comparison: " + ", ".join(r.name for r in resolved)
     notebook, html = notebooks.render(COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
@@ -744,7 +876,8 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
         ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
         ("rm_inputs.jsonl (dry run payloads)", len(runs.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
         ("scores: scored rows", len(run.latest_scores())),
-        ("judge_scores: judged rows", len(run.latest_scores(scorer=runs.JUDGE))),
+        *((f"judge_scores: rows judged by {model}", len(run.latest_scores(scorer=runs.JUDGE, judge_model=model)))
+          for model in run.judge_models()),
     ]
     return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))
 

@@ -92,7 +92,7 @@ def test_judge_grades_every_row_keeps_invalid_answers_retries_and_resumes(offici
         for path in run.path.iterdir():
             if path.is_file():
                 assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path.name
-        manifest = run.manifest()["judge_scoring"]
+        manifest = run.manifest()["judge_scoring"]["judges"]["judge-x"]
         assert manifest["api_key_env"] == "JUDGE_TEST_KEY" and manifest["judge_model"] == "judge-x"
         assert manifest["parameters"]["temperature"] == 0.0 and set(manifest["specs"]) == set(judge.METRIC_ORDER)
         assert manifest["status"] == "partial"
@@ -122,11 +122,8 @@ def test_summarize_prints_the_judge_s_invalid_answers(official_data, official_di
     assert main(["summarize", str(run.path), "--scorer", "judge", "--n-boot", "20",
                  "--data-dir", str(official_dir)]) == 0
     out = capsys.readouterr().out
-    assert "invalid judge answers 1 (1 left out of the means" in out and "judge_summary.json" in out
+    assert "judge judge-x: invalid answers 1 (1 left out of the means" in out and "judge_summary.json" in out
     assert out.splitlines()[0].split()[:5] == ["metric", "n", "failed", "invalid", "mean"]
-    # The report notebooks do not take a scorer yet: asking for the judge's report is refused.
-    with pytest.raises(pipeline.SettingsError, match="reports show the reward model"):
-        pipeline.ReportSettings(scorer="judge")
 
 
 def outcome_params():

@@ -43,7 +43,7 @@ def test_judge_run_killed_and_resumed_loses_and_duplicates_nothing(official_data
         process.wait(10)
         killed_at = len(runs.read_jsonl(run.judge_scores).records)
         assert 8 <= killed_at < len(rows)
-        assert run.manifest()["judge_scoring"]["status"] == "running"  # the kill left no false "complete"
+        assert run.manifest()["judge_scoring"]["judges"]["judge-x"]["status"] == "running"  # the kill left no false "complete"
 
         resumed = subprocess.run(judge_command(run.path, server.base_url, official_dir), cwd=ROOT, env=env, check=False,
                                  capture_output=True, text=True, timeout=120)
@@ -59,5 +59,5 @@ def test_judge_run_killed_and_resumed_loses_and_duplicates_nothing(official_data
     items = judge.judge_items(run, official_data, judge.load_specs())
     expected = {(i.key["id"], i.key["metric_en"]): str(judge_grade(request_key(i.messages))) for i in items}
     assert {(r["id"], r["metric_en"]): r["choice"] for r in records} == expected
-    assert run.manifest()["judge_scoring"]["status"] == "complete"
-    assert len(run.manifest()["judge_scoring"]["sessions"]) == 1  # the killed session never finished
+    assert run.manifest()["judge_scoring"]["judges"]["judge-x"]["status"] == "complete"
+    assert len(run.manifest()["judge_scoring"]["judges"]["judge-x"]["sessions"]) == 1  # the killed session never finished

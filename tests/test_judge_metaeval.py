@@ -31,13 +31,17 @@ def test_metaeval_of_the_judge(official_data, official_dir, tmp_path, capsys):
     path = write_labels(tmp_path / "labels.jsonl", labels)
 
     def judge(key, attempt, payload):
+        if payload["model"] == "j2":
+            return "judge:2"
         return "judge_invalid" if "INVALIDME" in payload["messages"][-1]["content"] else "judge:4"
 
     with MockServer(plan=judge) as server:
-        code = main(["metaeval", path, "--out", str(tmp_path / "meta"), "--scorer", "judge", "--judge-model", "j",
-                     "--base-url", server.base_url, "--no-api-key", "--n-boot", "200",
-                     "--data-dir", str(official_dir)])
-    assert code == 0
+        # A second judge into the same directory first: each judge's predictions are its own.
+        for model in ("j2", "j"):
+            code = main(["metaeval", path, "--out", str(tmp_path / "meta"), "--scorer", "judge", "--judge-model",
+                         model, "--base-url", server.base_url, "--no-api-key", "--n-boot", "200",
+                         "--data-dir", str(official_dir)])
+            assert code == 0
     summary = json.loads((tmp_path / "meta" / metaeval.SUMMARY).read_text())
     overall = summary["groups"]["overall"]
     human = [str(label.get("human_score", label.get("human_choice"))) for label in labels]

@@ -56,6 +56,10 @@ IMPORTED_SCORES_CAVEAT = (
     "model that produced them: the scorer is unknown (it may be a tiny test model, not "
     "BaichuanCharRM). Re-score the run with `charactereval score` to know what the numbers mean."
 )
+JUDGE_CAVEAT = (
+    "The scores are the grades of the LLM judge {judge_model}, not of CharacterEval's reward model: "
+    "the paper's Table 4 (reward-model scores) is not their reference, and their deltas compare different scorers."
+)
 
 
 @dataclass
@@ -70,15 +74,20 @@ class RunAnalysis:
     stats: Statistics
     data: OfficialData | None = None
     scorer_modes: dict[str, int] = field(default_factory=dict)  # scored rows per scorer mode
+    scorer: str = runs.REWARD_MODEL  # whose scores: the reward model's or one judge model's
+    judge_model: str | None = None
+    invalid: tuple[int, int] = (0, 0)  # the judge's invalid answers: all, and those left unscored
 
     @property
     def name(self) -> str:
         return self.run_dir.name
 
     def warnings(self) -> list[str]:
-        return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores),
+        return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
                            scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
-                                                                             self.stats.metrics["n"])))
+                                                                             self.stats.metrics["n"])),
+                           judge_model=self.judge_model if self.scorer == runs.JUDGE else None,
+                           invalid=self.invalid)
 
     def failed_by_metric(self) -> dict[str, int] | None:
         """Rows each metric lost to failed generations (needs the official id2metric)."""
@@ -104,12 +113,17 @@ class RunAnalysis:
             f"# CharacterEval report: {self.name}",
             "",
             f"Model **{generation.get('model', 'unknown')}** via backend **{generation.get('backend', 'unknown')}**; "
-            f"{len(self.scores)} scored rows of {len(self.rows)}; protocol "
+            f"{self.scorer_text()}{len(self.scores)} scored rows of {len(self.rows)}; protocol "
             f"{self.manifest.get('protocol_version', 'unknown')}. {rendered_by()}",
         ]
         if data_note:
             lines += ["", data_note]
         return "\n".join(lines)
+
+
+    def scorer_text(self) -> str:
+        """The judge that made the scores, said before their count (nothing for the reward model)."""
+        return f"scores of the LLM judge **{self.judge_model}**, " if self.scorer == runs.JUDGE else ""
 
 
 def load_run(
@@ -119,18 +133,22 @@ def load_run(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
+    scorer: str = runs.REWARD_MODEL,
+    judge_model: str | None = None,
 ) -> RunAnalysis:
-    """Read a run directory (a bare name means outputs/NAME) and compute its statistics."""
+    """Read a run directory (a bare name means outputs/NAME) and compute the statistics of
+    ``scorer``'s scores (the judge's: of ``judge_model``, or the run's only judge)."""
     run_dir = runs.resolve_run_dir(run_dir)
     if not run_dir.is_dir():
         raise runs.RunError(f"{run_dir}: no such run directory")
-    scores, counts = load_run_scores(run_dir)
+    scores, counts = load_run_scores(run_dir, scorer, judge_model)
     rows = pd.DataFrame(runs.read_jsonl(run_dir / runs.ROWS).records)
     latest = runs.latest_by_key(runs.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
     return RunAnalysis(run_dir, runs.load_manifest(run_dir), rows, scores, generations, stats, data,
-                       counts["scorer_modes"])
+                       counts["scorer_modes"], scorer, counts.get("judge_model"),
+                       (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0)))
 
 
 def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) -> tuple[OfficialData | None, str]:
@@ -152,17 +170,25 @@ def run_caveats(
     unscored: int = 0,
     scorer_modes: Mapping[str, int] | None = None,
     metric_n: Mapping[str, int] | None = None,
+    judge_model: str | None = None,
+    invalid: tuple[int, int] = (0, 0),
 ) -> list[str]:
     """Plain warnings a reader must see before any number: demo backends, unknown or mixed
     scorers, incomplete runs, metrics too small for an interval. ``scorer_modes`` counts scored
-    rows per scorer mode; ``metric_n`` counts scored rows per metric."""
+    rows per scorer mode; ``metric_n`` counts scored rows per metric; ``judge_model``: the scores
+    are that judge's grades, not the reward model's, with ``invalid`` answers (all, unscored)."""
     caveats = []
     generation = manifest.get("generation", {})
     scoring = manifest.get("scoring", {})
     scorer_modes = dict(scorer_modes or {})
     if generation.get("backend") == OFFLINE_BACKEND:
         caveats.append(OFFLINE_CAVEAT)
-    if any(TINY_MARKER in label.lower() for label in checkpoint_labels(scoring)):
+    if judge_model is not None:
+        caveats.append(JUDGE_CAVEAT.format(judge_model=judge_model))
+        if invalid[0]:
+            caveats.append(f"The judge gave {invalid[0]} invalid answer(s) (no grade could be read); "
+                           f"{invalid[1]} of them are left out of the means, as their spec says.")
+    elif any(TINY_MARKER in label.lower() for label in checkpoint_labels(scoring)):
         caveats.append(TINY_RM_CAVEAT)
     # Imported evaluation scores carry mode "imported"; an older run may only say so in its
     # manifest (an evaluation file imported and never scored here).
@@ -193,15 +219,17 @@ def run_caveats(
     return caveats
 
 
-def run_warnings(run_dir: Path | str) -> list[str]:
+def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_model: str | None = None) -> list[str]:
     """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
     print): read from the run directory alone, without the official data."""
     run_dir = runs.resolve_run_dir(run_dir)
-    scores, counts = load_run_scores(run_dir)
+    scores, counts = load_run_scores(run_dir, scorer, judge_model)
     metric_n = scores.groupby("metric_en").size() if len(scores) else pd.Series(dtype=int)
-    return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"],
+    invalid = (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0))
+    return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"] - invalid[1],
                        scorer_modes=counts["scorer_modes"],
-                       metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS})
+                       metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS},
+                       judge_model=counts.get("judge_model"), invalid=invalid)
 
 
 def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:
@@ -281,7 +309,7 @@ def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
     fields = [("versions", "protocol", manifest.get("protocol_version")),
               ("versions", "package", manifest.get("package_version")),
               ("versions", "git commit", manifest.get("git_commit"))]
-    for section in ("generation", "scoring"):
+    for section in ("generation", "scoring", "judge_scoring"):
         fields += [(section, key, value) for key, value in _flatten(manifest.get(section, {}), "")]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
     # str() of every value (None included): pandas' astype(str) would keep None as a missing value.

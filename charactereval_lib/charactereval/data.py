@@ -28,6 +28,8 @@ TEST_DATA = "test_data.jsonl"
 PROFILES = "character_profiles.json"
 ID2METRIC = "id2metric.jsonl"
 REQUIRED_GROUP = "required"
+# The reward model's training annotations (optional download: `data fetch --with-rm-train`).
+RM_TRAIN = "rm_train_data.json"
 
 
 @dataclass(frozen=True)
@@ -174,3 +176,17 @@ def load_official_data(data_dir: str | os.PathLike[str] | None = None, *, verify
                 f"{data_dir / TEST_DATA}: sample id {sample.id}: unknown role {sample.role!r} (no profile in {PROFILES})"
             )
     return OfficialData(data_dir, samples, profiles, id2metric, sha)
+
+
+def load_rm_train(data_dir: str | os.PathLike[str] | None = None, path: str | os.PathLike[str] | None = None
+                  ) -> tuple[Path, Any]:
+    """The reward model's training annotations as ONE JSON document (like every upstream file):
+    ``path`` read as it is, or ``DATA_DIR/rm_train_data.json`` checked against the pinned digests
+    first. Their records are validated by whoever reads them (``metaeval.rm_train_labels``)."""
+    if path is not None:
+        source = Path(path)
+        return source, load_json_document(source, pinned.read_bytes(source, "no such file"))
+    source = locate_data_dir(data_dir) / RM_TRAIN
+    data = pinned.read_bytes(source, f"run `charactereval data fetch --with-rm-train`, pass --dir, or set {DATA_DIR_ENV}")
+    pinned.check_digests(source, data, load_upstream().file(RM_TRAIN))
+    return source, load_json_document(source, data)

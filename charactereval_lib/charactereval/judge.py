@@ -11,18 +11,26 @@ records are the engine's (``engine.grading.judging``).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from charactereval_lib.charactereval import judge_figures
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
+from charactereval_lib.charactereval.analysis import interval_text, show
 from charactereval_lib.charactereval.data import OfficialData
+from charactereval_lib.charactereval.diagnostics import dimension_estimable, estimable, metric_label
 from charactereval_lib.charactereval.judge_specs import load_default_specs
 from charactereval_lib.charactereval.prompts import profile_text
+from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
 from charactereval_lib.charactereval.requests import generation_task
+from charactereval_lib.charactereval.statistics import Statistics, metric_statistics
+from charactereval_lib.charactereval.summary import JUDGE_SECTION, load_run_scores
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
@@ -33,9 +41,11 @@ from charactereval_lib.engine.grading.spec import (
     build_judge_messages,
     load_spec,
 )
+from charactereval_lib.engine.plots import keep
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
 KEY_FIELDS = ("id", "metric_en")
-MANIFEST_SECTION = "judge_scoring"
+MANIFEST_SECTION = JUDGE_SECTION
 JUDGE_REQUESTS = "judge_requests.jsonl"
 
 
@@ -127,14 +137,15 @@ def describe(backend_description: Mapping[str, Any], specs: Mapping[str, ModelGr
 # --- both scorers side by side -------------------------------------------------------------------
 
 
-def scorer_scores(run: str | runs.RunDir) -> pd.DataFrame:
+def scorer_scores(run: str | runs.RunDir, judge_model: str | None = None) -> pd.DataFrame:
     """Every scorer's latest scores of the run in long form: id, metric_en, scorer, score,
     invalid (judge only; False for the reward model), scorer_model (checkpoint digest or judge
-    model). Rows without a score of a scorer are absent for it; invalid judge answers are present."""
+    model). Rows without a score of a scorer are absent for it; invalid judge answers are present.
+    The judge is ``judge_model``, or the run's only judge (``RunDir.select_judge``)."""
     run = runs.RunDir.resolve(run)
     parts = []
     for scorer in runs.SCORERS:
-        _, scored = run.scored_rows(scorer)
+        _, scored = run.scored_rows(scorer, judge_model)
         for record in scored:
             parts.append({"id": record["id"], "metric_en": record["metric_en"], "scorer": scorer,
                           "score": record.get("score"), "invalid": bool(record.get("invalid")),
@@ -144,10 +155,10 @@ def scorer_scores(run: str | runs.RunDir) -> pd.DataFrame:
     return frame
 
 
-def paired_scores(run: str | runs.RunDir) -> pd.DataFrame:
+def paired_scores(run: str | runs.RunDir, judge_model: str | None = None) -> pd.DataFrame:
     """Rows both scorers scored, wide: id, metric_en, reward-model, judge, judge_invalid. A
     judge score is NaN where its answer was invalid and its spec leaves invalid answers unscored."""
-    frame = scorer_scores(run)
+    frame = scorer_scores(run, judge_model)
     if set(frame["scorer"]) != set(runs.SCORERS):
         missing = ", ".join(sorted(set(runs.SCORERS) - set(frame["scorer"])))
         raise runs.RunError(f"{runs.RunDir.resolve(run).path}: no scores of {missing} yet; both scorers must score it")
@@ -162,15 +173,172 @@ def paired_scores(run: str | runs.RunDir) -> pd.DataFrame:
     return wide.reset_index()
 
 
-def scorer_agreement(run: str | runs.RunDir, *, n_boot: int = 1000, seed: int = 0,
-                     confidence: float = 0.95) -> pd.DataFrame:
+def scorer_agreement(run: str | runs.RunDir, *, judge_model: str | None = None, n_boot: int = 1000, seed: int = 0,
+                     confidence: float = 0.95, paired: pd.DataFrame | None = None) -> pd.DataFrame:
     """Agreement of the reward model and the judge on the rows both scored (``agreement_table``:
     Pearson, Spearman, Kendall tau-b, quadratic kappa, exact; per metric and overall, each with
     a cluster-bootstrap interval by sample). Rows with an unscored invalid judge answer are left
-    out; ``invalid_left_out`` per metric says how many."""
-    paired = paired_scores(run)
+    out; ``invalid_left_out`` per metric says how many. ``paired``: ``paired_scores(run)`` when
+    already read."""
+    paired = paired_scores(run, judge_model) if paired is None else paired
     table = agreement_table(paired, runs.REWARD_MODEL, runs.JUDGE, n_boot=n_boot, seed=seed, confidence=confidence)
     left_out = paired[paired[runs.JUDGE].isna()].groupby("metric_en").size()
     table["invalid_left_out"] = [int(left_out.sum()) if m == OVERALL else int(left_out.get(m, 0))
                                  for m in table["metric_en"]]
     return table
+
+
+# --- the two scorers in the reports --------------------------------------------------------------
+
+
+@dataclass
+class ScorerComparison:
+    """One run's two scorers for its report: each scorer's statistics (S9 means with intervals),
+    the judge's invalid answers, and their agreement on the rows both scored. ``paired`` and
+    ``agreement`` are None when the run holds only one scorer's scores."""
+
+    run: str
+    judge_model: str
+    stats: dict[str, Statistics]
+    judge_invalid: dict[str, int]
+    paired: pd.DataFrame | None = None
+    agreement: pd.DataFrame | None = None
+
+    @property
+    def both(self) -> bool:
+        return self.agreement is not None
+
+
+def compare_scorers(run: str | runs.RunDir, *, judge_model: str | None = None, n_boot: int = DEFAULT_N_BOOT,
+                    seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> ScorerComparison | None:
+    """Both scorers of ``run`` side by side (None when the run holds no judge scores)."""
+    run = runs.RunDir.resolve(run)
+    judge_model = run.select_judge(judge_model)
+    if judge_model is None:
+        return None
+    stats, counts = {}, {}
+    for scorer in runs.SCORERS:
+        frame, counts[scorer] = load_run_scores(run, scorer, judge_model)
+        if len(frame):
+            stats[scorer] = metric_statistics(frame, n_boot=n_boot, seed=seed, level=level)
+    comparison = ScorerComparison(run.name, judge_model, stats, counts[runs.JUDGE]["invalid_by_metric"])
+    if len(stats) == len(runs.SCORERS):
+        comparison.paired = paired_scores(run, judge_model)
+        comparison.agreement = scorer_agreement(run, n_boot=n_boot, seed=seed, confidence=level,
+                                                paired=comparison.paired)
+    return comparison
+
+
+def _estimate_text(value: float, low: float, high: float, ok: bool) -> str:
+    return "–" if math.isnan(value) else f"{value:.3f} {interval_text(low, high, ok)}"
+
+
+def scorer_table(comparison: ScorerComparison) -> pd.DataFrame:
+    """Metric means and dimension averages of both scorers, one row per cell: per scorer its
+    rows ``n`` and "mean [CI]" (n<2 where no interval), and the judge's invalid answers."""
+    pct = round(next(iter(comparison.stats.values())).level * 100)
+    columns: dict[str, list] = {}
+    for scorer in runs.SCORERS:
+        stats = comparison.stats.get(scorer)
+        if stats is None:
+            continue
+        label = "reward model" if scorer == runs.REWARD_MODEL else f"judge {comparison.judge_model}"
+        metrics, dims = stats.metrics, stats.dimensions
+        columns.setdefault("cell", [metric_label(m) for m in metrics["metric_en"]] + [f"{n} avg." for n in dims["name"]])
+        columns[f"{label} n"] = [*metrics["n"].astype(int), *([pd.NA] * len(dims))]
+        if scorer == runs.JUDGE:
+            columns[f"{label} invalid"] = [comparison.judge_invalid[m] for m in metrics["metric_en"]] + \
+                [sum(comparison.judge_invalid[m.metric_en] for m in metrics_of(d)) for d in DIMENSIONS]
+        ok = [*estimable(metrics["n"]), *dimension_estimable(stats)]
+        cells = pd.concat([metrics, dims], ignore_index=True)
+        columns[f"{label} mean [{pct}% CI]"] = [_estimate_text(v, lo, hi, k) for v, lo, hi, k in
+                                               zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)]
+    return pd.DataFrame(columns)
+
+
+def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+    """``scorer_agreement``'s long table as shown: one row per metric (protocol order, overall
+    last) with the rows used, the samples, the invalid answers left out, and each statistic as
+    "value [CI]"."""
+    names = {"pearson": "Pearson", "spearman": "Spearman", "kendall_tau_b": "Kendall tau-b",
+             "quadratic_kappa": "quadratic kappa", "exact": "exact agreement"}
+    order = [m for m in [*METRIC_ORDER, OVERALL] if m in set(table["metric_en"])]
+    rows = []
+    for metric in order:
+        part = table[table["metric_en"] == metric].set_index("statistic")
+        first = part.iloc[0]
+        row = {"metric": metric_label(metric) if metric != OVERALL else "overall", "n": int(first["n"]),
+               "samples": int(first["n_clusters"]), "invalid left out": int(first["invalid_left_out"])}
+        for statistic, name in names.items():
+            estimate = part.loc[statistic]
+            row[name] = _estimate_text(estimate["value"], estimate["low"], estimate["high"],
+                                       bool(np.isfinite(estimate["low"])))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.attrs["level"] = level
+    return frame
+
+
+def report_items(comparison: ScorerComparison | None, figures_dir: str | Path | None = None) -> list[Any]:
+    """What a report shows of the two scorers, in order (headings, tables, the agreement grid),
+    for the notebook to display; nothing for a run without judge scores, so its report is the
+    reward model's alone."""
+    from IPython.display import Markdown
+
+    if comparison is None:
+        return []
+    pct = round(next(iter(comparison.stats.values())).level * 100)
+    items: list[Any] = [Markdown(
+        f"## Reward model and LLM judge\n\nThe judge **{comparison.judge_model}** graded the same (sample, metric) "
+        "rows. Per scorer: the rows it scored (`n`), the mean with its cluster-bootstrap interval and, for the judge, "
+        "its invalid answers (no grade could be read: counted here, left out of the means when their spec says "
+        "so). Dimension averages are unweighted means of the metric means."), show(scorer_table(comparison))]
+    if comparison.both:
+        items += [Markdown(
+            f"### Agreement of the two scorers\n\nOn the rows both scored (rows with an unscored invalid judge answer "
+            f"left out and counted): Pearson, Spearman and Kendall tau-b on the raw scores; quadratic-weighted kappa "
+            f"and exact agreement on scores rounded half up to grades 1-5. Each with a {pct}% cluster-bootstrap "
+            "interval (sample ids resampled). The grid shows, per metric, the rounded reward-model score against "
+            "the judge's grade (counts in the cells, the diagonal is exact agreement) with every row's raw score "
+            "scattered over it."), show(agreement_display(comparison.agreement, pct / 100)),
+            keep(judge_figures.agreement_grid(comparison.paired), "agreement", figures_dir)]
+    else:
+        missing = "reward model" if runs.REWARD_MODEL not in comparison.stats else "judge"
+        items.append(Markdown(f"No agreement can be shown: the {missing} has not scored this run."))
+    return items
+
+
+def comparison_items(run_dirs: Sequence[str | runs.RunDir], *, scorer: str = runs.REWARD_MODEL,
+                     judge_model: str | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
+                     level: float = DEFAULT_LEVEL) -> list[Any]:
+    """What a comparison shows of the second scorer, in order: its means side by side (the
+    comparison's main sections show ``scorer``'s) and each run's agreement of the two scorers.
+    Nothing without ``judge_model`` (the runs were not all judged by one judge model)."""
+    from IPython.display import Markdown
+
+    from charactereval_lib.charactereval.analysis import load_run, side_by_side
+
+    if judge_model is None:
+        return []
+    other = runs.JUDGE if scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
+    pct = round(level * 100)
+    analyses = [load_run(r, n_boot=n_boot, seed=seed, level=level, scorer=other, judge_model=judge_model)
+                for r in run_dirs]
+    other_name = f"the LLM judge {judge_model}" if other == runs.JUDGE else "the reward model"
+    items: list[Any] = [
+        Markdown(f"## Reward model and LLM judge\n\nThe same rows scored by {other_name}: mean [{pct}% interval] "
+                 "per metric and dimension average, runs in the order given (n<2: too few rows for an "
+                 "interval)."),
+        show(side_by_side(analyses)),
+    ]
+    comparisons = [compare_scorers(r, judge_model=judge_model, n_boot=n_boot, seed=seed, level=level)
+                   for r in run_dirs]
+    agreeing = [c for c in comparisons if c is not None and c.both]
+    if agreeing:
+        items += [
+            Markdown(f"### Agreement of the two scorers\n\nPer run, on the rows both scored, with {pct}% "
+                     "cluster-bootstrap intervals (see the single-run report for the definitions and the grid)."),
+            show(pd.concat([agreement_display(c.agreement, level).assign(run=c.run) for c in agreeing],
+                           ignore_index=True).pipe(lambda f: f[["run", *[c for c in f.columns if c != "run"]]])),
+        ]
+    return items

@@ -17,6 +17,16 @@ prediction; an invalid answer stays ``__invalid__``), the reward model into OUT/
 score rounded half up to a grade is the prediction). Statistics (``label_agreement``): evals'
 metascore (exact, case-sensitive agreement), Cohen's kappa, Krippendorff's alpha (ordinal) and
 the confusion matrix, overall and per metric, with cluster-bootstrap intervals by sample.
+
+The reward model's training annotations (``rm_train_data.json``, ``data fetch --with-rm-train``)
+convert to LABELS (``rm_train_labels``), but only after every record passed the checks: the file
+is one JSON array; each record an object whose id is a test sample id, whose metric is one of
+that sample's metrics in id2metric (by English or Chinese name), whose reply is a string and whose
+label is one of the strings "1"-"5"; one record per (id, metric). The key names could not be
+inspected here: the defaults (``RM_TRAIN_KEYS``: the upstream row files' names, plus ``label``)
+are checked on every record, the first record that lacks one stops the conversion with the keys
+it has, and ``keys`` names them otherwise. Agreement on these rows is in-sample: the reward model
+was trained on them.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from charactereval_lib.charactereval.data import OfficialData
-from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.summary import nan_to_none
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.agreement import (
@@ -48,6 +58,65 @@ EXPECTED = ('expected {"id": <test sample id>, "metric_en": <metric>, "reply": <
 
 class LabelsError(runs.RunError):
     """A labels file that does not follow the documented format (one line naming the problem)."""
+
+
+# What each field of an rm_train record is called, by default (``rm_train_labels``); the metric
+# is read from metric_en, else metric_zh, unless a key is named for it.
+RM_TRAIN_KEYS = {"id": "id", "metric": None, "reply": "model_output", "label": "label"}
+_METRIC_EN = {**{m.metric_en: m.metric_en for m in METRICS}, **{m.metric_zh: m.metric_en for m in METRICS}}
+
+
+def rm_train_labels(document: Any, path: str | Path, data: OfficialData,
+                    keys: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The LABELS lines of the reward model's training annotations (``document``, the parsed
+    file), after validating every record (module docstring); the first record that breaks the
+    expected shape is a one-line ``LabelsError`` naming the file, its index, the expected fields
+    and types, and the keys the record has."""
+    unknown = sorted(set(keys or {}) - set(RM_TRAIN_KEYS))
+    if unknown:
+        raise LabelsError(f"unknown rm_train field(s) {unknown}; expected some of {', '.join(RM_TRAIN_KEYS)}")
+    names = {**RM_TRAIN_KEYS, **(keys or {})}
+    metric_keys = [names["metric"]] if names["metric"] else ["metric_en", "metric_zh"]
+    metric_text = " or ".join(f'"{k}"' for k in metric_keys)
+    expected = (f'expected a JSON array of objects, each with "{names["id"]}": <test sample id, integer>, '
+                f'{metric_text}: <metric name, English or Chinese>, "{names["reply"]}": <string>, '
+                f'"{names["label"]}": <"1"-"5", a string>')
+    if not isinstance(document, list):
+        raise LabelsError(f"{path}: a JSON {_json_type(document)}, not an array; {expected}")
+    samples = data.by_id()
+    labels: list[dict[str, Any]] = []
+    seen: dict[tuple[int, str], int] = {}
+    for index, record in enumerate(document):
+        def bad(problem: str, index: int = index, record: Any = record) -> LabelsError:
+            has = f" (this record has keys: {', '.join(map(str, record))})" if isinstance(record, dict) else ""
+            return LabelsError(f"{path}: record {index}: {problem}; {expected}{has}")
+
+        if not isinstance(record, dict):
+            raise bad(f"a JSON {_json_type(record)}, not an object")
+        missing = [names[f] for f in ("id", "reply", "label") if names[f] not in record]
+        present = [k for k in metric_keys if k in record]
+        if missing or not present:
+            raise bad(f"missing {', '.join(missing + ([] if present else [' or '.join(metric_keys)]))}")
+        sample_id, reply, label = record[names["id"]], record[names["reply"]], record[names["label"]]
+        if not isinstance(sample_id, int) or isinstance(sample_id, bool) or sample_id not in samples:
+            raise bad(f"{names['id']} {sample_id!r} is not a test sample id")
+        metrics = {_METRIC_EN.get(record[k]) if isinstance(record[k], str) else None for k in present}
+        if None in metrics or len(metrics) != 1:
+            raise bad(f"metric {', '.join(repr(record[k]) for k in present)} is not one metric of the protocol")
+        metric = metrics.pop()
+        if metric not in {m for m, _ in data.id2metric.get(str(sample_id), ())}:
+            raise bad(f"(id {sample_id}, {metric}) is not a row of id2metric")
+        if not isinstance(reply, str):
+            raise bad(f"{names['reply']} is a JSON {_json_type(reply)}, not a string")
+        if not isinstance(label, str) or label not in CHOICES:
+            raise bad(f"{names['label']} {label!r} is not one of the strings {', '.join(CHOICES)}")
+        if (sample_id, metric) in seen:
+            raise bad(f"(id {sample_id}, {metric}) is annotated again (first in record {seen[sample_id, metric]})")
+        seen[sample_id, metric] = index
+        labels.append({"id": sample_id, "metric_en": metric, "reply": reply, "human_choice": label})
+    if not labels:
+        raise LabelsError(f"{path}: no records; {expected}")
+    return labels
 
 
 def read_labels(path: str | Path, data: OfficialData) -> list[dict[str, Any]]:
@@ -120,9 +189,11 @@ def write_rows(out: runs.RunDir, labels: Sequence[dict[str, Any]], data: Officia
         runs.write_jsonl_atomic(out.rows, rows)
 
 
-def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str) -> list[str | None]:
-    """Each label's predicted choice from ``scorer``'s latest records (None: not scored yet)."""
-    latest = out.latest_scores(scorer=scorer)
+def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str,
+                judge_model: str | None = None) -> list[str | None]:
+    """Each label's predicted choice from ``scorer``'s latest records (the judge's: of
+    ``judge_model``, as OUT may hold several judges) (None: not scored yet)."""
+    latest = out.latest_scores(scorer=scorer, judge_model=judge_model)
     predicted: list[str | None] = []
     for label in labels:
         record = latest.get((label["id"], label["metric_en"]))
@@ -158,6 +229,17 @@ def metaevaluate(labels: Sequence[dict[str, Any]], predicted: Sequence[str | Non
                           for h, row in agreement.confusion.iterrows()},
         }
     return nan_to_none(result)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def role_prefixed(labels: Sequence[dict[str, Any]], data: OfficialData) -> int:
+    """How many labelled replies start with their role's name and the full-width colon."""
+    samples = data.by_id()
+    return sum(label["reply"].startswith(f"{samples[label['id']].role}{COLON}") for label in labels)
 
 
 def write_summary(out: runs.RunDir, summary: dict[str, Any]) -> Path:

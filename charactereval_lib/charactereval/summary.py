@@ -15,17 +15,23 @@ from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
+# run.json's section of the judge scorer (``charactereval.judge`` writes it).
+JUDGE_SECTION = "judge_scoring"
 
-def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL) -> tuple[pd.DataFrame, dict[str, Any]]:
+
+def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL,
+                    judge_model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's scored rows as a tidy table (rows.jsonl joined with the latest score of each
-    (id, metric) of ``scorer``), and counts of rows that have no score yet.
+    (id, metric) of ``scorer``; for the judge, of one judge model: ``RunDir.select_judge``), and
+    counts of rows that have no score yet.
 
     Judge rows whose answer was invalid and left unscored by their spec (score None) are not in
     the table (a mean cannot use them) but are counted in ``invalid_by_metric``, never dropped
     silently; invalid answers a spec scores (evals: the minimum) stay in the table and are
     counted there too."""
     run = runs.RunDir.resolve(run)
-    rows, scored = run.scored_rows(scorer)
+    judge_model = run.select_judge(judge_model) if scorer == runs.JUDGE else None
+    rows, scored = run.scored_rows(scorer, judge_model)
     if not rows:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
     invalid = Counter(s["metric_en"] for s in scored if s.get("invalid"))
@@ -35,11 +41,11 @@ def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL) -> tuple[
     # breakdowns of an unscored run are empty rather than errors.
     frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
     modes = dict(Counter(str(runs.scorer_identity(s).mode) for s in scored))
-    scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer).items()}
+    scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer, judge_model).items()}
     counts = {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
               "scorer_modes": modes, "scorers": scorers, "scorer": scorer}
     if scorer == runs.JUDGE:
-        counts.update(invalid_answers=sum(invalid.values()), invalid_unscored=unscored_invalid,
+        counts.update(judge_model=judge_model, invalid_answers=sum(invalid.values()), invalid_unscored=unscored_invalid,
                       invalid_by_metric={m: invalid.get(m, 0) for m in METRIC_ORDER})
     return frame, counts
 
@@ -63,16 +69,18 @@ def summarize_run(
     level: float = DEFAULT_LEVEL,
     warnings: Sequence[str] = (),
     scorer: str = runs.REWARD_MODEL,
+    judge_model: str | None = None,
 ) -> dict[str, Any]:
     """S9 for a run directory with intervals of one scorer's scores: writes ``summary.json`` and
-    ``metrics.csv`` (the judge's: ``judge_summary.json``, ``judge_metrics.csv``) and returns the
-    summary. A judge summary gives every metric its count of invalid answers.
+    ``metrics.csv`` (the judge's: ``judge_summary.json``, ``judge_metrics.csv``, of one judge
+    model) and returns the summary. A judge summary gives every metric its count of invalid
+    answers.
 
     The summary carries every mean with its n, SD, interval and the run's failure counts, so a
     number is never shown without what it rests on. With ``id2metric`` each metric also gets
     ``failed``, the rows it lost to failed generations (unknown, hence None, without it)."""
     run = runs.RunDir.resolve(run)
-    frame, counts = load_run_scores(run, scorer)
+    frame, counts = load_run_scores(run, scorer, judge_model)
     manifest = run.manifest()
     transform = manifest.get("transform", {})
     transform_counts = transform.get("counts", {})
@@ -104,10 +112,21 @@ def summarize_run(
         "created_at": runs.utc_now(),
     }
     if scorer == runs.JUDGE:
-        summary["judge"] = {k: manifest.get("judge_scoring", {}).get(k) for k in ("judge_model", "base_url", "status")}
+        recorded = judge_manifest(manifest, counts["judge_model"])
+        summary["judge"] = {"judge_model": counts["judge_model"],
+                            **{k: recorded.get(k) for k in ("base_url", "status")}}
     runs.write_json_atomic(run.summary_file(scorer), nan_to_none(summary))
     runs.write_text_atomic(run.metrics_csv_file(scorer), metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary
+
+
+def judge_manifest(manifest: Mapping[str, Any], judge_model: str | None) -> dict[str, Any]:
+    """What ``run.json`` records about one judge model's sessions: its entry under
+    ``judge_scoring.judges`` (runs judged before several judges per run: the section itself)."""
+    section = manifest.get(JUDGE_SECTION) or {}
+    if "judges" in section:
+        return dict(section["judges"].get(judge_model) or {})
+    return dict(section) if section.get("judge_model") == judge_model else {}
 
 
 METRICS_TABLE_COLUMNS = ["kind", "name", "abbr", "dimension", "n", "failed", "mean", "sd", "ci_low", "ci_high"]

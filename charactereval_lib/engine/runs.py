@@ -449,16 +449,45 @@ class RunDir:
     def read_rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.rows).records
 
-    def latest_scores(self, path: Path | None = None, *, scorer: str = REWARD_MODEL) -> dict[tuple, dict[str, Any]]:
-        """The latest score record per (id, metric) of a scorer's score file (or another file).
-        Judge records of failed calls (status error) hold no score and are left out."""
-        records = read_jsonl(path or self.score_file(scorer)).records
-        return latest_by_key((r for r in records if r.get("status", "ok") == "ok"), "id", "metric_en")
+    def judge_models(self, path: Path | None = None) -> list[str]:
+        """The judge models whose records are in ``judge_scores.jsonl`` (or ``path``), in the order
+        they first appear: one file holds several judges, each with its own latest records."""
+        records = read_jsonl(path or self.judge_scores).records
+        return list(dict.fromkeys(r["judge_model"] for r in records if r.get("judge_model")))
 
-    def scored_rows(self, scorer: str = REWARD_MODEL) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def select_judge(self, judge_model: str | None = None, path: Path | None = None) -> str | None:
+        """The judge model whose scores are meant: ``judge_model`` when given (an error when the
+        file has no records of it), else the only judge of the file (None when it has none); a
+        file holding several judges needs a choice, and the error lists them."""
+        models = self.judge_models(path)
+        where = path or self.judge_scores
+        if judge_model is not None:
+            if judge_model not in models:
+                raise RunError(f"{where}: no records of judge model {judge_model!r} "
+                               f"(judges here: {', '.join(models) or 'none'})")
+            return judge_model
+        if len(models) > 1:
+            raise RunError(f"{where}: holds {len(models)} judge models ({', '.join(models)}); "
+                           "choose one with --judge-model (judge_model=...)")
+        return models[0] if models else None
+
+    def latest_scores(self, path: Path | None = None, *, scorer: str = REWARD_MODEL,
+                      judge_model: str | None = None) -> dict[tuple, dict[str, Any]]:
+        """The latest score record per (id, metric) of a scorer's score file (or another file).
+        Judge records of failed calls (status error) hold no score and are left out; judge
+        records are those of one judge model (``select_judge``)."""
+        path = path or self.score_file(scorer)
+        records = [r for r in read_jsonl(path).records if r.get("status", "ok") == "ok"]
+        if scorer == JUDGE:
+            chosen = self.select_judge(judge_model, path)
+            records = [r for r in records if r.get("judge_model") == chosen]
+        return latest_by_key(records, "id", "metric_en")
+
+    def scored_rows(self, scorer: str = REWARD_MODEL, judge_model: str | None = None
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(all rows, the rows that have a score of ``scorer``, each joined with its latest score record)."""
         rows = self.read_rows()
-        latest = self.latest_scores(scorer=scorer)
+        latest = self.latest_scores(scorer=scorer, judge_model=judge_model)
         scored = []
         for row in rows:
             score = latest.get((row["id"], row["metric_en"]))
@@ -466,23 +495,26 @@ class RunDir:
                 scored.append({**row, **score})
         return rows, scored
 
-    def scorer_identities(self, scorer: str = REWARD_MODEL) -> Counter:
+    def scorer_identities(self, scorer: str = REWARD_MODEL, judge_model: str | None = None) -> Counter:
         """How many of the latest score records each scorer configuration made."""
-        return Counter(scorer_identity(record) for record in self.latest_scores(scorer=scorer).values())
+        return Counter(scorer_identity(record)
+                       for record in self.latest_scores(scorer=scorer, judge_model=judge_model).values())
 
-    def consistency_problems(self, scorer: str = REWARD_MODEL) -> list[str]:
+    def consistency_problems(self, scorer: str = REWARD_MODEL, judge_model: str | None = None) -> list[str]:
         """Why this run's numbers must not be published as one set: scores from several scorer
-        configurations (checkpoint or judge model, mode). Empty when consistent."""
-        identities = self.scorer_identities(scorer)
+        configurations (checkpoint or judge model, mode; for the judge, one judge model's
+        records made with several parsers). Empty when consistent."""
+        identities = self.scorer_identities(scorer, judge_model)
         if len(identities) <= 1:
             return []
         parts = "; ".join(f"{identity.label()}: {count} rows" for identity, count in identities.most_common())
         return [f"{self.path}: the scores mix {len(identities)} scorer configurations ({parts})"]
 
-    def check_consistent(self, *, allow_mixed: bool = False, scorer: str = REWARD_MODEL) -> list[str]:
+    def check_consistent(self, *, allow_mixed: bool = False, scorer: str = REWARD_MODEL,
+                         judge_model: str | None = None) -> list[str]:
         """Refuse a mixed run with one line naming what differs, or, with ``allow_mixed``,
         return the problems as warnings the caller must show loudly."""
-        problems = self.consistency_problems(scorer)
+        problems = self.consistency_problems(scorer, judge_model)
         if problems and not allow_mixed:
             raise MixedRunError(
                 f"{problems[0]}; re-score with one configuration, or pass --allow-mixed to analyse it anyway"

@@ -80,7 +80,9 @@ def plan_judging(
 ) -> JudgePlan:
     """Which items still need a judge call (see the module docstring for the resume rule)."""
     read = runs.read_jsonl(Path(path))
-    latest = runs.latest_by_key(read.records, *key_fields)
+    # One file may hold several judges' records: another judge's newer record of the same key
+    # must not hide this judge's own (its digest could never match anyway).
+    latest = runs.latest_by_key((r for r in read.records if r.get("judge_model", model) == model), *key_fields)
     plan = JudgePlan([], 0, 0, list(read.warnings))
     for item in items:
         record = latest.get(tuple(item.key[k] for k in key_fields))
@@ -180,17 +182,20 @@ async def judge_async(
     key_fields: Sequence[str],
     manifest_section: str,
     describe: Mapping[str, Any],
+    manifest_key: str | None = None,
     progress: bool = False,
 ) -> JudgeSummary:
     """Judge the items not yet judged into ``output`` (one writer per run: a lock file keeps a
     second judge run out). ``describe`` (settings, never secrets) and each session's counts go
-    into ``run.json`` under ``manifest_section``. Raises JudgeInterrupted (records saved) when
-    cancelled, ``RunAborted`` when the endpoint cannot be reached at all."""
+    into ``run.json`` under ``manifest_section`` (under its ``judges`` entry ``manifest_key`` when
+    given, so that several judges of one file each keep their own record). Raises
+    JudgeInterrupted (records saved) when cancelled, ``RunAborted`` when the endpoint cannot be
+    reached at all."""
     with run.writer_lock(JUDGE_LOCK, "judge run"):
         plan = plan_judging(output, items, judge_model, params, key_fields)
         summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried)
         started_at = runs.utc_now()
-        run.update_manifest(**{manifest_section: {**describe, "status": "running", "started_at": started_at}})
+        record_session(run, manifest_section, manifest_key, {**describe, "status": "running", "started_at": started_at})
         pending = plan.pending
         requests = [GenerationRequest(index, "", item.messages) for index, item in enumerate(pending)]
 
@@ -209,15 +214,32 @@ async def judge_async(
         finally:
             summary.elapsed_s = time.monotonic() - started
             summary.concurrency = backend.stats().get("concurrency")
-            previous = run.manifest().get(manifest_section) or {}
+            previous = session_record(run.manifest(), manifest_section, manifest_key)
             status = ("interrupted" if summary.interrupted else "aborted" if summary.aborted
                       else "complete" if summary.done == summary.pending and not summary.errors else "partial")
             session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
-            run.update_manifest(**{manifest_section: {"status": status, "finished_at": session["finished_at"],
-                                                      "sessions": [*previous.get("sessions", []), session]}})
+            record_session(run, manifest_section, manifest_key, {
+                "status": status, "finished_at": session["finished_at"],
+                "sessions": [*previous.get("sessions", []), session]})
     if summary.interrupted:
         raise JudgeInterrupted(summary)
     return summary
+
+
+def session_record(manifest: Mapping[str, Any], section: str, key: str | None) -> dict[str, Any]:
+    """What ``run.json`` holds about one judge: the section itself, or its ``judges[key]`` entry."""
+    recorded = manifest.get(section) or {}
+    return recorded if key is None else (recorded.get("judges") or {}).get(key) or {}
+
+
+def record_session(run: runs.RunDir, section: str, key: str | None, values: Mapping[str, Any]) -> None:
+    """Merge ``values`` into one judge's record in ``run.json`` (see ``session_record``)."""
+    if key is None:
+        run.update_manifest(**{section: dict(values)})
+        return
+    judges = dict((run.manifest().get(section) or {}).get("judges") or {})
+    judges[key] = {**(judges.get(key) or {}), **values}
+    run.update_manifest(**{section: {"judges": judges}})
 
 
 def run_judging(run: runs.RunDir, output: Path, items: Sequence[JudgeItem], backend: Backend, **options: Any) -> JudgeSummary:

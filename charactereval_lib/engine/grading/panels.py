@@ -1,4 +1,10 @@
-"""Panels: several judges on the same rows, their combined verdict and how far they agree."""
+"""Panels: several judges on the same rows, their combined verdict and how far they agree.
+
+Verdicts: ``mean`` (the mean of the valid values) or ``majority`` (the most common valid value).
+A majority can be tied (two judges that disagree always are); the tie rule says what then:
+``none`` gives no verdict, ``lowest`` the lowest of the tied values (on a grade scale the more
+severe grade, so a split panel never flatters a reply).
+"""
 
 from __future__ import annotations
 
@@ -20,16 +26,31 @@ from charactereval_lib.engine.grading.agreement import (
 from charactereval_lib.engine.grading.choices import INVALID
 
 Method = Literal["majority", "mean"]
+TieRule = Literal["none", "lowest"]
+TIE_RULES = ("none", "lowest")
 OUTCOME_VALUES = {"loss": 0.0, "tie": 0.5, "win": 1.0}
 
 
-def majority(values: Sequence[Hashable]) -> Hashable | None:
+def majority(values: Sequence[Hashable], tie: TieRule = "none") -> Hashable | None:
     """The most common valid value (None, NaN and `__invalid__` ignored); None when no value
-    is valid or when several values share the top count, so no majority exists."""
+    is valid. When several values share the top count, ``tie`` decides (module docstring)."""
     counts = Counter(v for v in values if not _missing(v)).most_common()
-    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+    if not counts:
         return None
-    return counts[0][0]
+    tied = [value for value, count in counts if count == counts[0][1]]
+    if len(tied) == 1:
+        return tied[0]
+    if tie == "lowest":
+        return min(tied)
+    if tie != "none":
+        raise ValueError(f"tie must be one of {', '.join(TIE_RULES)}, not {tie!r}")
+    return None
+
+
+def is_tied(values: Sequence[Hashable]) -> bool:
+    """Whether several valid values share the top count (a majority needs the tie rule)."""
+    counts = Counter(v for v in values if not _missing(v)).most_common()
+    return len(counts) > 1 and counts[0][1] == counts[1][1]
 
 
 def mean_verdict(values: Sequence) -> float | None:
@@ -54,17 +75,19 @@ def panel_table(
     value: str = "score",
     keys: Sequence[str] = ("id", "metric_en"),
     method: Method = "mean",
+    tie: TieRule = "none",
 ) -> pd.DataFrame:
-    """One row per `keys` with the panel's verdict (`majority` or `mean` of the judges'
-    `value`), `n_judges` and `n_valid` (judges whose value is valid)."""
-    combine = majority if method == "majority" else mean_verdict
+    """One row per `keys` with the panel's verdict (`majority` with the `tie` rule, or `mean`
+    of the judges' `value`), `n_judges`, `n_valid` (judges whose value is valid) and `tied`
+    (a majority that needed the tie rule)."""
     rows = []
     for key, group in frame.groupby(list(keys), sort=False):
         values = group[value].tolist()
+        tied = method == "majority" and is_tied(values)
         rows.append({
             **dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
-            "panel": combine(values), "n_judges": group[judge].nunique(),
-            "n_valid": sum(not _missing(v) for v in values),
+            "panel": majority(values, tie) if method == "majority" else mean_verdict(values),
+            "n_judges": group[judge].nunique(), "n_valid": sum(not _missing(v) for v in values), "tied": tied,
         })  # fmt: skip
     return pd.DataFrame.from_records(rows)
 
@@ -86,7 +109,9 @@ def inter_judge_alpha(
     table = frame.assign(
         _value=pd.to_numeric(frame[value].where(~frame[value].map(_missing)), errors="coerce")
     )
-    wide = table.pivot_table(index=list(keys), columns=judge, values="_value", aggfunc="first", dropna=False)
+    # Not pivot_table(dropna=False): that makes every combination of the key levels a row (every
+    # id with every metric), inflating the row count with rows nobody judged.
+    wide = table.groupby([*keys, judge], sort=False)["_value"].first().unstack(judge)
     data = wide.to_numpy(dtype=float).T
     clusters = wide.index.get_level_values(cluster).tolist()
     replicates = bootstrap_weights(clusters, n_boot, seed)
