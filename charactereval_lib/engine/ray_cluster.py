@@ -89,14 +89,15 @@ def worker_device(device: str | None) -> str:
 
 
 @contextlib.contextmanager
-def cluster(address: str | None, cpus_needed: float = 1.0) -> Iterator[Any]:
+def cluster(address: str | None, cpus_needed: float = 1.0, *, log_to_driver: bool = False) -> Iterator[Any]:
     """The ``ray`` module, connected to the cluster at ``address`` or to a local one started here
-    with at least ``cpus_needed`` CPUs; a cluster this call started is shut down on leaving."""
+    with at least ``cpus_needed`` CPUs; a cluster this call started is shut down on leaving.
+    ``log_to_driver``: the workers' output is printed here too."""
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
         if address:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=log_to_driver)
         else:
             import charactereval_lib
 
@@ -104,7 +105,7 @@ def cluster(address: str | None, cpus_needed: float = 1.0) -> Iterator[Any]:
             package_root = str(Path(charactereval_lib.__file__).resolve().parent.parent)
             path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)), include_dashboard=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
+                     runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=log_to_driver)
     try:
         yield ray
     finally:
