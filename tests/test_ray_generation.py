@@ -165,3 +165,10 @@ def test_without_ray_the_engine_fails_in_one_line(model_dir, tmp_path, monkeypat
     with pytest.raises(runs.RunError, match=r"^--engine ray needs Ray, an optional extra: pip install 'charactereval-workbench\[ray\]'"):
         pipeline.generate(tmp_path / "run", settings(model_dir, "ray"), data=synthetic_data(2))
     assert not (tmp_path / "run" / runs.GENERATIONS).exists()
+
+
+@pytest.mark.slow
+def test_more_gpus_than_the_cluster_has_is_one_line(cluster, model_dir, tmp_path):
+    with pytest.raises(runs.RunError, match=r"^--workers 2 x --gpus-per-worker 1: the cluster has 0 GPU\(s\)$"):
+        pipeline.generate(tmp_path / "run", settings(model_dir, "ray", gpus_per_worker=1.0), data=synthetic_data(2))
+    assert not (tmp_path / "run" / runs.GENERATIONS).exists()

@@ -164,6 +164,11 @@ class ActorPool:
         with cluster(settings.address, settings.workers * settings.cpus_per_worker) as ray:
             try:
                 self.cluster = cluster_size(ray)
+                wanted = settings.workers * settings.gpus_per_worker
+                if wanted > self.cluster["gpus"]:
+                    # Ray would keep the workers waiting for GPUs that never come.
+                    raise runs.RunError(f"--workers {settings.workers} x --gpus-per-worker {settings.gpus_per_worker:g}: "
+                                        f"the cluster has {self.cluster['gpus']:g} GPU(s)")
                 self._actor = ray.remote(actor_class).options(
                     num_cpus=settings.cpus_per_worker, num_gpus=settings.gpus_per_worker, max_restarts=0
                 )
