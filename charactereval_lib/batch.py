@@ -25,7 +25,7 @@ arguments)::
     baselines: [GPT-4, ChatGLM3-6B] # paper models overlaid in the reports
     n_boot: 1000                    # bootstrap resamples
     engine: local                   # local (one model after the other) | ray (concurrently)
-    ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 1}  # engine ray only
+    ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 0}  # engine ray: per-task requests
     defaults: {...}                 # model keys applied to every model unless it sets them
     models:
       - name: my-model              # run name (required, unique)

@@ -188,12 +188,13 @@ class GenerateSettings(_Settings):
     def backend_options(self):
         from charactereval_lib.engine.generation.backends import BackendOptions
         from charactereval_lib.engine.generation.retry import RetryPolicy
+        from charactereval_lib.engine.ray_cluster import AUTO_DEVICE
 
         policy = RetryPolicy(max_attempts=self.max_attempts, base_delay_s=self.retry_base_delay,
                              max_delay_s=self.retry_max_delay, timeout_s=self.timeout,
                              same_answer_limit=self.same_answer_limit)
         return BackendOptions(base_url=self.base_url, api_key_env=self.api_key_env, concurrency=self.concurrency,
-                              policy=policy, device=self.device or ("auto" if self.engine == "ray" else "cpu"),
+                              policy=policy, device=self.device or (AUTO_DEVICE if self.engine == "ray" else "cpu"),
                               dtype=self.dtype, batch_size=self.batch_size,
                               trust_remote_code=self.trust_remote_code, max_context=self.max_context,
                               context_tokenizer=self.context_tokenizer, offline_latency_s=self.offline_latency,

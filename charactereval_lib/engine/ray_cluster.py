@@ -140,8 +140,8 @@ class ActorPool:
         # Called after each finished unit with every worker started so far (replacements
         # included) and the number of units finished; the driver's hook for fault injection.
         self.on_result = on_result
-        self.handles: list[Any] = []
-        self.workers: list[WorkerInfo] = []
+        self.handles: list[Any] = []  # the live workers' actors
+        self.workers: list[WorkerInfo] = []  # every worker started, dead ones included
         self.cluster: dict[str, Any] = {}
         self.restarts = 0
 
@@ -223,6 +223,7 @@ class ActorPool:
                 queue.appendleft(unit)
                 if handle in live:
                     del live[handle]
+                    self.handles.remove(handle)
                     ray.kill(handle)
                     self._replace(live)
                 if not live:
@@ -250,6 +251,7 @@ class ActorPool:
         try:
             self.workers.append(self.ray.get(replacement.info.remote()))
         except self.ray.exceptions.RayError:
+            self.handles.remove(replacement)
             return
         live[replacement] = 0
 

@@ -26,7 +26,7 @@ from typing import Any
 from charactereval_lib.engine.generation.backends import BackendOptions
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest, GenerationResult, RunAborted
 from charactereval_lib.engine.generation.hf import Batch, HFPrompts, hf_identity
-from charactereval_lib.engine.ray_cluster import AUTO_DEVICE, ActorPool, RaySettings, WorkerInfo, worker_device
+from charactereval_lib.engine.ray_cluster import ActorPool, RaySettings, WorkerInfo, worker_device
 
 
 class GenerationWorker:
@@ -85,7 +85,7 @@ class RayHFBackend:
     def describe(self) -> dict[str, Any]:
         """The first worker's hf description (template digest, loaded dtype, versions) with the
         engine and every worker's device."""
-        return {**self._worker, "device": self.options.device or AUTO_DEVICE, "engine": "ray",
+        return {**self._worker, "device": self.options.device, "engine": "ray",
                 "ray": self.pool.describe()}
 
     async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
