@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from _ray_support import cluster  # noqa: F401 - a fixture
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 
@@ -64,7 +65,7 @@ def records(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_ray_batch_ends_with_the_sequential_summary(official_dir, tiny_rm, tmp_path, capsys):
+def test_ray_batch_ends_with_the_sequential_summary(cluster, official_dir, tiny_rm, tmp_path, capsys):
     outs = {}
     for engine, line in (("local", ""), ("ray", "engine: ray\nray: {cpus: 1, generate_gpus: 0, score_gpus: 0}")):
         outs[engine] = tmp_path / engine
@@ -82,7 +83,7 @@ def test_ray_batch_ends_with_the_sequential_summary(official_dir, tiny_rm, tmp_p
 
 
 @pytest.mark.slow
-def test_a_task_asking_for_missing_gpus_is_one_line(official_dir, tiny_rm, tmp_path, capsys):
+def test_a_task_asking_for_missing_gpus_is_one_line(cluster, official_dir, tiny_rm, tmp_path, capsys):
     config = write_config(tmp_path / "batch.yaml", tmp_path / "out", official_dir, tiny_rm,
                           "engine: ray\nray: {score_gpus: 1}")
     assert main(["batch", str(config)]) == 2
