@@ -106,6 +106,12 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
         with pytest.raises(batch.BatchError) as error:
             batch.load_config(path)
         assert message in str(error.value) and str(path) in str(error.value)
+    # The shipped example: an API model asks for no GPU, the hf model's generation and every
+    # scoring for one.
+    shipped = batch.load_config(Path(__file__).resolve().parent.parent / "configs" / "ray.yaml")
+    assert shipped.engine == "ray"
+    assert [(shipped.ray.gpus(m, batch.GENERATION), shipped.ray.gpus(m, batch.SCORING)) for m in shipped.models] == \
+        [(0.0, 1), (1, 1)]
 
 
 @pytest.mark.slow
