@@ -1,6 +1,8 @@
-"""Ray engine benchmark: ``score --engine ray`` with N CPU workers vs the single-process scorer.
+"""Ray engine benchmark: ``score --engine ray`` with N CPU workers vs the single-process scorer,
+and ``generate --backend hf --engine ray`` vs the single-process hf backend.
 
     python benchmarks/bench_ray.py [--data-dir DIR] [--rows 300] [--workers 2] [--modes fast,faithful]
+                                   [--generation 48]
 
 The same rows (whole official samples, about ``--rows``, with the synthetic reply of
 ``bench_scoring.py``) of one run are scored twice per mode, into two copies of the run: in this
@@ -10,6 +12,11 @@ mode: scoring seconds (model loading excluded on both sides), the set-up seconds
 (model load; cluster start + workers loading), rows/s, the speed ratio ray/local, Ray's own cost
 per row (one Ray worker vs this process with as many torch threads, ``--local-threads 1``), and
 whether every record is bitwise the same.
+
+Generation (``--generation N``, 0 to skip): the S3 requests of the first N samples, greedy, 16
+new tokens, batches of 8, with the tiny RANDOM chat model of the tests (2 layers, hidden 32),
+generated in this process and by ``--workers`` Ray workers: generation seconds, set-up seconds,
+requests/s, the ratio, and whether every record (timings aside) is the same.
 
 On a machine with as many cores as workers the local scorer already uses every core (torch's
 threads), while each Ray worker gets one, so expect overhead (shipping rows and records, one
@@ -58,6 +65,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--modes", default="fast,faithful")
     parser.add_argument("--local-threads", type=int, default=0, help="torch threads of the single-process scorer (0: torch's default)")
+    parser.add_argument("--generation", type=int, default=48, metavar="N",
+                        help="also generate the requests of the first N samples both ways (0: skip; default 48)")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
     if not args.data_dir:
@@ -133,10 +142,46 @@ def main() -> int:
                 f"{r['ray_1_worker_overhead_ms_per_row']:+.1f} ms/row; set-up local {local['setup_seconds']:.1f} s, "
                 f"ray {ray['setup_seconds']:.1f} s); bitwise equal: {r['bitwise_equal_records']}"
             )
+        if args.generation:
+            results["generation"] = bench_generation(data, tmp, args.generation, args.workers)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
-    return 0 if all(m["bitwise_equal_records"] for m in results["modes"].values()) else 1
+    equal = [m["bitwise_equal_records"] for m in results["modes"].values()]
+    equal += [results["generation"]["equal_records"]] if "generation" in results else []
+    return 0 if all(equal) else 1
+
+
+def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
+    """The hf backend in this process vs on ``workers`` Ray workers, through ``pipeline.generate``."""
+    from tests.tiny_chat_model import build_model, build_tokenizer
+
+    from charactereval_lib import pipeline
+    from charactereval_lib.engine import runs
+
+    model = tmp / "chat-model"
+    # Room for the longest real prompt in this tokenizer's (data-blind) tokens.
+    build_model(model, build_tokenizer(model), max_positions=32768)
+    timings, records = {}, {}
+    for name, engine in (("local", {}), ("ray", {"engine": "ray", "workers": workers})):
+        settings = pipeline.GenerateSettings(backend="hf", model=str(model), max_tokens=16, batch_size=8, dtype="float32",
+                                             limit=samples, **engine)
+        start = time.perf_counter()
+        session = pipeline.generate(tmp / f"generate-{name}", settings, data=data).session
+        wall = time.perf_counter() - start
+        assert session.ok == samples, (name, session.line())
+        timings[name] = {"generation_seconds": session.elapsed_s, "setup_seconds": wall - session.elapsed_s,
+                         "requests_per_s": session.ok / session.elapsed_s}
+        records[name] = sorted((json.dumps({k: v for k, v in r.items() if k not in ("latency_s", "elapsed_s")}, sort_keys=True)
+                                for r in runs.read_jsonl(tmp / f"generate-{name}" / runs.GENERATIONS).records))
+    local, ray = timings["local"], timings["ray"]
+    result = {"requests": samples, "max_tokens": 16, "batch_size": 8, "model": {"layers": 2, "hidden": 32}, **timings,
+              "speedup_ray_vs_local": local["generation_seconds"] / ray["generation_seconds"],
+              "equal_records": records["local"] == records["ray"]}
+    print(f"generate: local {local['requests_per_s']:.1f} req/s, ray x{workers} {ray['requests_per_s']:.1f} "
+          f"(ratio {result['speedup_ray_vs_local']:.2f}; set-up local {local['setup_seconds']:.1f} s, ray "
+          f"{ray['setup_seconds']:.1f} s); same records: {result['equal_records']}")
+    return result
 
 
 if __name__ == "__main__":

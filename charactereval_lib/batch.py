@@ -8,6 +8,14 @@ and the reason and the batch goes on with the next; Ctrl-C or SIGTERM stops the 
 with everything received saved. The comparison covers the models that finished, and the
 closing summary (also written to ``batch-summary.json``) names every failure and why.
 
+With ``engine: ray`` the models run concurrently as Ray tasks, each with its resource request:
+a model's generation (data, subset, generate, transform) asks for ``ray.generate_gpus`` GPUs
+when it is an hf model and none otherwise (an API or offline model only waits on the network);
+its scoring (score, summarize, report) asks for ``ray.score_gpus``. The tasks write each run
+directory themselves, so on a cluster of several machines ``output_dir`` (and the data and
+checkpoints) must be at the same path on every node, e.g. a shared filesystem. The summary is
+the sequential batch's.
+
 Config (YAML; relative paths are relative to the current directory, like command-line
 arguments)::
 
@@ -16,6 +24,8 @@ arguments)::
     data_dir: null                  # official data (default: $CHARACTEREVAL_DATA_DIR, data/official)
     baselines: [GPT-4, ChatGLM3-6B] # paper models overlaid in the reports
     n_boot: 1000                    # bootstrap resamples
+    engine: local                   # local (one model after the other) | ray (concurrently)
+    ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 0}  # engine ray: per-task requests
     defaults: {...}                 # model keys applied to every model unless it sets them
     models:
       - name: my-model              # run name (required, unique)
@@ -42,7 +52,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +63,14 @@ from charactereval_lib.engine import runs
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
 SCORE_KEYS = ("device", "mode")
 MODEL_KEYS = {"name", "backend", "model", "rm", "subset", "generate", "score", *GENERATE_KEYS, *SCORE_KEYS}
-TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models"}
+TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray"}
+BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENDPOINT_TIMEOUT_S = 5.0
+# How long Ray tasks get to save their records after Ctrl-C before the cluster goes down.
+CANCEL_WAIT_S = 30.0
 
 
 class BatchError(runs.RunError):
@@ -73,6 +86,24 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class RayBatch:
+    """The resource requests of the tasks of ``engine: ray`` (per task; 0 GPUs on CPU)."""
+
+    # An existing cluster ("auto", "HOST:6379"); None starts a local one.
+    address: str | None = None
+    cpus: float = 1.0
+    # A model's generation task: GPUs when it runs an hf model (other backends ask for none).
+    generate_gpus: float = 0.0
+    # A model's scoring task (the reward model).
+    score_gpus: float = 0.0
+
+    def gpus(self, spec: ModelSpec, stage: str) -> float:
+        if stage == SCORING:
+            return self.score_gpus
+        return self.generate_gpus if spec.generate.backend == "hf" else 0.0
+
+
+@dataclass(frozen=True)
 class BatchConfig:
     path: Path
     output_dir: Path
@@ -80,6 +111,8 @@ class BatchConfig:
     data_dir: str | None
     report: pipeline.ReportSettings
     models: list[ModelSpec]
+    engine: str = "local"
+    ray: RayBatch = RayBatch()
 
 
 @dataclass
@@ -150,6 +183,9 @@ def load_config(path: Path | str) -> BatchConfig:
         report = pipeline.ReportSettings.from_mapping(report_values, f"{path}")
     except pipeline.SettingsError as exc:
         raise BatchError(str(exc)) from None
+    engine = raw.get("engine") or "local"
+    if engine not in BATCH_ENGINES:
+        raise BatchError(f"{path}: engine {engine!r}: expected one of {', '.join(BATCH_ENGINES)}")
     return BatchConfig(
         path=path,
         output_dir=output_dir,
@@ -157,7 +193,28 @@ def load_config(path: Path | str) -> BatchConfig:
         data_dir=raw.get("data_dir"),
         report=report,
         models=specs,
+        engine=engine,
+        ray=_ray_batch(path, raw.get("ray"), engine),
     )
+
+
+def _ray_batch(path: Path, raw: Any, engine: str) -> RayBatch:
+    if raw is None:
+        return RayBatch()
+    if engine != "ray":
+        raise BatchError(f"{path}: 'ray' settings need engine: ray")
+    keys = [f.name for f in fields(RayBatch)]
+    if not isinstance(raw, dict) or set(raw) - set(keys):
+        unknown = sorted(set(raw) - set(keys)) if isinstance(raw, dict) else raw
+        raise BatchError(f"{path}: ray: unknown key(s) {unknown}; expected some of {keys}")
+    address = raw.get("address")
+    if address is not None and not isinstance(address, str):
+        raise BatchError(f"{path}: ray: 'address' must be a string, got {address!r}")
+    for key in ("cpus", "generate_gpus", "score_gpus"):
+        value = raw.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise BatchError(f"{path}: ray: {key!r} must be a number of at least 0, got {value!r}")
+    return RayBatch(**raw)
 
 
 def _model_spec(path: Path, index: int, entry: Any) -> ModelSpec:
@@ -261,35 +318,49 @@ def _step(result: ModelResult, name: str) -> None:
     print(f"== {result.name}: {name}", flush=True)
 
 
-def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
-    """All steps for one model; a failure is recorded in the result, never raised. An interrupt
-    (KeyboardInterrupt, GenerationInterrupted) is raised: it stops the whole batch."""
-    from charactereval_lib.charactereval.data import load_official_data
+def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
     from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 
+    generate = spec.generate
+    if spec.subset is not None:
+        _step(result, "subset")
+        ids = stratified_subset(data, spec.subset)
+        path = write_ids(run.artifact(SUBSET_IDS), ids, comment=f"stratified subset of {spec.subset} samples")
+        generate = pipeline.GenerateSettings.from_mapping({**generate.as_dict(), "ids": str(path)})
+    _step(result, "generate")
+    generated = pipeline.generate(run, generate, data=data)
+    result.failed_samples = generated.failed
+    _step(result, "transform")
+    pipeline.transform(run, data=data)
+
+
+def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
+    _step(result, "score")
+    pipeline.score(run, spec.score, data=data)
+    _step(result, "summarize")
+    pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
+    _step(result, "report")
+    result.report = str(pipeline.report(run, config.report, data_dir=config.data_dir).html)
+
+
+# A model's two stages: with engine ray each is a task with its own resource request.
+GENERATION, SCORING = "generation", "scoring"
+STAGES = {GENERATION: _generation_steps, SCORING: _scoring_steps}
+
+
+def run_stages(spec: ModelSpec, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:
+    """The steps of ``stages`` for one model, after the ones ``result`` already records; a
+    failure is recorded in the result, never raised. An interrupt (KeyboardInterrupt,
+    GenerationInterrupted) is raised: it stops the whole batch."""
+    from charactereval_lib.charactereval.data import load_official_data
+
     run = runs.RunDir.resolve(config.output_dir / spec.name)
-    result = ModelResult(spec.name, str(run.path))
     started = time.monotonic()
     try:
-        generate = spec.generate
         _step(result, "data")
         data = load_official_data(config.data_dir)
-        if spec.subset is not None:
-            _step(result, "subset")
-            ids = stratified_subset(data, spec.subset)
-            path = write_ids(run.artifact(SUBSET_IDS), ids, comment=f"stratified subset of {spec.subset} samples")
-            generate = pipeline.GenerateSettings.from_mapping({**generate.as_dict(), "ids": str(path)})
-        _step(result, "generate")
-        generated = pipeline.generate(run, generate, data=data)
-        result.failed_samples = generated.failed
-        _step(result, "transform")
-        pipeline.transform(run, data=data)
-        _step(result, "score")
-        pipeline.score(run, spec.score, data=data)
-        _step(result, "summarize")
-        pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
-        _step(result, "report")
-        result.report = str(pipeline.report(run, config.report, data_dir=config.data_dir).html)
+        for stage in stages:
+            STAGES[stage](spec, config, result, run, data)
         result.failed_step = None
     except Exception as exc:  # noqa: BLE001 - one model's failure of any kind must not stop the batch
         from charactereval_lib.engine.generation.engine import GenerationInterrupted
@@ -299,8 +370,17 @@ def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
         result.status = "failed"
         result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) else str(exc)
         print(f"!! {spec.name}: {result.failed_step} failed: {result.error}", flush=True)
-    result.seconds = round(time.monotonic() - started, 1)
+    result.seconds = round(result.seconds + time.monotonic() - started, 1)
     return result
+
+
+def _new_result(spec: ModelSpec, config: BatchConfig) -> ModelResult:
+    return ModelResult(spec.name, str(runs.RunDir.resolve(config.output_dir / spec.name).path))
+
+
+def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
+    """All steps for one model (see ``run_stages``)."""
+    return run_stages(spec, config, _new_result(spec, config), (GENERATION, SCORING))
 
 
 @contextlib.contextmanager
@@ -322,24 +402,15 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def run_batch(config: BatchConfig) -> BatchResult:
-    """Every model in turn, then the comparison of those that finished; writes the summary.
-    Ctrl-C or SIGTERM stops the batch: the model in progress is marked interrupted, the rest
-    are not started, and the summary says so."""
-    from charactereval_lib.engine.generation.engine import GenerationInterrupted
-
+    """Every model (in turn, or with ``engine: ray`` concurrently), then the comparison of those
+    that finished; writes the summary. Ctrl-C or SIGTERM stops the batch: the models in progress
+    are marked interrupted, the rest are not started, and the summary says so."""
     outcome = BatchResult()
     with _sigterm_interrupts():
-        for spec in config.models:
-            started = time.monotonic()
-            try:
-                outcome.models.append(run_model(spec, config))
-            except (KeyboardInterrupt, GenerationInterrupted):
-                run_dir = config.output_dir / spec.name
-                outcome.models.append(ModelResult(spec.name, str(run_dir), status="interrupted",
-                                                  error="stopped by the user; re-run the batch to resume",
-                                                  seconds=round(time.monotonic() - started, 1)))
-                outcome.interrupted = True
-                break
+        if config.engine == "ray":
+            _run_on_ray(config, outcome)
+        else:
+            _run_in_turn(config, outcome)
         finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok"]
         if outcome.interrupted:
             outcome.comparison_error = "skipped: the batch was interrupted"
@@ -354,6 +425,79 @@ def run_batch(config: BatchConfig) -> BatchResult:
             outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
     runs.write_json_atomic(config.output_dir / SUMMARY_FILE, _summary_record(config, outcome))
     return outcome
+
+
+def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelResult:
+    return ModelResult(spec.name, str(config.output_dir / spec.name), status="interrupted",
+                       error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
+
+
+def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted
+
+    for spec in config.models:
+        started = time.monotonic()
+        try:
+            outcome.models.append(run_model(spec, config))
+        except (KeyboardInterrupt, GenerationInterrupted):
+            outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
+            outcome.interrupted = True
+            break
+
+
+def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
+    """Each model's generation stage as a Ray task, then (when it did not fail) its scoring
+    stage, with the resource requests of ``config.ray``; the results in config order."""
+    from charactereval_lib.engine.ray_cluster import WAIT_S, cause, cluster, cluster_size
+
+    settings = config.ray
+    # Ray's driver replaces the SIGTERM handler when it connects: ours again, on top of it.
+    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray, _sigterm_interrupts():
+        available = cluster_size(ray)
+        wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in STAGES)
+        if wanted > available["gpus"]:
+            raise BatchError(f"{config.path}: ray: a task asks for {wanted:g} GPU(s), the cluster has "
+                             f"{available['gpus']:g}; set generate_gpus/score_gpus to 0 on CPU")
+        task = ray.remote(run_stages)
+        in_flight: dict[Any, tuple[int, str, float]] = {}
+        results: dict[int, ModelResult] = {}
+
+        def submit(index: int, stage: str, result: ModelResult) -> None:
+            spec = config.models[index]
+            ref = task.options(num_cpus=settings.cpus, num_gpus=settings.gpus(spec, stage), max_retries=0).remote(
+                spec, config, result, (stage,))
+            in_flight[ref] = (index, stage, time.monotonic())
+            results[index] = result
+
+        for index, spec in enumerate(config.models):
+            submit(index, GENERATION, _new_result(spec, config))
+        try:
+            while in_flight:
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAIT_S)
+                if not ready:
+                    continue
+                index, stage, _ = in_flight.pop(ready[0])
+                try:
+                    results[index] = ray.get(ready[0])
+                except ray.exceptions.RayError as exc:
+                    # The task itself failed (its worker or node died): that model failed.
+                    failed = results[index]
+                    failed.status, failed.failed_step, failed.error = "failed", stage, f"Ray task: {cause(exc)}"
+                    print(f"!! {failed.name}: {stage} failed: {failed.error}", flush=True)
+                    continue
+                if stage == GENERATION and results[index].status == "ok":
+                    submit(index, SCORING, results[index])
+        except KeyboardInterrupt:
+            # Ctrl-C inside each running task: generation saves what it received (as on Ctrl-C
+            # in one process); then the cluster goes down with whatever is left.
+            for ref in in_flight:
+                ray.cancel(ref)
+            ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
+            now = time.monotonic()
+            for index, _, started in in_flight.values():
+                results[index] = _interrupted(config.models[index], config, results[index].seconds + now - started)
+            outcome.interrupted = True
+        outcome.models = [results[index] for index in sorted(results)]
 
 
 def _summary_record(config: BatchConfig, outcome: BatchResult) -> dict[str, Any]:

@@ -790,10 +790,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--retry-max-delay", type=float, default=60.0, metavar="S", help="longest back-off (default 60)")
     g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
     g = p.add_argument_group("hf backend")
-    g.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
+    g.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default cpu; with --engine ray: cuda on a "
+                                    "worker given a GPU, else cpu)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
+    g = p.add_argument_group("hf backend, --engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
+    g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
+                   help="local (default): generate in this process; ray: batches on the workers of a Ray cluster")
+    g.add_argument("--address", metavar="ADDR", help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
+    g.add_argument("--workers", type=int, default=1, metavar="N", help="Ray workers, each loading the model once (default 1)")
+    g.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G", help="GPUs per Ray worker (default 0: CPU)")
     g = p.add_argument_group("offline backend (replies mean nothing)")
     g.add_argument("--offline-latency", type=float, default=0.0, metavar="S", help="simulated seconds per request")
     g.add_argument("--offline-fault-rate", type=float, default=0.0, metavar="P",
@@ -833,7 +840,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
-    g.add_argument("--engine", choices=list(pipeline.SCORE_ENGINES), default="local",
+    g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
                    help="local (default): score in this process; ray: on the workers of a Ray cluster")
     g.add_argument("--address", metavar="ADDR", help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
     g.add_argument("--workers", type=int, default=1, metavar="N", help="Ray workers, each loading the checkpoint once (default 1)")

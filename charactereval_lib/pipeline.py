@@ -43,8 +43,9 @@ COMPARISON_NOTEBOOK = "comparison.ipynb"
 COMPARISON_HTML = "comparison.html"
 # Each report figure is also saved here as PNG, beside the HTML.
 FIGURES_DIR = "figures"
-# Where reward-model scoring runs: this process, or the workers of a Ray cluster.
-SCORE_ENGINES = ("local", "ray")
+# Where reward-model scoring and local (hf) generation run: this process, or the workers of a
+# Ray cluster.
+ENGINES = ("local", "ray")
 
 
 class SettingsError(ConfigError):
@@ -105,6 +106,23 @@ def _positive(name: str, value: int | float | None) -> None:
         raise SettingsError(f"{name} must be a positive number, got {value}")
 
 
+def _check_engine(settings: GenerateSettings | ScoreSettings) -> None:
+    """The engine and its Ray options (``engine``, ``address``, ``workers``, ``gpus_per_worker``)."""
+    _positive("workers", settings.workers)
+    if settings.engine not in ENGINES:
+        raise SettingsError(f"engine {settings.engine!r}: expected one of {', '.join(ENGINES)}")
+    if settings.engine == "local" and (settings.address is not None or settings.workers != 1 or settings.gpus_per_worker):
+        raise SettingsError("address, workers and gpus_per_worker (--address, --workers, --gpus-per-worker) need engine ray")
+    if settings.gpus_per_worker < 0:
+        raise SettingsError(f"gpus_per_worker must not be negative, got {settings.gpus_per_worker}")
+
+
+def _ray_settings(settings: GenerateSettings | ScoreSettings):
+    from charactereval_lib.engine.ray_cluster import RaySettings
+
+    return RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker)
+
+
 @dataclass(frozen=True)
 class GenerateSettings(_Settings):
     """How replies are generated (S4: a platform choice, recorded in run.json). Decoding values
@@ -127,7 +145,8 @@ class GenerateSettings(_Settings):
     retry_base_delay: float = 1.0
     retry_max_delay: float = 60.0
     timeout: float = 300.0
-    device: str = "cpu"
+    # hf backend; None: cpu in this process, and with engine ray cuda on a worker given a GPU.
+    device: str | None = None
     dtype: str = "auto"
     batch_size: int = 8
     trust_remote_code: bool = False
@@ -138,6 +157,13 @@ class GenerateSettings(_Settings):
     offline_fault_rate: float = 0.0
     price_in: float | None = None
     price_out: float | None = None
+    # "local": this process; "ray" (hf backend only): batches on the workers of a Ray cluster (at
+    # ``address``, else a local one), each a model replica with ``gpus_per_worker`` GPUs; the
+    # records are written by this process either way.
+    engine: str = "local"
+    address: str | None = None
+    workers: int = 1
+    gpus_per_worker: float = 0.0
 
     def __post_init__(self) -> None:
         from charactereval_lib.engine.generation.backends import BACKENDS
@@ -147,6 +173,10 @@ class GenerateSettings(_Settings):
         for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout", "max_context",
                      "same_answer_limit"):
             _positive(name, getattr(self, name))
+        _check_engine(self)
+        if self.engine == "ray" and self.backend != "hf":
+            raise SettingsError(f"engine ray runs the hf backend's batches on workers; backend {self.backend!r} "
+                                "sends its requests from this process (leave out engine ray)")
         self.decoding()  # a bad preset or max_tokens is reported now, not after the data loads
 
     def decoding(self):
@@ -158,12 +188,14 @@ class GenerateSettings(_Settings):
     def backend_options(self):
         from charactereval_lib.engine.generation.backends import BackendOptions
         from charactereval_lib.engine.generation.retry import RetryPolicy
+        from charactereval_lib.engine.ray_cluster import AUTO_DEVICE
 
         policy = RetryPolicy(max_attempts=self.max_attempts, base_delay_s=self.retry_base_delay,
                              max_delay_s=self.retry_max_delay, timeout_s=self.timeout,
                              same_answer_limit=self.same_answer_limit)
         return BackendOptions(base_url=self.base_url, api_key_env=self.api_key_env, concurrency=self.concurrency,
-                              policy=policy, device=self.device, dtype=self.dtype, batch_size=self.batch_size,
+                              policy=policy, device=self.device or (AUTO_DEVICE if self.engine == "ray" else "cpu"),
+                              dtype=self.dtype, batch_size=self.batch_size,
                               trust_remote_code=self.trust_remote_code, max_context=self.max_context,
                               context_tokenizer=self.context_tokenizer, offline_latency_s=self.offline_latency,
                               offline_fault_rate=self.offline_fault_rate)
@@ -197,13 +229,7 @@ class ScoreSettings(_Settings):
             parse_shard(self.shard)
         _positive("batch_tokens", self.batch_tokens)
         _positive("verify", self.verify)
-        _positive("workers", self.workers)
-        if self.engine not in SCORE_ENGINES:
-            raise SettingsError(f"engine {self.engine!r}: expected one of {', '.join(SCORE_ENGINES)}")
-        if self.engine == "local" and (self.address is not None or self.workers != 1 or self.gpus_per_worker):
-            raise SettingsError("address, workers and gpus_per_worker (--address, --workers, --gpus-per-worker) need engine ray")
-        if self.gpus_per_worker < 0:
-            raise SettingsError(f"gpus_per_worker must not be negative, got {self.gpus_per_worker}")
+        _check_engine(self)
         if self.engine == "ray" and self.verify:
             raise SettingsError("verify (--verify) runs in this process: leave out engine ray")
 
@@ -463,6 +489,7 @@ def generate(
     from charactereval_lib.charactereval.requests import generation_task, make_requests, read_ids_file, select_samples
     from charactereval_lib.engine.generation import engine
     from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.generation.base import RunAborted
 
     run = runs.RunDir.resolve(run)
     data = _data(data_dir, data)
@@ -475,11 +502,29 @@ def generate(
                                  model=settings.model, base_url=settings.base_url, retry_errors=settings.retry_errors,
                                  price_in=settings.price_in, price_out=settings.price_out)
         return GenerateResult(run, dry_run=planned, backend=settings.backend)
-    backend = make_backend(settings.backend, settings.model, settings.decoding(), settings.backend_options())
-    session = engine.run_generation(run.path, requests, backend, task, retry_errors=settings.retry_errors,
-                                    progress=progress)
+    if settings.engine == "ray":
+        from charactereval_lib.engine.generation.ray_hf import RayHFBackend
+
+        backend = RayHFBackend(settings.model, settings.decoding(), settings.backend_options(), _ray_settings(settings))
+    else:
+        backend = make_backend(settings.backend, settings.model, settings.decoding(), settings.backend_options())
+    try:
+        session = engine.run_generation(run.path, requests, backend, task, retry_errors=settings.retry_errors,
+                                        progress=progress)
+    except (engine.GenerationInterrupted, RunAborted):
+        _record_workers(run, backend)
+        raise
+    _record_workers(run, backend)
     return GenerateResult(run, session=session, state=engine.run_state(run.path, task.all_ids),
                           backend=settings.backend)
+
+
+def _record_workers(run: runs.RunDir, backend: Any) -> None:
+    """A Ray session's workers as they ended, replacements for dead ones included (``run.json``
+    got them as they started)."""
+    pool = getattr(backend, "pool", None)
+    if pool is not None:
+        run.update_manifest(generation={"ray": pool.describe()})
 
 
 def transform(
@@ -515,10 +560,10 @@ def score(
     scorer_settings = settings.scorer_settings(dry_run=dry_run, progress=progress)
     engine = None
     if settings.engine == "ray" and not dry_run:
-        from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+        from charactereval_lib.charactereval.reward.ray_scorer import RayEngine
 
         # Before any work: without Ray installed, this is the one line saying how to install it.
-        engine = RayEngine(RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker))
+        engine = RayEngine(_ray_settings(settings))
     data = _data(data_dir, data)
     outcome = ScoreOutcome(run, scorer_settings)
     rm_dir = Path(settings.rm) if settings.rm else None

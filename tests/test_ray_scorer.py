@@ -25,24 +25,7 @@ from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setu
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One local cluster for the module: two CPUs (the machine's), no dashboard; workers import
-    this checkout and keep checkpoint digests in a private cache."""
-    ray = pytest.importorskip("ray")
-    cache = tmp_path_factory.mktemp("ray-cache")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}},
-    )
-    yield ray
-    ray.shutdown()
+from _ray_support import REPO, cluster, end_session  # noqa: F401 - cluster is a fixture
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:
@@ -122,18 +105,6 @@ DRIVER = textwrap.dedent(
     score_run(Path(sys.argv[2]), Path(sys.argv[3]), data, ScorerSettings(progress=False), RayEngine(RaySettings(workers=2)))
     """
 )
-
-
-def end_session(sid: int) -> None:
-    """SIGKILL every process left in session ``sid`` (Ray's agents can outlive a killed driver)."""
-    import psutil
-
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == sid:
-                process.kill()
-        except (ProcessLookupError, psutil.Error):
-            pass
 
 
 @pytest.mark.slow

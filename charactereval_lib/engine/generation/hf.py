@@ -32,6 +32,62 @@ from charactereval_lib.engine.generation.context import ContextWindow, chat_prom
 
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+# Requests generated together, each with its prompt's token ids.
+Batch = list[tuple[GenerationRequest, list[int]]]
+
+
+def hf_identity(model: str, params: DecodingParams, dtype: str) -> dict[str, Any]:
+    """What a resumed hf run must keep, whichever engine (this process or Ray workers) runs it."""
+    return {"backend": HFBackend.name, "model": model, "parameters": params.as_dict(), "dtype": dtype}
+
+
+class HFPrompts:
+    """The driver's side of local generation: the tokenizer's chat template on each request's
+    messages, the context check, and the batches (sorted by prompt length, longest first).
+    Both engines build their batches here, so a batch holds the same prompts, padded the same
+    way, in this process and on a Ray worker."""
+
+    def __init__(self, model: str, params: DecodingParams, *, batch_size: int, trust_remote_code: bool,
+                 max_context: int | None) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+        self.model_name = model
+        self.params = params
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ConfigError(f"{model}: the tokenizer has no chat template; the S3 messages need one")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        if self.pad_id is None:
+            raise ConfigError(f"{model}: the tokenizer has neither a pad nor an eos token to pad batches with")
+        # An explicit max_context wins: a rope-scaled model can go past its config's positions.
+        if max_context is not None:
+            positions, field = max_context, "max_context option"
+        else:
+            positions, field = config_context(AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code))
+            field = f"{field} of the model config" if field else None
+        self.context = ContextWindow(positions, params.max_tokens, field) if positions else None
+
+    def ids(self, request: GenerationRequest) -> list[int]:
+        return chat_prompt_ids(self.tokenizer, request.messages)
+
+    def sha(self, request: GenerationRequest) -> str:
+        return request_sha256(build_payload(self.model_name, request.messages, self.params))
+
+    def plan(self, requests: Sequence[GenerationRequest]) -> tuple[list[GenerationResult], list[Batch]]:
+        """A PromptTooLong result for each prompt that cannot fit, and the batches of the others."""
+        rejected, prompts = [], []
+        for request in requests:
+            ids = self.ids(request)
+            too_long = self.context.reject(request.id, self.sha(request), len(ids)) if self.context else None
+            if too_long is not None:
+                rejected.append(too_long)
+            else:
+                prompts.append((request, ids))
+        prompts.sort(key=lambda item: len(item[1]), reverse=True)
+        return rejected, [prompts[start : start + self.batch_size] for start in range(0, len(prompts), self.batch_size)]
 
 
 class HFBackend:
@@ -49,12 +105,12 @@ class HFBackend:
         max_context: int | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         if dtype not in DTYPES:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        if batch_size < 1:
-            raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+        self.prompts = HFPrompts(model, params, batch_size=batch_size, trust_remote_code=trust_remote_code,
+                                 max_context=max_context)
         self.model_name = model
         self.params = params
         self.device = device
@@ -62,30 +118,20 @@ class HFBackend:
         self.batch_size = batch_size
         self.trust_remote_code = trust_remote_code
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ConfigError(f"{model}: the tokenizer has no chat template; the S3 messages need one")
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        if self.pad_id is None:
-            raise ConfigError(f"{model}: the tokenizer has neither a pad nor an eos token to pad batches with")
+        self.tokenizer = self.prompts.tokenizer
+        self.pad_id = self.prompts.pad_id
+        self.context = self.prompts.context
         self.model = AutoModelForCausalLM.from_pretrained(
             model, dtype=dtype if dtype == "auto" else getattr(torch, dtype), trust_remote_code=trust_remote_code
         ).to(device)
         self.model.eval()
-        # An explicit max_context wins: a rope-scaled model can go past its config's positions.
-        positions, field = config_context(self.model.config)
-        if max_context is not None:
-            positions, field = max_context, "max_context option"
-        else:
-            field = f"{field} of the model config" if field else None
-        self.context = ContextWindow(positions, params.max_tokens, field) if positions else None
         self._stop = threading.Event()
         # Always the same worker thread: torch keeps per-thread state (its intra-op thread pool),
         # and hopping between executor threads made each batch many times slower.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
 
     def identity(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.model_name, "parameters": self.params.as_dict(), "dtype": self.dtype}
+        return hf_identity(self.model_name, self.params, self.dtype)
 
     def describe(self) -> dict[str, Any]:
         import transformers
@@ -120,28 +166,20 @@ class HFBackend:
         return config
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, request.messages)
+        return self.prompts.ids(request)
 
     def _sha(self, request: GenerationRequest) -> str:
-        return request_sha256(build_payload(self.model_name, request.messages, self.params))
+        return self.prompts.sha(request)
 
     async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
         self._stop.clear()
-        if self.params.seed is not None:
-            self._torch.manual_seed(self.params.seed)
-        prompts = []
-        for request in requests:
-            ids = self.prompt_ids(request)
-            rejected = self.context.reject(request.id, self._sha(request), len(ids)) if self.context else None
-            if rejected is not None:
-                yield rejected
-            else:
-                prompts.append((request, ids))
-        prompts.sort(key=lambda item: len(item[1]), reverse=True)
+        self.seed()
+        rejected, batches = self.prompts.plan(requests)
+        for result in rejected:
+            yield result
         try:
-            for start in range(0, len(prompts), self.batch_size):
-                batch = prompts[start : start + self.batch_size]
-                results = await asyncio.get_running_loop().run_in_executor(self._executor, self._generate_batch, batch)
+            for batch in batches:
+                results = await asyncio.get_running_loop().run_in_executor(self._executor, self.generate_batch, batch)
                 if self._stop.is_set():
                     return
                 for result in results:
@@ -150,7 +188,12 @@ class HFBackend:
             # Ends a generate() still running in the worker thread at its next step.
             self._stop.set()
 
-    def _generate_batch(self, batch: list[tuple[GenerationRequest, list[int]]]) -> list[GenerationResult]:
+    def seed(self) -> None:
+        """Sampling starts from the requested seed (greedy decoding draws nothing)."""
+        if self.params.seed is not None:
+            self._torch.manual_seed(self.params.seed)
+
+    def generate_batch(self, batch: Batch) -> list[GenerationResult]:
         """One result per prompt. When generate() fails for the batch, each prompt is tried alone,
         so that one bad sample (a prompt the model cannot take, memory for one long input) is an
         error record for that sample and the others still get their replies."""
@@ -166,10 +209,10 @@ class HFBackend:
         for one in batch:
             if self._stop.is_set():
                 break
-            results += self._generate_batch([one])
+            results += self.generate_batch([one])
         return results
 
-    def _generate_together(self, batch: list[tuple[GenerationRequest, list[int]]]) -> list[GenerationResult]:
+    def _generate_together(self, batch: Batch) -> list[GenerationResult]:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         torch = self._torch

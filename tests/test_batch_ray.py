@@ -1,0 +1,153 @@
+"""``batch`` with ``engine: ray``: the models run concurrently as Ray tasks, and the batch ends
+with the sequential batch's summary (statuses, failed steps and reasons, failed-sample counts,
+exit status) and the same records; SIGTERM still stops it cleanly; a task asking for GPUs the
+cluster lacks is one line before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _ray_support import cluster  # noqa: F401 - a fixture
+from charactereval_lib.cli import main
+from charactereval_lib.engine import runs
+
+pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rm") / "tiny-rm"
+    assert main(["rm", "make-tiny", str(path)]) == 0
+    return path
+
+
+def write_config(path: Path, out: Path, data: Path, rm: Path, engine: str) -> Path:
+    # flaky: one failed attempt is final, so some samples fail to generate (the summary counts
+    # them); broken: an hf model that is not there fails at generate; the comparison is skipped.
+    path.write_text(
+        f"""
+output_dir: {out}
+data_dir: {data}
+n_boot: 100
+baselines: [GPT-4]
+{engine}
+defaults: {{backend: offline, rm: {rm}, device: cpu, mode: fast, subset: 6}}
+models:
+  - {{name: flaky, model: offline-a, generate: {{offline_fault_rate: 0.3, max_attempts: 1}}}}
+  - {{name: broken, backend: hf, model: {path.parent / "no-such-model"}}}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def summary(out: Path) -> dict:
+    """batch-summary.json without timings, paths relative to the output directory."""
+    record = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
+    for model in record["models"]:
+        del model["seconds"]
+        model["run_dir"] = os.path.relpath(model["run_dir"], out)
+        model["report"] = model["report"] and os.path.relpath(model["report"], out)
+    return {k: v for k, v in record.items() if k not in ("config", "finished_at")}
+
+
+def records(path: Path) -> list[dict]:
+    return sorted((json.dumps({k: v for k, v in r.items() if k not in ("latency_s", "elapsed_s")}, sort_keys=True)
+                   for r in runs.read_jsonl(path).records))
+
+
+@pytest.mark.slow
+def test_ray_batch_ends_with_the_sequential_summary(cluster, official_dir, tiny_rm, tmp_path, capsys):
+    outs = {}
+    for engine, line in (("local", ""), ("ray", "engine: ray\nray: {cpus: 1, generate_gpus: 0, score_gpus: 0}")):
+        outs[engine] = tmp_path / engine
+        config = write_config(tmp_path / f"{engine}.yaml", outs[engine], official_dir, tiny_rm, line)
+        # A failed model and failed samples: exit status 1 either way.
+        assert main(["batch", str(config)]) == 1, capsys.readouterr()
+    sequential, on_ray = summary(outs["local"]), summary(outs["ray"])
+    assert on_ray == sequential
+    flaky, broken = sequential["models"]
+    assert flaky["status"] == "ok" and flaky["failed_samples"] and flaky["report"].endswith("report.html")
+    assert broken["status"] == "failed" and broken["failed_step"] == "generate" and "no-such-model" in broken["error"]
+    assert sequential["comparison"] is None and "a comparison needs two" in sequential["comparison_error"]
+    for name in (runs.GENERATIONS, runs.SCORES):
+        assert records(outs["ray"] / "flaky" / name) == records(outs["local"] / "flaky" / name)
+
+
+@pytest.mark.slow
+def test_a_task_asking_for_missing_gpus_is_one_line(cluster, official_dir, tiny_rm, tmp_path, capsys):
+    config = write_config(tmp_path / "batch.yaml", tmp_path / "out", official_dir, tiny_rm,
+                          "engine: ray\nray: {score_gpus: 1}")
+    assert main(["batch", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "a task asks for 1 GPU(s), the cluster has 0" in err[-1]
+    assert not (tmp_path / "out" / "flaky").exists()
+
+
+def test_ray_settings_are_checked_with_the_config(tmp_path):
+    from charactereval_lib import batch
+
+    path = tmp_path / "batch.yaml"
+    for text, message in (
+        ("engine: spark", "engine 'spark': expected one of local, ray"),
+        ("ray: {cpus: 2}", "'ray' settings need engine: ray"),
+        ("engine: ray\nray: {gpus: 1}", "ray: unknown key(s) ['gpus']"),
+        ("engine: ray\nray: {score_gpus: -1}", "ray: 'score_gpus' must be a number of at least 0"),
+    ):
+        path.write_text(f"{text}\nmodels: [{{name: a, backend: offline, model: m, rm: r}}]\n", encoding="utf-8")
+        with pytest.raises(batch.BatchError) as error:
+            batch.load_config(path)
+        assert message in str(error.value) and str(path) in str(error.value)
+    # The shipped example: an API model asks for no GPU, the hf model's generation and every
+    # scoring for one.
+    shipped = batch.load_config(Path(__file__).resolve().parent.parent / "configs" / "ray.yaml")
+    assert shipped.engine == "ray"
+    assert [(shipped.ray.gpus(m, batch.GENERATION), shipped.ray.gpus(m, batch.SCORING)) for m in shipped.models] == \
+        [(0.0, 1), (1, 1)]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ray_batch(official_dir, tiny_rm, tmp_path):
+    out = tmp_path / "out"
+    config = tmp_path / "batch.yaml"
+    config.write_text(
+        f"""
+output_dir: {out}
+data_dir: {official_dir}
+engine: ray
+defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, limit: 40,
+            generate: {{offline_latency: 0.25, concurrency: 2}}}}
+models:
+  - {{name: first, model: offline-a}}
+  - {{name: second, model: offline-b}}
+""",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    generations = [out / name / runs.GENERATIONS for name in ("first", "second")]
+    deadline = time.monotonic() + 120
+    while not all(g.exists() and len(runs.read_jsonl(g).records) >= 4 for g in generations):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=90)
+    assert process.returncode == 130, (stdout, stderr)
+    summary = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
+    assert summary["interrupted"] and [m["status"] for m in summary["models"]] == ["interrupted", "interrupted"]
+    for path in generations:
+        # What each task received before the signal is saved, once per sample, no torn line.
+        read = runs.read_jsonl(path)
+        ids = [r["id"] for r in read.records]
+        assert 4 <= len(ids) < 40 and len(ids) == len(set(ids)) and not read.warnings
+        assert runs.load_manifest(path.parent)["generation"]["status"] == "interrupted"
