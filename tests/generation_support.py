@@ -61,3 +61,13 @@ def server():
 def fake_key(monkeypatch):
     """A recognisable API key, so tests can check it never lands in an artifact."""
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT back to its default, because a
+    launcher that runs the suite as a background job (``cmd &``, nohup) ignores it, the child
+    would inherit that, and neither Python's KeyboardInterrupt nor Ray's task cancellation
+    would ever fire."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,6 +15,7 @@ import pytest
 
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
+from tests.generation_support import interruptible
 
 
 @pytest.mark.slow
@@ -38,7 +39,8 @@ models:
     )
     env = {**os.environ, "TQDM_DISABLE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=interruptible)
     generations = out / "first" / runs.GENERATIONS
     deadline = time.monotonic() + 60
     while not (generations.exists() and len(runs.read_jsonl(generations).records) >= 4):

@@ -18,6 +18,7 @@ import pytest
 from _ray_support import cluster  # noqa: F401 - a fixture
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
+from tests.generation_support import interruptible
 
 pytest.importorskip("ray")
 
@@ -134,7 +135,7 @@ models:
     env = {**os.environ, "TQDM_DISABLE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=interruptible)
     generations = [out / name / runs.GENERATIONS for name in ("first", "second")]
     deadline = time.monotonic() + 120
     while not all(g.exists() and len(runs.read_jsonl(g).records) >= 4 for g in generations):

@@ -16,7 +16,7 @@ import pytest
 from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.requests import make_requests
 from charactereval_lib.testing.mockserver import MockServer, request_key
-from tests.generation_support import FAKE_KEY, files_containing
+from tests.generation_support import FAKE_KEY, files_containing, interruptible
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def record_lines(run: Path) -> int:
 def start_and_wait_for(cmd: list[str], run: Path, lines: int, timeout: float = 60) -> subprocess.Popen:
     """Start ``generate`` and return once ``lines`` records are on disk (or it ended)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env_with_key(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + timeout
     while record_lines(run) < lines and proc.poll() is None:
         if time.monotonic() > deadline:
