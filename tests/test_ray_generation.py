@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from _ray_support import REPO, cluster, end_session  # noqa: E402, F401 - cluster is a fixture
+from _ray_support import REPO, cluster, kill_driver_mid_run  # noqa: E402, F401 - cluster is a fixture
 from charactereval_lib import pipeline  # noqa: E402
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
 from charactereval_lib.cli import main  # noqa: E402
@@ -126,23 +124,8 @@ DRIVER = textwrap.dedent(
 @pytest.mark.slow
 def test_a_killed_driver_resumes_without_duplicates(model_dir, reference, tmp_path, request):
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    # The driver starts its own local cluster, in its own session so that whatever of the
-    # cluster outlives it can be found and ended.
-    child = subprocess.Popen([sys.executable, "-c", DRIVER, str(run), str(model_dir), str(SAMPLES)], cwd=tmp_path,
-                             env=env, stderr=subprocess.PIPE, start_new_session=True)
-    request.addfinalizer(lambda: end_session(child.pid))
     generations = run / runs.GENERATIONS
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if generations.exists() and generations.read_bytes().count(b"\n") >= 3:
-            break
-        if child.poll() is not None:
-            pytest.fail(f"driver ended early: {child.stderr.read().decode()[-2000:]}")
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    child.stderr.close()
+    kill_driver_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES)], generations, tmp_path)
     before = len(runs.read_jsonl(generations).records)
     assert 3 <= before < SAMPLES, "the kill must land mid-run"
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setu
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
-from _ray_support import REPO, cluster, end_session  # noqa: F401 - cluster is a fixture
+from _ray_support import REPO, cluster, kill_driver_mid_run  # noqa: F401 - cluster is a fixture
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:
@@ -112,28 +110,9 @@ def test_a_killed_driver_resumes_without_duplicates(cluster, setup, rm_dir, tmp_
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
     data, data_dir, run_dir, rows = setup
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    # The driver starts its own local cluster (and Ray's reaper takes it down with the driver).
-    # Its own session, so that whatever of its cluster outlives it can be found and ended.
-    child = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(data_dir), str(run_dir), str(rm_dir)],
-        cwd=tmp_path,
-        env=env,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    request.addfinalizer(lambda: end_session(child.pid))
     scores = run_dir / runs.SCORES
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if scores.exists() and scores.read_bytes().count(b"\n") >= 3:
-            break
-        if child.poll() is not None:
-            pytest.fail(f"driver ended early: {child.stderr.read().decode()[-2000:]}")
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    child.stderr.close()
+    kill_driver_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir)], scores, tmp_path,
+                        env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     before = runs.read_jsonl(scores).records
     assert 3 <= len(before) < len(rows), "the kill must land mid-run"
 
