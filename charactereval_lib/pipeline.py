@@ -762,8 +762,10 @@ def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWA
 
     mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer, judge_model=judge_model)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    return notes + [_plain(warning) for warning in analysis.run_warnings(run.path, scorer=scorer,
-                                                                          judge_model=judge_model)]
+    caveats = analysis.run_warnings(run.path, scorer=scorer, judge_model=judge_model)
+    if mixed:  # the MIXED SCORERS line already says it, with the checkpoints
+        caveats = [c for c in caveats if not c.startswith(analysis.MODE_MIX_CAVEAT)]
+    return notes + [_plain(warning) for warning in caveats]
 
 
 def _report_scorers(run: runs.RunDir, settings: ReportSettings) -> tuple[str | None, list[str]]:

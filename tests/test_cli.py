@@ -238,3 +238,4 @@ def test_summarize_names_the_scorer_and_refuses_a_mix(official_data, official_di
     assert "the scores mix 2 scorer configurations" in err and "reward-model abababababab mode=fast: 1 rows" in err
     code, out, err = run_cli(capsys, "summarize", str(run), "--allow-mixed")
     assert code == 0 and "warning: MIXED SCORERS:" in err
+    assert "scorer modes" not in err  # said once, by the line above

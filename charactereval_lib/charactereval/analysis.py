@@ -164,6 +164,11 @@ def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) 
 # --- warnings ----------------------------------------------------------------------------------
 
 
+# The report's own note of a mode mix; the CLI's stronger MIXED SCORERS line (every scorer
+# configuration, checkpoints too) makes it redundant there.
+MODE_MIX_CAVEAT = "The scores mix scorer modes"
+
+
 def run_caveats(
     manifest: dict[str, Any],
     *,
@@ -197,7 +202,7 @@ def run_caveats(
         caveats.append(IMPORTED_SCORES_CAVEAT)
     if len(scorer_modes) > 1:
         mix = ", ".join(f"{mode}: {count} rows" for mode, count in sorted(scorer_modes.items()))
-        caveats.append(f"The scores mix scorer modes ({mix}); re-run `charactereval score` with one mode.")
+        caveats.append(f"{MODE_MIX_CAVEAT} ({mix}); re-run `charactereval score` with one mode.")
     counts = manifest.get("transform", {}).get("counts", {})
     if counts.get("missing"):
         caveats.append(
