@@ -205,3 +205,27 @@ def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tmp_pat
     assert judge_summary["counts"]["scored_rows"] == len(rows) - 1
     assert list(judge_summary["counts"]["scorers"]) == ["judge judge-x mode=evals"]
     assert json.loads(run.summary.read_text())["scorer"] == "reward-model"
+
+
+def test_a_changed_grading_rule_regrades_stored_replies_without_a_call(official_data, tmp_path):
+    """Choice scores (or the parser) are not in the request, so the digest cannot tell that they
+    changed: the stored replies are graded again under the spec as it is now, with no call."""
+    spec = tmp_path / "one.yaml"
+    text = ('prompt: "Grade {response} of {role} for {metric_en}."\nchoice_strings: "12345"\n'
+            "choice_scores: %s\neval_type: classify\ninput_outputs: {context: response}\n")
+    spec.write_text(text % "from_strings")
+    run = make_run(tmp_path / "run", official_data, 3)
+    with MockServer(default_action="judge") as server:
+        first = pipeline.judge_score(run, judge_settings(server, api_key_env="", spec=str(spec)), data=official_data)
+        calls = len(server.received)
+        spec.write_text(text % '{"1": 5, "2": 4, "3": 3, "4": 2, "5": 1}')
+        second = pipeline.judge_score(run, judge_settings(server, api_key_env="", spec=str(spec)), data=official_data)
+        assert len(server.received) == calls  # nothing was asked again
+        third = pipeline.judge_score(run, judge_settings(server, api_key_env="", spec=str(spec)), data=official_data)
+    n = first.summary.graded
+    assert n > 0 and second.summary.already_done == n and second.summary.pending == 0
+    changed = sum(1 for r in run.latest_scores(scorer=runs.JUDGE).values() if r["choice"] != "3")
+    assert second.summary.regraded == changed > 0 and third.summary.regraded == 0
+    assert "re-graded from their stored reply" in second.summary.line()
+    for record in run.latest_scores(scorer=runs.JUDGE).values():
+        assert record["score"] == 6 - int(record["choice"])

@@ -7,9 +7,11 @@ one record per outcome is appended to a JSON Lines score file. Benchmarks decide
 is (CharacterEval: a (sample, metric) row; CoSER: a scene and a dimension).
 
 Resume is by request digest: an item is done when the latest record of its key is ok and was
-made from exactly the same payload (judge model, messages, decoding parameters). A changed spec
-or judge model therefore re-judges; a failed call (status error, no score) is retried by the
-next run. Invalid answers are ok records with ``invalid: true``: kept, counted, never re-asked.
+made from exactly the same payload (judge model, messages, decoding parameters). A changed prompt
+or judge model therefore re-judges; a changed grading rule that is not in the request (parser,
+choice scores, invalid rule) re-grades the stored reply without a call; a failed call (status
+error, no score) is retried by the next run. Invalid answers are ok records with
+``invalid: true``: kept, counted, never re-asked.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class JudgePlan:
     # Items whose latest record is a failed call: they are sent again.
     errors_retried: int
     warnings: list[str] = field(default_factory=list)
+    # Records of answered items whose stored reply grades differently under the spec as it is now
+    # (another parser, choice scores or invalid rule; none of these is in the request): appended
+    # again, re-graded, without a call.
+    regraded: list[dict[str, Any]] = field(default_factory=list)
 
 
 def item_sha256(item: JudgeItem, model: str, params: DecodingParams) -> str:
@@ -88,6 +94,9 @@ def plan_judging(
         record = latest.get(tuple(item.key[k] for k in key_fields))
         if (record is not None and record.get("status") == STATUS_OK
                 and record.get("request_sha256") == item_sha256(item, model, params)):
+            grade = grade_reply(item.spec, record.get("reply") or "")
+            if any(record.get(name) != value for name, value in grade.items()):
+                plan.regraded.append({**record, **grade})
             plan.already_done += 1
             continue
         plan.errors_retried += record is not None and record.get("status") != STATUS_OK
@@ -117,6 +126,7 @@ class JudgeSummary:
     pending: int
     already_done: int = 0
     errors_retried: int = 0
+    regraded: int = 0
     graded: int = 0
     invalid: int = 0
     errors: Counter = field(default_factory=Counter)
@@ -156,6 +166,8 @@ class JudgeSummary:
             f"{f' ({by_class})' if by_class else ''}; tokens in {self.prompt_tokens:,} out "
             f"{self.completion_tokens:,}; {self.elapsed_s:.1f} s ({rate:.1f}/s); skipped {self.already_done} already judged"
         )
+        if self.regraded:
+            text += f" ({self.regraded} of them re-graded from their stored reply: the spec's grading changed)"
         if errors:
             text += "; re-run the same command to retry the failed calls"
         return text
@@ -164,6 +176,7 @@ class JudgeSummary:
         """The session's counts as recorded in run.json."""
         return {
             "pending": self.pending, "already_done": self.already_done, "errors_retried": self.errors_retried,
+            "regraded": self.regraded,
             "graded": self.graded, "invalid": self.invalid, "errors": dict(self.errors), "refusals": self.refusals,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "elapsed_s": round(self.elapsed_s, 3), "interrupted": self.interrupted, "aborted": self.aborted,
@@ -193,7 +206,11 @@ async def judge_async(
     reached at all."""
     with run.writer_lock(JUDGE_LOCK, "judge run"):
         plan = plan_judging(output, items, judge_model, params, key_fields)
-        summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried)
+        summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried, len(plan.regraded))
+        if plan.regraded:
+            with runs.JsonlAppender(output) as appender:
+                for record in plan.regraded:
+                    appender.write(record)
         started_at = runs.utc_now()
         record_session(run, manifest_section, manifest_key, {**describe, "status": "running", "started_at": started_at})
         pending = plan.pending
