@@ -1,8 +1,14 @@
 """Helpers shared by the generation tests: synthetic samples (never test-set text), request keys
-as the mock server computes them, and a scan for leaked secrets."""
+as the mock server computes them, a scan for leaked secrets, and children that a test interrupts
+or kills mid-run."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +18,7 @@ from charactereval_lib.charactereval.requests import make_requests
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256
 from charactereval_lib.testing.mockserver import MockServer, request_key
 
+ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("甲乙", "丙")
 PROFILES = {"甲乙": {"姓名": "甲乙", "性格": "沉稳"}, "丙": {"姓名": "丙", "身份": "掌柜"}}
 # A key no test writes anywhere on purpose: it must never show up in a run directory or output.
@@ -71,3 +78,36 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def end_session(sid: int) -> None:
+    """SIGKILL every process left in session ``sid`` (Ray's agents can outlive a killed driver)."""
+    import psutil
+
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == sid:
+                process.kill()
+        except (ProcessLookupError, psutil.Error):
+            pass
+
+
+def kill_mid_run(request, script: str, args: list[str], records: Path, cwd: Path,
+                        env: dict[str, str] | None = None, at_least: int = 3) -> None:
+    """Run ``python -c script args`` and SIGKILL it once ``records`` holds ``at_least`` lines. Its
+    own session, so that whatever it started (a Ray driver's local cluster) can be found and
+    ended, also when the test fails."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    child = subprocess.Popen([sys.executable, "-c", script, *args], cwd=cwd, env=env, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    request.addfinalizer(lambda: end_session(child.pid))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if records.exists() and records.read_bytes().count(b"\n") >= at_least:
+            break
+        if child.poll() is not None:
+            pytest.fail(f"driver ended early: {child.stderr.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stderr.close()

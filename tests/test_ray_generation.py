@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from _ray_support import REPO, cluster, kill_driver_mid_run  # noqa: E402, F401 - cluster is a fixture
+from _ray_support import cluster  # noqa: E402, F401 - cluster is a fixture
 from charactereval_lib import pipeline  # noqa: E402
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
 from charactereval_lib.cli import main  # noqa: E402
 from charactereval_lib.engine import runs  # noqa: E402
-from tests.generation_support import synthetic_data  # noqa: E402
+from tests.generation_support import kill_mid_run, synthetic_data  # noqa: E402
 from tests.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 
 SAMPLES = 12
@@ -125,7 +125,7 @@ DRIVER = textwrap.dedent(
 def test_a_killed_driver_resumes_without_duplicates(model_dir, reference, tmp_path, request):
     run = tmp_path / "run"
     generations = run / runs.GENERATIONS
-    kill_driver_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES)], generations, tmp_path)
+    kill_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES)], generations, tmp_path)
     before = len(runs.read_jsonl(generations).records)
     assert 3 <= before < SAMPLES, "the kill must land mid-run"
 

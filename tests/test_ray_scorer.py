@@ -23,7 +23,8 @@ from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setu
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
-from _ray_support import REPO, cluster, kill_driver_mid_run  # noqa: F401 - cluster is a fixture
+from tests.generation_support import kill_mid_run
+from _ray_support import cluster  # noqa: F401 - cluster is a fixture
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:
@@ -111,7 +112,7 @@ def test_a_killed_driver_resumes_without_duplicates(cluster, setup, rm_dir, tmp_
 
     data, data_dir, run_dir, rows = setup
     scores = run_dir / runs.SCORES
-    kill_driver_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir)], scores, tmp_path,
+    kill_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir)], scores, tmp_path,
                         env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     before = runs.read_jsonl(scores).records
     assert 3 <= len(before) < len(rows), "the kill must land mid-run"

@@ -5,12 +5,7 @@ run, verify, and the rows' validation."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +27,7 @@ from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identit
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+from tests.generation_support import kill_mid_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -216,26 +212,11 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("mode", ["faithful", "fast"])
-def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_path):
+def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_path, request):
     data, data_dir, run_dir, rows = setup
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data_dir), str(run_dir), str(rm_dir), mode],
-        cwd=REPO,
-        env=env,
-        stderr=subprocess.PIPE,
-    )
     scores = run_dir / runs.SCORES
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if scores.exists() and scores.read_bytes().count(b"\n") >= 6:
-            break
-        if child.poll() is not None:
-            pytest.fail(f"scoring child ended early: {child.stderr.read().decode()[-2000:]}")
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    child.stderr.close()
+    kill_mid_run(request, CHILD, [str(data_dir), str(run_dir), str(rm_dir), mode], scores, REPO,
+                 env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, at_least=6)
     before = latest_records(scores)
     assert 6 <= len(before) < len(rows), "the kill must land mid-run"
     # As if the kill had hit mid-write: a torn last line.
