@@ -762,9 +762,7 @@ def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWA
 
     mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer, judge_model=judge_model)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    caveats = analysis.run_warnings(run.path, scorer=scorer, judge_model=judge_model)
-    if mixed:  # the MIXED SCORERS line already says it, with the checkpoints
-        caveats = [c for c in caveats if not c.startswith(analysis.MODE_MIX_CAVEAT)]
+    caveats = analysis.run_warnings(run.path, scorer=scorer, judge_model=judge_model, mix_said=bool(mixed))
     return notes + [_plain(warning) for warning in caveats]
 
 

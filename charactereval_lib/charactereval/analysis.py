@@ -164,11 +164,6 @@ def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) 
 # --- warnings ----------------------------------------------------------------------------------
 
 
-# The report's own note of a mode mix; the CLI's stronger MIXED SCORERS line (every scorer
-# configuration, checkpoints too) makes it redundant there.
-MODE_MIX_CAVEAT = "The scores mix scorer modes"
-
-
 def run_caveats(
     manifest: dict[str, Any],
     *,
@@ -177,11 +172,14 @@ def run_caveats(
     metric_n: Mapping[str, int] | None = None,
     judge_model: str | None = None,
     invalid: tuple[int, int] = (0, 0),
+    mix_said: bool = False,
 ) -> list[str]:
     """Plain warnings a reader must see before any number: demo backends, unknown or mixed
     scorers, incomplete runs, metrics too small for an interval. ``scorer_modes`` counts scored
     rows per scorer mode; ``metric_n`` counts scored rows per metric; ``judge_model``: the scores
-    are that judge's grades, not the reward model's, with ``invalid`` answers (all, unscored)."""
+    are that judge's grades, not the reward model's, with ``invalid`` answers (all, unscored).
+    ``mix_said``: the caller already warns of a scorer mix (the CLI's MIXED SCORERS line, which
+    names checkpoints too), so a mode mix is not said twice."""
     caveats = []
     generation = manifest.get("generation", {})
     scoring = manifest.get("scoring", {})
@@ -200,9 +198,9 @@ def run_caveats(
     imported_file = (generation.get("source") or {}).get("kind") == EVALUATION and not scoring
     if IMPORTED_MODE in scorer_modes or imported_file:
         caveats.append(IMPORTED_SCORES_CAVEAT)
-    if len(scorer_modes) > 1:
+    if len(scorer_modes) > 1 and not mix_said:
         mix = ", ".join(f"{mode}: {count} rows" for mode, count in sorted(scorer_modes.items()))
-        caveats.append(f"{MODE_MIX_CAVEAT} ({mix}); re-run `charactereval score` with one mode.")
+        caveats.append(f"The scores mix scorer modes ({mix}); re-run `charactereval score` with one mode.")
     counts = manifest.get("transform", {}).get("counts", {})
     if counts.get("missing"):
         caveats.append(
@@ -224,9 +222,11 @@ def run_caveats(
     return caveats
 
 
-def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_model: str | None = None) -> list[str]:
+def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_model: str | None = None, *,
+                 mix_said: bool = False) -> list[str]:
     """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
-    print): read from the run directory alone, without the official data."""
+    print): read from the run directory alone, without the official data (``mix_said``: see
+    ``run_caveats``)."""
     run_dir = runs.resolve_run_dir(run_dir)
     scores, counts = load_run_scores(run_dir, scorer, judge_model)
     metric_n = scores.groupby("metric_en").size() if len(scores) else pd.Series(dtype=int)
@@ -234,7 +234,7 @@ def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_mod
     return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"] - invalid[1],
                        scorer_modes=counts["scorer_modes"],
                        metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS},
-                       judge_model=counts.get("judge_model"), invalid=invalid)
+                       judge_model=counts.get("judge_model"), invalid=invalid, mix_said=mix_said)
 
 
 def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:
