@@ -182,21 +182,19 @@ def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, sce
 # --- statistics ---------------------------------------------------------------------------------------
 
 
-def judged_frame(run_dir: RunDir, version_clip: bool) -> Any:
-    """One row per (repeat, scene, dimension) with a score in the run's version variant. A
-    session (repeat, scene) with a dimension the judge never answered validly has failed as a
-    whole (seed 004 H19), so none of its dimensions is a row."""
+def judged_frame(latest: Sequence[dict[str, Any]], version_clip: bool) -> Any:
+    """One row per (repeat, scene, dimension) of the ``latest`` dimension judgements with a score
+    in the run's version variant. A session (repeat, scene) with a dimension the judge never
+    answered validly has failed as a whole (seed 004 H19), so none of its dimensions is a row."""
     import pandas as pd
 
     rows = []
-    latest = {(r["repeat"], r["scene"], r["dimension"]): r
-              for r in read_jsonl(run_dir.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
-    failed = {key[:2] for key, r in latest.items() if r["status"] == "failed"}
-    for (repeat, scene, dim), r in latest.items():
-        if r["status"] == "ok" and (repeat, scene) not in failed:
+    failed = {(r["repeat"], r["scene"]) for r in latest if r["status"] == "failed"}
+    for r in latest:
+        if r["status"] == "ok" and (r["repeat"], r["scene"]) not in failed:
             score = r["scores"]["score_clipped" if version_clip else "score"]
-            rows.append({"repeat": repeat, "scene": scene, "tag": r["tag"], "book": r["book"], "dimension": dim,
-                         "score": float(score)})
+            rows.append({"repeat": r["repeat"], "scene": r["scene"], "tag": r["tag"], "book": r["book"],
+                         "dimension": r["dimension"], "score": float(score)})
     return pd.DataFrame(rows, columns=["repeat", "scene", "tag", "book", "dimension", "score"])
 
 
@@ -312,13 +310,13 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
     manifest = run_dir.manifest()
     coser = manifest.get("coser") or {}
     clip = coser.get("identity", {}).get("protocol", {}).get("score_upper_clip", False)
-    frame = judged_frame(run_dir, clip)
     judgements = read_jsonl(run_dir.artifact(JUDGEMENTS)).records
+    latest = _latest_dimensions(judgements)
+    frame = judged_frame(latest, clip)
     expected = [(r, s) for r in range(coser.get("repeats", 0)) for s in coser.get("scenes", [])]
     ended_by, done = scene_endings(run_dir, expected)
-    failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in _latest_dimensions(judgements)
-                   if r["status"] == "failed"}
-    judged = {(r["repeat"], r["scene"]) for r in _latest_dimensions(judgements)}
+    failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in latest if r["status"] == "failed"}
+    judged = {(r["repeat"], r["scene"]) for r in latest}
     metrics = [r for r in judgements if r.get("kind") == "metrics"]
     per_repeat, spread = repeat_spread(frame)
     rounds = pd.Series([r["rounds"] for r in done], dtype=float)
