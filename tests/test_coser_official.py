@@ -218,3 +218,44 @@ def test_cli_import_then_summarize_and_report_an_imported_run(tmp_path, capsys):
     assert cli.main(["coser", "report", str(run), "--n-boot", "50"]) == 0
     page = (run / "report.html").read_text(encoding="utf-8")
     assert "imported" in page and path.name in page
+
+
+# --- the rebuttal branch's released files (read from the data directory at test time) ----------
+
+RELEASED = Path("upstream") / "rebuttal-d77a6d2" / "exp" / "evaluation"
+ABLATION_MODELS = ("abab7-preview-chat", "claude35sonnet", "gpt-4o", "gpt3.5")
+
+
+def released(name: str) -> Path:
+    path = data_dir() / RELEASED / name
+    if not path.exists():
+        pytest.skip(f"{path}: released evaluation files not in the data directory (coser data fetch --with-results)")
+    return path
+
+
+@pytest.mark.parametrize("model", ABLATION_MODELS)
+def test_the_no_length_penalty_files_import_and_the_ablation_formula_reproduces_every_recorded_score(tmp_path, model):
+    path = released(f"id_set_{model}-no_length_penalty.json")
+    report = official.import_evaluation(tmp_path / "run", path, actor_model=model, data_dir=data_dir(), metrics=False,
+                                        progress=False)
+    assert (report.layout, report.score_formula, report.protocol_version) == ("flat", "no_length_penalty", "coser-head")
+    assert (report.dimension_scores_reproduced, report.scene_scores_reproduced,
+            report.simulation_texts_reproduced) == (400, 100, 100)
+    assert report.mismatches == [] and report.scores_block["reproduced"]
+    assert report.scores_block["not_recomputed"] == ["bleu", "rouge_l"]  # metrics off here
+    # The length-penalty formula reproduces none of them: the file name's formula is the one.
+    other = official.import_evaluation(tmp_path / "other", path, actor_model=model, data_dir=data_dir(),
+                                       score_formula="length_penalty", metrics=False, progress=False)
+    assert other.dimension_scores_reproduced < 20 and not other.scores_block["reproduced"]
+
+
+def test_a_flat_file_needs_the_actor_model_and_an_unknown_layout_names_the_known_ones(tmp_path):
+    path = released("id_set_gpt-4o-no_length_penalty.json")
+    with pytest.raises(official.OfficialFormatError, match="no model section .*--actor-model"):
+        official.import_evaluation(tmp_path / "run", path, data_dir=data_dir(), metrics=False, progress=False)
+    odd = synthetic_file(tmp_path / "odd.json", **{"cases/m": [1, 2]})
+    with pytest.raises(official.OfficialFormatError) as caught:
+        official.import_evaluation(tmp_path / "run", odd, data_dir=data_dir(), metrics=False, progress=False)
+    text = str(caught.value)
+    assert "cannot recognise the layout of 'cases'" in text and "sections:" in text and "flat:" in text
+    assert "\n" not in text and not (tmp_path / "run").exists()

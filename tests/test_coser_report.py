@@ -209,7 +209,7 @@ def test_report_shows_the_anchor_and_the_summarys_numbers(rendered):
     for book, entry in summary["by_book"].items():
         assert html.escape(book) in page and f"{entry['scores']['average']['mean']:.2f}" in text
     if summary["bleu_unavailable"]:
-        assert "unavailable: NLTK" in text
+        assert "unavailable: " in text
     else:
         assert f"{summary['surface_per_100']['BLEU']['mean']:.2f}" in text
     assert f"{summary['surface_per_100']['ROUGE-L']['mean']:.2f}" in text

@@ -185,14 +185,32 @@ def dimension_score(severity: int, n: int) -> float | int:
     return max(0, 100 - (severity - 0.3 * n) * 5)
 
 
+def dimension_score_no_length_penalty(severity: int) -> int:
+    """Ablation "without length penalty" (the rebuttal branch's ``-no_length_penalty`` files):
+    ``max(0, 100 - S * 5)``, no ``n`` term. Not written in any released code: established from
+    the four released files, whose 1,600 recorded dimension scores it reproduces exactly (value
+    and int type), while the length-penalty formula reproduces none of them."""
+    return max(0, 100 - severity * 5)
+
+
+# Per-dimension score formulas by name: what a run or an imported file was scored with.
+SCORE_FORMULAS = {
+    "length_penalty": "max(0, 100 - (S - 0.3 * n) * 5)",
+    "no_length_penalty": "max(0, 100 - S * 5)",
+}
+
+
 def clipped_score(score: float | int) -> float | int:
     """HEAD (0e11992) clip: ``min(score, 100)``, the int 100 when it clips."""
     return min(score, 100)
 
 
-def score_dimension(critique: Mapping[str, Any], n: int) -> dict[str, Any]:
-    """Both score variants of one dimension's critique."""
-    unclipped = dimension_score(severity_sum(critique["flaws"]), n)
+def score_dimension(critique: Mapping[str, Any], n: int, formula: str = "length_penalty") -> dict[str, Any]:
+    """Both score variants of one dimension's critique, under one of ``SCORE_FORMULAS``."""
+    severity = severity_sum(critique["flaws"])
+    if formula not in SCORE_FORMULAS:
+        raise ValueError(f"unknown score formula {formula!r}; choose one of {sorted(SCORE_FORMULAS)}")
+    unclipped = dimension_score(severity, n) if formula == "length_penalty" else dimension_score_no_length_penalty(severity)
     return {"score": unclipped, "score_clipped": clipped_score(unclipped)}
 
 

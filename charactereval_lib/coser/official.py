@@ -12,6 +12,15 @@ The format is what the paper-era ``eval_reproduce.py`` (93c1474) saved, as renam
   ``score`` (the scene score) and ``critique`` (per dimension ``flaws`` with
   ``instance``/``type``/``severity`` and the dimension ``score``; the scene ``score`` again).
 
+Two layouts exist (``LAYOUTS``): the paper-era one above, and the rebuttal branch's flat one
+(``-no_length_penalty`` ablation files and ``test_set_gpt-4o.json``), written by HEAD's
+``main.py``: ``cases`` keyed by scene directly, no model section (the actor model must be named),
+the judge text under ``simulation_str``, each critique without a ``score`` but with the scene's
+``bleu`` and ``rouge_l``, and a ``scores`` block of unrounded means with ``bleu``/``rouge_l``. A
+flat file is therefore re-scored under ``coser-head`` unless told otherwise. The
+``-no_length_penalty`` files are re-scored with that ablation's formula
+(``judge.SCORE_FORMULAS``), chosen from the file name unless given.
+
 Either spelling of a key is accepted (not both in one file). The whole file is checked against
 the pinned test set before anything is written; the run directory is built beside the target
 and renamed into place, so a failed import leaves nothing behind.
@@ -40,6 +49,7 @@ from typing import Any
 
 from charactereval_lib.coser.data import Scene, load_test_set, locate_data_dir
 from charactereval_lib.coser.judge import (
+    SCORE_FORMULAS,
     actor_rounds,
     headline_score,
     reference_str,
@@ -52,13 +62,21 @@ from charactereval_lib.coser.prompts import NSP
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.simulation import ROLES, RoleSettings, SimulationSettings, surface_metrics
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import COSER_PAPER, ProtocolVersion
+from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, ProtocolVersion
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.pinned import DataError, load_json_document
 
 FORMAT = "CoSER exp/evaluation JSON (paper-era eval_reproduce.py)"
 SCORES_KEYS = ("scores", "avg_scores")
 CASES_KEYS = ("cases", "results_by_case")
+TEXT_KEYS = ("simulation_text", "simulation_str")
+LAYOUTS = {
+    "sections": "'cases' keyed by actor model beside 'groundtruth' (paper-era eval_reproduce.py)",
+    "flat": "'cases' keyed by scene '{book}-{i_p}-{i_c}' with no model section (rebuttal branch, HEAD main.py; "
+            "name the actor model)",
+}
+NO_LENGTH_PENALTY_SUFFIX = "-no_length_penalty"
+_CASE_METRICS = ("bleu", "rouge_l")
 GROUNDTRUTH = "groundtruth"
 IMPORTED = "imported"
 # The roles of the recorded paper-era runs (the experiment name in rename.py and eval_reproduce.py).
@@ -90,6 +108,11 @@ class ImportReport:
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     # The per-model block: recorded, recomputed (4 dimensions and avg), whether those agree exactly.
     scores_block: dict[str, Any] = field(default_factory=dict)
+    layout: str = "sections"
+    score_formula: str = "length_penalty"
+    # Per-scene BLEU/ROUGE-L the file records (flat layout), and how many were recomputed exactly.
+    metrics_recorded: int = 0
+    metrics_reproduced: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,12 +156,14 @@ def _check_block(block: Any, where: str) -> None:
             raise OfficialFormatError(f"{where}: 'scores' needs a number under {key!r}, got {_kind(block.get(key))}")
 
 
-def _check_case(case: Any, where: str) -> None:
+def _check_case(case: Any, where: str, layout: str) -> None:
     """One recorded case: the fields the import reads, with the types the official code wrote."""
     if not isinstance(case, dict):
         raise OfficialFormatError(f"{where}: expected an object, got {_kind(case)}")
+    _pick(case, TEXT_KEYS, where)
+    text_key = next(k for k in TEXT_KEYS if k in case)
     for name, ok, expected in (("simulation", lambda v: isinstance(v, list), "a list of messages"),
-                               ("simulation_text", lambda v: isinstance(v, str), "a string"),
+                               (text_key, lambda v: isinstance(v, str), "a string"),
                                ("score", _is_number, "a number"),
                                ("critique", lambda v: isinstance(v, dict), "an object")):
         if name not in case:
@@ -153,12 +178,15 @@ def _check_case(case: Any, where: str) -> None:
     for dim in DIMENSIONS:
         if dim not in critique:
             raise OfficialFormatError(f"{where}: critique has no {dim!r} dimension")
-    extra = sorted(set(critique) - {*DIMENSIONS, "score"})
+    # The flat layout's critique carries the scene's BLEU/ROUGE-L instead of its score.
+    allowed = {*DIMENSIONS, "score"} if layout == "sections" else {*DIMENSIONS, *_CASE_METRICS}
+    extra = sorted(set(critique) - allowed)
     if extra:
         raise OfficialFormatError(f"{where}: critique has an unexpected key {extra[0]!r} (expected the 4 dimensions "
-                                  "and 'score')")
-    if not _is_number(critique.get("score")):
-        raise OfficialFormatError(f"{where}: critique 'score' should be a number, got {_kind(critique.get('score'))}")
+                                  f"and {' and '.join(repr(k) for k in sorted(allowed - set(DIMENSIONS)))})")
+    for key in sorted(allowed - set(DIMENSIONS)):
+        if (key in critique or layout == "sections") and not _is_number(critique.get(key)):
+            raise OfficialFormatError(f"{where}: critique {key!r} should be a number, got {_kind(critique.get(key))}")
     for dim in DIMENSIONS:
         entry = critique[dim]
         at = f"{where}: critique {dim!r}"
@@ -175,10 +203,24 @@ def _check_case(case: Any, where: str) -> None:
             raise OfficialFormatError(f"{at}: 'score' should be a number, got {_kind(entry.get('score'))}")
 
 
+def _layout(cases: Any, where: str) -> str:
+    """Which of ``LAYOUTS`` the ``cases`` object has; a one-line error naming them when none."""
+    known = "; ".join(f"{name}: {text}" for name, text in LAYOUTS.items())
+    if not isinstance(cases, dict) or not cases:
+        raise OfficialFormatError(f"{where}: 'cases' should be a non-empty object, got "
+                                  f"{_kind(cases) if not isinstance(cases, dict) else 'an empty one'}; known layouts: {known}")
+    if GROUNDTRUTH in cases:
+        return "sections"
+    values = list(cases.values())
+    if all(isinstance(v, dict) and "simulation" in v and "critique" in v for v in values):
+        return "flat"
+    if all(isinstance(v, dict) and all(isinstance(c, dict) for c in v.values()) for v in values):
+        return "sections"
+    raise OfficialFormatError(f"{where}: cannot recognise the layout of 'cases'; known layouts: {known}")
+
+
 def _model_section(cases: Any, actor_model: str | None, where: str) -> tuple[str, dict[str, Any]]:
     """The actor model's section of ``cases`` (named, or the only one besides ``groundtruth``)."""
-    if not isinstance(cases, dict):
-        raise OfficialFormatError(f"{where}: 'cases' should be an object keyed by actor model, got {_kind(cases)}")
     if GROUNDTRUTH in cases and not isinstance(cases[GROUNDTRUTH], dict):
         raise OfficialFormatError(f"{where}: 'cases' section 'groundtruth' should be an object")
     models = [name for name in cases if name != GROUNDTRUTH]
@@ -207,9 +249,10 @@ def import_evaluation(
     run_dir: str | os.PathLike[str] | runs.RunDir,
     path: str | os.PathLike[str],
     *,
-    version: ProtocolVersion = COSER_PAPER,
+    version: ProtocolVersion | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     actor_model: str | None = None,
+    score_formula: str | None = None,
     env_model: str = PAPER_ENV_MODEL,
     nsp_model: str = PAPER_NSP_MODEL,
     judge_model: str = PAPER_JUDGE_MODEL,
@@ -219,8 +262,11 @@ def import_evaluation(
     """Protocol step "import an official result file" (see the module docstring): validate the
     whole file, re-score every dimension from its recorded critique, write a new run directory
     ``run_dir`` and return (and record in ``run.json``) how much of the recorded scoring was
-    reproduced exactly. ``actor_model`` picks the section of ``cases`` (default: the only one);
-    ``metrics`` adds BLEU/ROUGE-L of each simulation text (ROUGE-L takes ~50 ms a scene)."""
+    reproduced exactly. ``actor_model`` picks the section of ``cases`` (default: the only one) and
+    must be given for the flat layout; ``version`` None: ``coser-paper`` for the paper-era layout,
+    ``coser-head`` for the flat one; ``score_formula`` None: ``no_length_penalty`` for a file named
+    ``*-no_length_penalty.json``, else ``length_penalty``; ``metrics`` adds BLEU/ROUGE-L of each
+    simulation text (ROUGE-L takes ~50 ms a scene)."""
     from tqdm import tqdm
 
     path = Path(path)
@@ -237,14 +283,27 @@ def import_evaluation(
     scores_key, recorded_block = _pick(document, SCORES_KEYS, str(path))
     cases_key, cases = _pick(document, CASES_KEYS, str(path))
     _check_block(recorded_block, str(path))
-    actor_model, section = _model_section(cases, actor_model, str(path))
+    layout = _layout(cases, str(path))
+    if layout == "flat":
+        if not actor_model:
+            raise OfficialFormatError(f"{path}: 'cases' is keyed by scene with no model section (flat layout); "
+                                      "name the actor model that produced the file (--actor-model)")
+        section = cases
+    else:
+        actor_model, section = _model_section(cases, actor_model, str(path))
+    if version is None:
+        version = COSER_PAPER if layout == "sections" else COSER_HEAD
+    if score_formula is None:
+        score_formula = "no_length_penalty" if path.stem.endswith(NO_LENGTH_PENALTY_SUFFIX) else "length_penalty"
+    if score_formula not in SCORE_FORMULAS:
+        raise OfficialFormatError(f"unknown score formula {score_formula!r}; choose one of {sorted(SCORE_FORMULAS)}")
     data_root = locate_data_dir(data_dir)
     scenes: dict[str, Scene] = {s.key: s for s in load_test_set(data_root)}
     for key, case in section.items():
         where = f"{path}: case {actor_model}/{key!r}"
         if key not in scenes:
             raise OfficialFormatError(f"{where}: unknown scene key (not in the pinned test set {data_root})")
-        _check_case(case, where)
+        _check_case(case, where, layout)
 
     settings = SimulationSettings(
         actor=RoleSettings(actor_model, backend=IMPORTED), env=RoleSettings(env_model, backend=IMPORTED),
@@ -255,13 +314,16 @@ def import_evaluation(
         refusal_rule="upstream: a declined call is an API error (imported run)",
     )
     scene_records, judgement_records, mismatches, block_cases = [], [], [], []
-    reproduced_dims = reproduced_scenes = reproduced_texts = 0
+    reproduced_dims = reproduced_scenes = reproduced_texts = metrics_recorded = 0
+    metrics_reproduced = {name: 0 for name in _CASE_METRICS}
+    metric_values: dict[str, list[float]] = {name: [] for name in _CASE_METRICS}
     for key, case in tqdm(section.items(), desc=f"importing {actor_model}", unit="scene", disable=not progress,
                           leave=False):
         scene = scenes[key]
         simulation, critique = case["simulation"], case["critique"]
         n = actor_rounds(simulation)
-        reproduced_texts += simulation_str(simulation, version) == case["simulation_text"]
+        text = case.get("simulation_text", case.get("simulation_str"))
+        reproduced_texts += simulation_str(simulation, version) == text
         base = {"repeat": 0, "scene": key, "tag": scene.tag, "book": scene.raw["book"]}
         rounds, ended_by = _ended_by(simulation, settings.max_rounds)
         scene_records.append({**base, "status": "done", "ended_by": ended_by, "rounds": rounds, "fallbacks": None,
@@ -269,11 +331,21 @@ def import_evaluation(
                               "source": IMPORTED})
         if metrics:
             reference = reference_str(scene.raw["dialogues"], version)
-            judgement_records.append({**base, "kind": "metrics", **surface_metrics(case["simulation_text"], reference)})
+            metrics_record = surface_metrics(text, reference)
+            judgement_records.append({**base, "kind": "metrics", **metrics_record})
+            recorded_metrics = {name: critique[name] for name in _CASE_METRICS if name in critique}
+            metrics_recorded += bool(recorded_metrics)
+            for name, recorded in recorded_metrics.items():
+                metric_values[name].append(metrics_record[name])
+                same = metrics_record[name] is not None and _exact(float(metrics_record[name]), recorded)
+                metrics_reproduced[name] += same
+                if not same:
+                    mismatches.append({"scene": key, "what": name, "recorded": recorded,
+                                       "recomputed": metrics_record[name]})
         headline = {}
         for dim in DIMENSIONS:
             entry = critique[dim]
-            scores = score_dimension(entry, n)
+            scores = score_dimension(entry, n, score_formula)
             headline[dim] = headline_score(scores, version)
             same = _exact(headline[dim], entry["score"])
             reproduced_dims += same
@@ -284,13 +356,18 @@ def import_evaluation(
                                       "reproduced": same, "source": IMPORTED})
         block_cases.append(headline)
         overall = scene_score([headline[d] for d in DIMENSIONS])
-        same = _exact(overall, case["score"]) and _exact(overall, critique["score"])
+        same = _exact(overall, case["score"]) and ("score" not in critique or _exact(overall, critique["score"]))
         reproduced_scenes += same
         if not same:
             mismatches.append({"scene": key, "what": "scene score", "recorded": case["score"], "recomputed": overall})
 
     # The official block: per-dimension means over the cases in file order, rounded as the version does.
     recomputed_block = scores_block(block_cases, version)
+    for name in _CASE_METRICS:
+        # The block's BLEU/ROUGE-L: the plain mean of the scenes' values (None when one is missing).
+        values = metric_values[name]
+        if name in recorded_block and values and len(values) == len(section):
+            recomputed_block[name] = None if None in values else sum(values) / len(values)
     report = ImportReport(
         run_dir=str(target), source=str(path), sha256=hashlib.sha256(raw).hexdigest(), actor_model=actor_model,
         protocol_version=version.name, cases=len(section), dimension_scores=len(section) * len(DIMENSIONS),
@@ -299,12 +376,15 @@ def import_evaluation(
         scores_block={
             "recorded": recorded_block, "recomputed": recomputed_block,
             "reproduced": all(_exact(recomputed_block[k], recorded_block[k]) for k in recomputed_block),
-            "not_recomputed": [k for k in _BLOCK_TTR if k in recorded_block],
+            "not_recomputed": [k for k in recorded_block if k not in recomputed_block],
         },
+        layout=layout, score_formula=score_formula, metrics_recorded=metrics_recorded,
+        metrics_reproduced=metrics_reproduced if metrics_recorded else {},
     )
     _write_run(target, scene_records, judgement_records, settings, list(section), data_root, {
         "file": str(path), "sha256": report.sha256, "format": FORMAT,
-        "keys": {"scores": scores_key, "cases": cases_key}, "actor_model": actor_model, "report": report.as_dict(),
+        "keys": {"scores": scores_key, "cases": cases_key}, "actor_model": actor_model, "layout": layout,
+        "score_formula": score_formula, "report": report.as_dict(),
     })
     return report
 
