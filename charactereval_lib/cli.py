@@ -528,9 +528,10 @@ def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
 
 def cmd_coser_data(args: argparse.Namespace) -> int:
     if args.coser_data_command == "fetch":
-        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=not args.quiet)
+        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=not args.quiet,
+                                             with_results=args.with_results)
     else:
-        problems = pipeline.coser_data_verify(args.data_dir)
+        problems = pipeline.coser_data_verify(args.data_dir, with_results=args.with_results)
     return _report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
                                       "digests")
 
@@ -566,7 +567,7 @@ def cmd_coser_import(args: argparse.Namespace) -> int:
     models = {f"{role}_model": getattr(args, f"{role}_model") for role in ("env", "nsp", "judge")
               if getattr(args, f"{role}_model")}
     report = pipeline.coser_import(args.file, args.run, protocol=args.protocol, actor_model=args.actor_model,
-                                   models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
+                                   score_formula=args.score_formula, models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
     print(report.summary_line())
     for mismatch in report.mismatches[:10]:
         print(f"  not reproduced: {mismatch}", file=sys.stderr)
@@ -610,6 +611,7 @@ def add_coser_parser(subparsers: Any) -> None:
         p = data_sub.add_parser(name)
         # --dir, as CharacterEval's `data fetch|verify` spell it.
         _coser_data_dir_option(p, "--dir", "--data-dir")
+        p.add_argument("--with-results", action="store_true", help="also the 12 released evaluation files (rebuttal)")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             p.add_argument("--quiet", action="store_true")
@@ -663,8 +665,12 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("file", metavar="FILE", help="the official result file (e.g. exp/evaluation/id_set_gpt-4o.json)")
     p.add_argument("run", metavar="RUN", help="a new (or empty) run directory")
     p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=None,
-                   help=f"version whose score formula re-scores the critiques (default {COSER_DEFAULT_VERSION})")
-    p.add_argument("--actor-model", help="the file's section under cases (default: its only one)")
+                   help=f"version whose score formula re-scores the critiques (default {COSER_DEFAULT_VERSION}; "
+                        "coser-head for a file whose cases are keyed by scene)")
+    p.add_argument("--actor-model", help="the file's section under cases (default: its only one); required when "
+                                         "cases are keyed by scene (no model section)")
+    p.add_argument("--score-formula", choices=["length_penalty", "no_length_penalty"], default=None,
+                   help="per-dimension formula (default: no_length_penalty for *-no_length_penalty.json files)")
     for role, label in (("env", "environment"), ("nsp", "next-speaker"), ("judge", "judge")):
         p.add_argument(f"--{role}-model", help=f"the {label} model that produced the file (default: the name in "
                                                 "the paper-era experiment; give a dated snapshot if you know it)")
@@ -689,6 +695,39 @@ def add_coser_parser(subparsers: Any) -> None:
         _coser_statistics_options(p)
         p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
         p.set_defaults(func=func)
+
+
+# --- reproduce -------------------------------------------------------------------------------
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from charactereval_lib.reproduction import reproduce
+
+    outcome = reproduce(args.benchmark, args.out, data_dir=args.data_dir, rm=args.rm, device=args.device,
+                        metrics=not args.no_metrics, n_boot=args.n_boot, seed=args.seed, show_code=args.show_code,
+                        progress=not args.quiet and sys.stderr.isatty())
+    decided = [r for r in outcome.document["rows"] if r["within"] is not None]
+    print(f"wrote {outcome.out / 'reproduction.json'} and {outcome.html}: {len(outcome.document['rows'])} cells, "
+          f"{sum(1 for r in decided if r['within'])}/{len(decided)} within the paper's tolerance")
+    _warn([w for w in (outcome.document.get("missing"), outcome.document.get("meaningless")) if w])
+    return 0
+
+
+def add_reproduce_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("reproduce", help="every published number the released files allow, recomputed beside "
+                                                "the paper -> OUT/reproduction.json + reproduction.html")
+    p.add_argument("--benchmark", required=True, choices=["coser", "charactereval"])
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) output directory")
+    p.add_argument("--data-dir", dest="data_dir", metavar="DIR",
+                   help="data directory (default: $COSER_DATA_DIR or $CHARACTEREVAL_DATA_DIR, as the other commands)")
+    p.add_argument("--rm", metavar="DIR", help="charactereval: the reward-model checkpoint that scores the replies")
+    p.add_argument("--device", help="charactereval: torch device for the reward model (e.g. cuda)")
+    p.add_argument("--no-metrics", action="store_true", help="coser: skip BLEU/ROUGE-L (the slow part)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_reproduce)
 
 
 # --- parser ----------------------------------------------------------------------------------
@@ -965,6 +1004,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export_official)
 
     add_coser_parser(sub)
+    add_reproduce_parser(sub)
     return parser
 
 

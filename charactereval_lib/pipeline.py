@@ -1091,20 +1091,20 @@ def _coser_scenes(settings: CoserRunSettings, data_dir: str | os.PathLike[str] |
 
 
 def coser_data_fetch(data_dir: str | os.PathLike[str] | None = None, *, mirror: str | None = None,
-                     progress: bool = False) -> list[str]:
+                     progress: bool = False, with_results: bool = False) -> list[str]:
     """CoSER data step: download the pinned files that are missing or altered, then verify all;
     the problems left (empty: every file matches its digests)."""
     from charactereval_lib.coser.data import fetch_data
 
-    fetch_data(data_dir, mirror=mirror, progress=progress)
-    return coser_data_verify(data_dir)
+    fetch_data(data_dir, mirror=mirror, progress=progress, with_results=with_results)
+    return coser_data_verify(data_dir, with_results=with_results)
 
 
-def coser_data_verify(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+def coser_data_verify(data_dir: str | os.PathLike[str] | None = None, *, with_results: bool = False) -> list[str]:
     """CoSER data step: one problem line per pinned file that is missing or altered."""
     from charactereval_lib.coser.data import verify
 
-    return verify(data_dir)
+    return verify(data_dir, with_results=with_results)
 
 
 def coser_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -1150,21 +1150,22 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
 
 
 def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | runs.RunDir, *,
-                 protocol: str | None = None, actor_model: str | None = None,
+                 protocol: str | None = None, actor_model: str | None = None, score_formula: str | None = None,
                  models: Mapping[str, str] | None = None,
                  data_dir: str | os.PathLike[str] | None = None, metrics: bool = True,
                  progress: bool = False):
     """An official paper-era ``exp/evaluation/*.json`` file as a new CoSER run (``coser.official.
     import_evaluation``): validated whole first, every dimension re-scored from its recorded
-    critique, the reproduction report returned and kept in ``run.json``. ``protocol`` None: the
-    paper-era version, the one that wrote these files. ``models``: the other roles' models
+    critique, the reproduction report returned and kept in ``run.json``. ``protocol`` and
+    ``score_formula`` None: as the file's layout and name say (``import_evaluation``). ``models``: the other roles' models
     (``env_model``, ``nsp_model``, ``judge_model``) where they are known more precisely than the
     experiment name the files were written under (e.g. a dated snapshot)."""
     from charactereval_lib.coser.official import import_evaluation
-    from charactereval_lib.coser.versions import DEFAULT_VERSION, get_version
+    from charactereval_lib.coser.versions import get_version
 
-    return import_evaluation(run, path, version=get_version(protocol or DEFAULT_VERSION), data_dir=data_dir, actor_model=actor_model,
-                             metrics=metrics, progress=progress, **dict(models or {}))
+    return import_evaluation(run, path, version=get_version(protocol) if protocol else None, data_dir=data_dir,
+                             actor_model=actor_model, score_formula=score_formula, metrics=metrics, progress=progress,
+                             **dict(models or {}))
 
 
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:

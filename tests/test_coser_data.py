@@ -17,9 +17,10 @@ from tests.coser_golden import data_dir
 
 def copy_data(tmp_path):
     src = data_dir()
-    (tmp_path / "upstream").mkdir()
     for spec in D.manifest().files:
-        shutil.copyfile(src / spec.name, tmp_path / spec.name)
+        if spec.group == D.GROUP:
+            (tmp_path / spec.name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / spec.name, tmp_path / spec.name)
     return tmp_path
 
 

@@ -24,7 +24,13 @@ DATA_DIR_ENV = "COSER_DATA_DIR"
 
 TEST_SET = "test_set.json"
 UPSTREAM_PROMPTS = "upstream/prompts.py"
+# Each protocol version's upstream utils.py (prompt skeletons read with ast), by version name.
+UPSTREAM_UTILS = {"coser-paper": "upstream/paper-93c1474/gca_evaluation/utils.py",
+                  "coser-head": "upstream/head-624efc5/gca_evaluation/utils.py"}
+# The released evaluation files of branch `rebuttal` (group RESULTS_GROUP, fetched on request).
+RELEASED_EVALUATION_DIR = "upstream/rebuttal-d77a6d2/exp/evaluation"
 GROUP = "required"
+RESULTS_GROUP = "results"
 
 # Scene fields the protocol reads; a scene lacking one is malformed.
 _SCENE_FIELDS = {
@@ -78,11 +84,15 @@ def read_verified(data_dir: Path, name: str) -> bytes:
     return data
 
 
-def verify(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Check every pinned file; one problem line per bad file (empty list = all good)."""
+def verify(data_dir: str | os.PathLike[str] | None = None, *, with_results: bool = False) -> list[str]:
+    """Check every pinned file (the released results too when asked); one problem line per bad
+    file (empty list = all good)."""
     root = locate_data_dir(data_dir)
+    groups = {GROUP, RESULTS_GROUP} if with_results else {GROUP}
     problems = []
     for spec in manifest().files:
+        if spec.group not in groups:
+            continue
         try:
             read_verified(root, spec.name)
         except DataError as exc:
@@ -91,10 +101,13 @@ def verify(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
 
 
 def fetch_data(
-    data_dir: str | os.PathLike[str] | None = None, *, mirror: str | None = None, progress: bool = True
+    data_dir: str | os.PathLike[str] | None = None, *, mirror: str | None = None, progress: bool = True,
+    with_results: bool = False,
 ) -> list[Path]:
-    """Download the pinned files that are missing or altered, verify them, write them atomically."""
-    return fetch(locate_data_dir(data_dir), (GROUP,), manifest(), mirror=mirror, progress=progress,
+    """Download the pinned files that are missing or altered, verify them, write them atomically
+    (``with_results``: also the released evaluation files)."""
+    groups = (GROUP, RESULTS_GROUP) if with_results else (GROUP,)
+    return fetch(locate_data_dir(data_dir), groups, manifest(), mirror=mirror, progress=progress,
                  offline_hint=f"Set {DATA_DIR_ENV} to a copy of the files or fetch from a mirror with --mirror URL")
 
 

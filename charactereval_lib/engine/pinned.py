@@ -30,6 +30,8 @@ class UpstreamFile:
     group: str
     sha256: str | None
     git_blob_sha1: str
+    # A file pinned at another commit of the same repository (None: the manifest's commit).
+    commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,13 @@ class Upstream:
         quoted = urllib.parse.quote(f.path)
         if mirror:
             return mirror.rstrip("/") + "/" + quoted
-        return self.raw_url.format(repository=self.repository, commit=self.commit, path=quoted)
+        return self.raw_url.format(repository=self.repository, commit=f.commit or self.commit, path=quoted)
 
 
 def load_upstream(path: Path) -> Upstream:
     """A pinned upstream manifest (repository, commit, URL pattern, per-file digests)."""
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    files = tuple(UpstreamFile(**{k: f[k] for k in UpstreamFile.__dataclass_fields__}) for f in raw["files"])
+    files = tuple(UpstreamFile(**{k: f[k] for k in UpstreamFile.__dataclass_fields__ if k in f}) for f in raw["files"])
     return Upstream(raw["repository"], raw["commit"], raw["raw_url"], files)
 
 

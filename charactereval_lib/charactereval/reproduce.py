@@ -1,0 +1,118 @@
+"""CharacterEval reproduction: the five released generations scored beside the paper's Table 4.
+
+Upstream released ``results/generation_trans_<model>.jsonl`` for five 7B models (fetched with
+``data fetch --with-results``, verified by digest). Each is imported (S5 already ran on them),
+scored with the reward-model checkpoint the user gives (S6, S8), summarised (S9 with cluster
+bootstrap intervals) and every metric mean and dimension average is set beside Table 4 by
+``engine.anchor.compare_to_paper``. Without a checkpoint nothing is scored: the rows hold the
+paper's values only and the document says what is missing and how to get it. A checkpoint that
+carries the tiny-random label is reported as meaningless on every row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.charactereval.data import OfficialData, locate_data_dir, verify_files
+from charactereval_lib.charactereval.official import import_official
+from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
+from charactereval_lib.charactereval.reference import DIMENSION_SUFFIX, PAPER_DECIMALS, load_paper_table
+from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+
+BENCHMARK = "charactereval"
+RESULTS_GROUP = "results"
+# Released file key -> the model's row in Table 4.
+RELEASED_MODELS = {"chatglm3_6b": "ChatGLM3-6B", "baichuan_7b": "Baichuan2-7B", "qwen_7b": "Qwen-7B",
+                   "internlm_7b": "InternLM-7B", "xverse_7b": "XVERSE-7B"}
+MISSING_RM = ("no reward-model checkpoint given: nothing was scored. Real numbers need BaichuanCharRM "
+              "(`charactereval rm download --dir models/BaichuanCharRM`, 26.5 GB) and a GPU: rerun with "
+              "`--rm models/BaichuanCharRM --device cuda`")
+REASON_SAME_INPUT = ("the released replies themselves (no generation here); differences come from the scorer: "
+                     "checkpoint, precision, device and batching")
+
+
+def released_file(key: str) -> str:
+    return f"generation_trans_{key}.jsonl"
+
+
+def released_paths(data_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
+    """The five released files of the data directory, verified against their pinned digests."""
+    from charactereval_lib.engine.pinned import DataError
+
+    root = locate_data_dir(data_dir)
+    problems = verify_files(root, (RESULTS_GROUP,))
+    if problems:
+        raise DataError(f"{problems[0]} (the released generations: `charactereval data fetch --with-results`)")
+    return {key: root / released_file(key) for key in RELEASED_MODELS}
+
+
+def _columns() -> list[tuple[str, str, str]]:
+    """(column as Table 4 names it, kind, key in the summary) for the 12 metrics and 3 dimensions."""
+    return ([(m.metric_en, "metric", m.metric_en) for m in METRICS]
+            + [(d.key + DIMENSION_SUFFIX, "dimension", d.key) for d in DIMENSIONS])
+
+
+def _cells(summary: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if summary is None:
+        return {}
+    cells = {r["metric_en"]: r for r in summary["metrics"]}
+    cells.update({r["dimension"]: r for r in summary["dimensions"]})
+    return cells
+
+
+def rows_for(key: str, source_file: str, summary: Mapping[str, Any] | None, meaningless: str | None) -> list[dict]:
+    """One row per Table 4 column of the released model ``key`` (its summary None: not scored)."""
+    import math
+
+    model = RELEASED_MODELS[key]
+    table = load_paper_table()
+    cells = _cells(summary)
+    reason = MISSING_RM if summary is None else REASON_SAME_INPUT
+    if meaningless:
+        reason = f"MEANINGLESS: {meaningless}; {reason}"
+    rows = []
+    for column, kind, summary_key in _columns():
+        cell = cells.get(summary_key, {})
+        mean = cell.get("mean")
+        mean = None if mean is None or (isinstance(mean, float) and math.isnan(mean)) else float(mean)
+        low, high = cell.get("ci_low"), cell.get("ci_high")
+        interval = None if low is None or high is None or math.isnan(low) or math.isnan(high) else (low, high)
+        paper = float(table.loc[model, column])
+        decision = compare_to_paper(paper, mean, interval=interval, tolerance=rounding_tolerance(PAPER_DECIMALS))
+        rows.append({"model": model, "source_file": source_file, "kind": kind, "column": column, "paper": paper,
+                     "paper_pm": None, "recorded": None, "recomputed": mean, "n": cell.get("n"),
+                     "interval": list(interval) if interval else None, "delta": decision.delta,
+                     "within": decision.within, "decision": decision.reason, "reason": reason})
+    return rows
+
+
+def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], rm: str | None = None,
+              device: str | None = None, n_boot: int = 1000, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Import, score (with ``rm``) and summarise each released file under ``staging/runs/``;
+    the reproduction document (rows against Table 4)."""
+    from charactereval_lib import pipeline
+    from charactereval_lib.charactereval.reward.tiny import tiny_label
+    from charactereval_lib.charactereval.summary import summarize_run
+    from charactereval_lib.engine import runs
+
+    meaningless = tiny_label(rm) if rm else None
+    rows, imported = [], []
+    for key, path in files.items():
+        run_dir = Path(staging) / "runs" / key
+        kind, result = import_official(Path(path), run_dir, data)
+        summary = None
+        if rm:
+            pipeline.score(run_dir, pipeline.ScoreSettings(rm=rm, device=device), data=data, progress=progress)
+            summary = summarize_run(runs.RunDir(run_dir), id2metric=data.id2metric, n_boot=n_boot, seed=seed)
+        counts = result.counts()
+        imported.append({"file": Path(path).name, "model": RELEASED_MODELS[key], "run": f"runs/{key}", "kind": kind,
+                         "rows": counts["rows"], "failed_generations": counts["failed"],
+                         "scored": summary is not None})
+        rows.extend(rows_for(key, Path(path).name, summary, meaningless))
+    return {"benchmark": BENCHMARK, "rm": str(rm) if rm else None, "device": device, "meaningless": meaningless,
+            "missing": None if rm else MISSING_RM, "tolerance": rounding_tolerance(PAPER_DECIMALS),
+            "bootstrap": {"resamples": n_boot, "seed": seed, "cluster": "sample", "level": 0.95},
+            "files": imported, "rows": rows}

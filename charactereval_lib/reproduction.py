@@ -1,0 +1,213 @@
+"""Reproduction in one command: every number the released files allow, recomputed beside the paper.
+
+``reproduce`` runs one benchmark's reproduction (``coser.reproduce`` or
+``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
+``reproduction.json`` and renders ``reproduction.ipynb``/``reproduction.html`` with papermill,
+then renames the whole directory into place: a failure leaves nothing behind. The tables and
+notes the notebook shows are built here from the JSON document alone.
+
+``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
+"column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within", "reason", ...}]}``;
+``delta`` is recomputed minus paper, ``within`` the anchor decision (``engine.anchor``), values
+null where they do not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from charactereval_lib.engine import runs
+
+BENCHMARKS = ("coser", "charactereval")
+DOCUMENT = "reproduction.json"
+NOTEBOOK = "reproduce.ipynb"
+REPORT_NOTEBOOK = "reproduction.ipynb"
+REPORT_HTML = "reproduction.html"
+
+
+class ReproduceError(runs.RunError):
+    """A reproduction that cannot start as asked (one line)."""
+
+
+@dataclass(frozen=True)
+class ReproduceOutcome:
+    out: Path
+    document: dict[str, Any]
+
+    @property
+    def html(self) -> Path:
+        return self.out / REPORT_HTML
+
+
+def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
+              rm: str | None = None, device: str | None = None, metrics: bool = True, n_boot: int = 1000,
+              seed: int = 0, show_code: bool = False, progress: bool = False, data: Any = None,
+              files: dict[str, Path] | None = None) -> ReproduceOutcome:
+    """The reproduction of ``benchmark`` in ``out`` (new or empty). CoSER reads the released
+    evaluation files of its data directory; CharacterEval the five released generations
+    (``files``/``data`` replace them and the official data, e.g. synthetic ones in tests) and
+    scores them with the checkpoint ``rm`` when given."""
+    from charactereval_lib.engine import report as notebooks
+
+    if benchmark not in BENCHMARKS:
+        raise ReproduceError(f"unknown benchmark {benchmark!r}; choose one of {', '.join(BENCHMARKS)}")
+    if benchmark == "coser" and rm:
+        raise ReproduceError("--rm is a CharacterEval option: CoSER's scores come from the recorded critiques")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ReproduceError(f"{out}: already exists and is not empty; give a new output directory")
+    if benchmark == "charactereval":
+        from charactereval_lib.charactereval.data import load_official_data
+        from charactereval_lib.charactereval.reproduce import released_paths
+
+        # Both checked before any work: a missing file is a one-line error, not a half-made report.
+        files = files if files is not None else released_paths(data_dir)
+        data = data if data is not None else load_official_data(data_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.reproduce-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        if benchmark == "coser":
+            from charactereval_lib.coser.reproduce import reproduce as run
+
+            document = run(staging, data_dir=data_dir, metrics=metrics, n_boot=n_boot, seed=seed, progress=progress)
+        else:
+            from charactereval_lib.charactereval.reproduce import reproduce as run
+
+            document = run(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,
+                           progress=progress)
+        runs.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
+        notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
+                         {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
+                         title=f"{benchmark} reproduction")
+        # rename(2) replaces an empty directory, so an empty OUT made beforehand is fine.
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ReproduceOutcome(out, document)
+
+
+# --- what the notebook shows ----------------------------------------------------------------------
+
+_TITLES = {"coser": "CoSER given-circumstance acting", "charactereval": "CharacterEval"}
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def header_markdown(document: dict[str, Any]) -> str:
+    from charactereval_lib.coser.report import rendered_by
+
+    benchmark = document["benchmark"]
+    decided = [r for r in document["rows"] if r["within"] is not None]
+    inside = sum(1 for r in decided if r["within"])
+    return (f"# Reproduction: {_TITLES[benchmark]}\n\n"
+            f"Every number the released files allow, recomputed and set beside the paper: "
+            f"{len(document['files'])} released file(s), {len(document['rows'])} cells, "
+            f"{len(decided)} with a published value and a recomputed one, of which **{inside}** reproduce the paper "
+            f"within tolerance (the paper's value inside our 95% interval, widened by half a unit of its last printed "
+            f"digit: {document['tolerance']:g}). {rendered_by()}")
+
+
+def notes(document: dict[str, Any]) -> list[str]:
+    """What a reader must know first (the warning box)."""
+    found = []
+    if document["benchmark"] == "charactereval":
+        if document.get("missing"):
+            found.append(document["missing"])
+        if document.get("meaningless"):
+            found.append(f"MEANINGLESS SCORES: {document['meaningless']}. They show every step working, nothing "
+                         "about the models; real numbers need the real BaichuanCharRM weights.")
+        return found or ["Scored with the checkpoint " + str(document.get("rm")) + "."]
+    for f in document["files"]:
+        if f["other_mismatches"] or not f["scores_block_reproduced"]:
+            found.append(f"{f['file']}: {len(f['other_mismatches'])} recorded score(s) not reproduced exactly "
+                         f"(scores block {'reproduced' if f['scores_block_reproduced'] else 'NOT reproduced'})")
+    if not document.get("metrics"):
+        found.append("BLEU/ROUGE-L were not recomputed (--no-metrics).")
+    found.append("Each released file is one run on the 100 in-domain scenes; the paper's numbers are means of 3 runs "
+                 "(Table 13: in-domain half; Table 2, for BLEU/ROUGE-L: all 200 scenes). Deltas of a few points are "
+                 "expected from that alone; every row gives its reasons.")
+    return found
+
+
+def files_table(document: dict[str, Any]) -> pd.DataFrame:
+    """Per released file: what was recomputed and how much of it equals the recorded value."""
+    records = []
+    for f in document["files"]:
+        record = {"file": f["file"], "model": f["model"]}
+        if document["benchmark"] == "coser":
+            metrics = f.get("metrics_reproduced") or {}
+            record.update({
+                "kind": f["kind"], "formula": f["formula_text"], "protocol": f["protocol_version"],
+                "dimension scores": f"{f['dimension_scores_reproduced']}/{f['dimension_scores']}",
+                "scene scores": f"{f['scene_scores_reproduced']}/{f['cases']}",
+                "scores block": "exact" if f["scores_block_reproduced"] else "differs",
+                "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else "not recorded",
+                "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else "not recorded"})
+        else:
+            record.update({"rows": f["rows"], "failed generations": f["failed_generations"],
+                           "scored": "yes" if f["scored"] else "no"})
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def metric_mismatches(document: dict[str, Any]) -> pd.DataFrame:
+    """Recorded per-scene BLEU/ROUGE-L values not equal bit for bit, with the difference."""
+    records = [{"file": f["file"], "scene": m["scene"], "metric": m["what"], "recorded": repr(m["recorded"]),
+                "recomputed": repr(m["recomputed"]),
+                "difference": "–" if m["recomputed"] is None else f"{m['recomputed'] - m['recorded']:.3g}"}
+               for f in document["files"] for m in f.get("metric_mismatches", [])]
+    return pd.DataFrame.from_records(records, columns=["file", "scene", "metric", "recorded", "recomputed",
+                                                       "difference"])
+
+
+def _value(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2) -> pd.DataFrame:
+    """The rows of the document (of ``kinds`` when given) as a display table."""
+    records = []
+    for r in document["rows"]:
+        if kinds is not None and r.get("kind") not in kinds:
+            continue
+        paper = _value(r["paper"], digits) + (f" ± {r['paper_pm']:g}" if r.get("paper_pm") is not None else "")
+        interval = r.get("interval")
+        records.append({
+            "model": r["model"], "column": r["column"], "paper": paper if r["paper"] is not None else "–",
+            "recorded": _value(r["recorded"], digits + 1), "recomputed": _value(r["recomputed"], digits + 1),
+            "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
+            "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",
+            "within": {True: "yes", False: "NO", None: "–"}[r["within"]], "reason": r["reason"]})
+    return pd.DataFrame.from_records(records)
+
+
+def ablation_table(document: dict[str, Any]) -> pd.DataFrame:
+    """CoSER: each ablation file's recomputed scores beside the same model's length-penalty file."""
+    by = {(r["model"], r["kind"], r["column"]): r for r in document["rows"]}
+    records = []
+    for f in document["files"]:
+        if f["kind"] != "ablation":
+            continue
+        main_formula = next(g["formula_text"] for g in document["files"] if g["kind"] == "main")
+        for column in ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality",
+                       "Average"):
+            with_penalty, without = by.get((f["model"], "main", column)), by[(f["model"], "ablation", column)]
+            records.append({"model": f["model"], "column": column,
+                            f"with length penalty: {main_formula}": _value(with_penalty and with_penalty["recomputed"], 3),
+                            f"without: {f['formula_text']}": _value(without["recomputed"], 3),
+                            "difference": "–" if not with_penalty else
+                            f"{without['recomputed'] - with_penalty['recomputed']:+.3f}"})
+    return pd.DataFrame.from_records(records)

@@ -1,0 +1,153 @@
+"""`charactereval reproduce`: the released files recomputed beside the paper, rendered once per
+benchmark. CoSER reads the released evaluation files from the data directory at test time;
+CharacterEval runs end to end on a synthetic data directory and the tiny random checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from charactereval_lib import reproduction
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.reproduce import MISSING_RM, RELEASED_MODELS, released_file
+from charactereval_lib.cli import main
+from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
+from charactereval_lib.coser.official import import_evaluation
+from charactereval_lib.coser.reproduce import COLUMNS, released_files
+
+from tests._reward_support import tiny_checkpoint, write_data_dir
+from tests.coser_golden import data_dir
+
+CSV_FIELDS = {"model", "source_file", "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within",
+              "reason"}
+
+
+@pytest.fixture(scope="module")
+def coser_report(tmp_path_factory):
+    root = data_dir()
+    if not (root / RELEASED_EVALUATION_DIR).is_dir():
+        pytest.skip("released CoSER evaluation files not in the data directory (coser data fetch --with-results)")
+    out = tmp_path_factory.mktemp("coser") / "repro"
+    # BLEU/ROUGE-L of all 11 files take minutes; test_recorded_bleu_and_rouge_l_... checks them.
+    assert main(["reproduce", "--benchmark", "coser", "--out", str(out), "--no-metrics", "--n-boot", "200",
+                 "--quiet"]) == 0
+    return out, json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
+
+
+def test_coser_every_recorded_score_of_the_11_files_is_reproduced_and_the_report_renders(coser_report):
+    out, document = coser_report
+    assert document["benchmark"] == "coser" and len(document["files"]) == 12
+    for f in document["files"]:
+        assert f["dimension_scores_reproduced"] == f["dimension_scores"] == 4 * f["cases"], f["file"]
+        assert f["scene_scores_reproduced"] == f["cases"] and f["scores_block_reproduced"], f["file"]
+        assert f["other_mismatches"] == []
+    kinds = [f["kind"] for f in document["files"]]
+    assert kinds.count("main") == 7 and kinds.count("ablation") == 4 and kinds.count("test_set") == 1
+    assert {f["formula_text"] for f in document["files"] if f["kind"] == "ablation"} == {"max(0, 100 - S * 5)"}
+    html = (out / "reproduction.html").read_text(encoding="utf-8")
+    assert "Reproduction: CoSER" in html and "Length-penalty ablation" in html and "max(0, 100 - S * 5)" in html
+    assert not list(out.parent.glob(".repro*"))  # the staging directory was renamed into place
+
+
+def test_coser_rows_set_every_published_cell_beside_ours_with_its_reason(coser_report):
+    _, document = coser_report
+    rows = document["rows"]
+    assert all(CSV_FIELDS <= set(r) and r["column"] in COLUMNS for r in rows)
+    main_rows = [r for r in rows if r["kind"] == "main"]
+    assert len(main_rows) == 7 * len(COLUMNS)
+    gpt4o = {r["column"]: r for r in main_rows if r["model"] == "gpt-4o"}
+    # Table 13's in-domain GPT-4o row and the released file's recorded block.
+    assert (gpt4o["Storyline Consistency"]["paper"], gpt4o["Storyline Consistency"]["paper_pm"]) == (59.88, 1.4)
+    assert gpt4o["Storyline Consistency"]["recorded"] == gpt4o["Storyline Consistency"]["recomputed"] == 59.43
+    assert gpt4o["Storyline Consistency"]["delta"] == pytest.approx(59.43 - 59.88)
+    assert gpt4o["BLEU"]["paper"] == 5.90 and gpt4o["BLEU"]["recomputed"] is None  # --no-metrics
+    for r in main_rows:
+        if r["column"] not in ("BLEU", "ROUGE-L"):
+            low, high = r["interval"]
+            assert r["within"] == (low - 0.005 - 1e-9 <= r["paper"] <= high + 0.005 + 1e-9)
+        assert "one released run" in r["reason"] and "in-domain" in r["reason"]
+    for r in rows:
+        if r["kind"] != "main":
+            assert r["paper"] is None and r["within"] is None and r["reason"]
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "abab7-preview-chat"])
+def test_recorded_bleu_and_rouge_l_of_the_ablation_files_are_reproduced(tmp_path, model):
+    path = data_dir() / RELEASED_EVALUATION_DIR / f"id_set_{model}-no_length_penalty.json"
+    if not path.exists():
+        pytest.skip(f"{path}: not in the data directory")
+    report = import_evaluation(tmp_path / "run", path, actor_model=model, progress=False)
+    assert report.metrics_recorded == 100 and report.metrics_reproduced["rouge_l"] == 100
+    assert report.scores_block["reproduced"]  # the block's bleu and rouge_l means included
+    # Every BLEU equals the recorded one bit for bit, except where the platform's exp/log round the
+    # last bit differently (abab7: one scene, 7e-18): the same n-gram counts.
+    assert report.metrics_reproduced["bleu"] >= 99
+    for m in report.mismatches:
+        assert m["what"] == "bleu" and abs(m["recomputed"] - m["recorded"]) <= math.ulp(m["recorded"])
+
+
+def test_released_files_are_the_twelve_pinned_ones():
+    from charactereval_lib.coser.data import RESULTS_GROUP, manifest
+
+    pinned = {spec.name.rsplit("/", 1)[1] for spec in manifest().files if spec.group == RESULTS_GROUP}
+    assert pinned == {item.file for item in released_files()} and len(pinned) == 12
+
+
+# --- CharacterEval: end to end on synthetic files and the tiny random checkpoint -------------------
+
+
+def released_generations(tmp_path):
+    data = write_data_dir(tmp_path / "data", 12)
+    samples = json.loads((data / "test_data.jsonl").read_text(encoding="utf-8"))
+    id2metric = json.loads((data / "id2metric.jsonl").read_text(encoding="utf-8"))
+    files = {}
+    for i, key in enumerate(RELEASED_MODELS):
+        records = [{**s, "model_output": f"{s['role']}：第{i}个回答{s['id']}", "metric_en": en, "metric_zh": zh}
+                   for s in samples for en, zh in id2metric.get(str(s["id"]), [])]
+        files[key] = tmp_path / released_file(key)
+        files[key].write_text(json.dumps(records, ensure_ascii=False, indent=4), encoding="utf-8")
+    return load_official_data(data, verify=False), files
+
+
+def test_charactereval_with_the_tiny_checkpoint_renders_every_cell_labelled_meaningless(tmp_path):
+    data, files = released_generations(tmp_path)
+    outcome = reproduction.reproduce("charactereval", tmp_path / "out", rm=str(tiny_checkpoint()), device="cpu", n_boot=50,
+                                     data=data, files=files)
+    document = outcome.document
+    assert document["meaningless"] and document["missing"] is None
+    assert len(document["rows"]) == 5 * 15 and all(f["scored"] for f in document["files"])
+    scored = [r for r in document["rows"] if r["recomputed"] is not None]
+    assert scored and all(r["delta"] == pytest.approx(r["recomputed"] - r["paper"]) for r in scored)
+    assert all(r["reason"].startswith("MEANINGLESS") for r in document["rows"])
+    chatglm = {r["column"]: r for r in document["rows"] if r["model"] == "ChatGLM3-6B"}
+    assert chatglm["Fluency"]["paper"] == 3.269
+    html = outcome.html.read_text(encoding="utf-8")
+    assert "Reproduction: CharacterEval" in html and "MEANINGLESS SCORES" in html
+
+
+def test_charactereval_without_a_checkpoint_says_what_is_missing_and_scores_nothing(tmp_path, capsys):
+    data, files = released_generations(tmp_path)
+    outcome = reproduction.reproduce("charactereval", tmp_path / "out", n_boot=50, data=data, files=files)
+    assert outcome.document["missing"] == MISSING_RM
+    assert all(r["recomputed"] is None and r["within"] is None for r in outcome.document["rows"])
+    html = outcome.html.read_text(encoding="utf-8")
+    assert "rm download" in html and "--rm models/BaichuanCharRM --device cuda" in html
+
+
+def test_bad_requests_are_one_line_errors_and_leave_nothing(tmp_path, capsys, monkeypatch):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "x").write_text("")
+    assert main(["reproduce", "--benchmark", "coser", "--out", str(used)]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert main(["reproduce", "--benchmark", "coser", "--out", str(tmp_path / "o"), "--rm", "x"]) == 2
+    # The released CharacterEval generations are verified before anything is made.
+    empty = tmp_path / "empty-data"
+    empty.mkdir()
+    assert main(["reproduce", "--benchmark", "charactereval", "--out", str(tmp_path / "c"), "--data-dir",
+                 str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "data fetch --with-results" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-data", "used"]
