@@ -149,13 +149,14 @@ def files_table(document: dict[str, Any]) -> pd.DataFrame:
         record = {"file": f["file"], "model": f["model"]}
         if document["benchmark"] == "coser":
             metrics = f.get("metrics_reproduced") or {}
+            absent = "not recorded" if document["metrics"] else "not recomputed"
             record.update({
                 "kind": f["kind"], "formula": f["formula_text"], "protocol": f["protocol_version"],
                 "dimension scores": f"{f['dimension_scores_reproduced']}/{f['dimension_scores']}",
                 "scene scores": f"{f['scene_scores_reproduced']}/{f['cases']}",
                 "scores block": "exact" if f["scores_block_reproduced"] else "differs",
-                "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else "not recorded",
-                "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else "not recorded"})
+                "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else absent,
+                "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else absent})
         else:
             record.update({"rows": f["rows"], "failed generations": f["failed_generations"],
                            "scored": "yes" if f["scored"] else "no"})

@@ -94,15 +94,20 @@ def run_cells(stats: Statistics) -> pd.DataFrame:
 def deltas(stats: Statistics, models: Sequence[str], table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy run-minus-paper deltas: one row per (cell, paper model) with the run's mean and
     interval, the published value, ``delta`` and whether the published value lies inside the
-    run's interval (NA where the interval cannot be estimated). The paper rounds to three
-    decimals, so |delta| < 0.0005 is agreement."""
+    run's interval, widened by the paper's rounding (``engine.anchor``: the one place that decides;
+    NA where the interval cannot be estimated). The paper rounds to three decimals, so
+    |delta| < 0.0005 is agreement."""
+    from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+
     run = run_cells(stats)
     paper = paper_cells(models, table)
     merged = paper.merge(run, on=["kind", "key", "name", "abbr"], how="left")
     merged = merged.rename(columns={"value": "paper", "mean": "run"})
     merged["delta"] = merged["run"] - merged["paper"]
-    inside = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
-    merged["paper_in_ci"] = inside.astype("boolean").where(merged["estimable"].astype(bool), pd.NA)
+    inside = [compare_to_paper(p, r, interval=(lo, hi), tolerance=rounding_tolerance(PAPER_DECIMALS)).within
+              for p, r, lo, hi in zip(merged["paper"], merged["run"], merged["ci_low"], merged["ci_high"])]
+    inside = pd.Series(inside, index=merged.index, dtype="boolean")
+    merged["paper_in_ci"] = inside.where(merged["estimable"].astype(bool), pd.NA)
     return merged[["kind", "key", "name", "abbr", "run", "ci_low", "ci_high", "estimable", "model", "paper", "delta",
                    "paper_in_ci"]]
 

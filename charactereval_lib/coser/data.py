@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ class Scene:
     key: str
     tag: str
     raw: dict[str, Any]
+    # The data directory the scene was read from: its upstream files build the scene's prompts.
+    data_dir: Path | None = dataclasses.field(default=None, compare=False)
 
 
 def manifest() -> Upstream:
@@ -132,7 +135,7 @@ def parse_test_set(obj: Any, path: Path) -> list[Scene]:
                 raise DataError(
                     f"{where}: wrong shape: field {field!r} should be {kind.__name__}, got {type(entry[field]).__name__}"
                 )
-        scenes.append(Scene(index=i, key=scene_key(entry), tag=entry["tag"], raw=entry))
+        scenes.append(Scene(index=i, key=scene_key(entry), tag=entry["tag"], raw=entry, data_dir=Path(path).parent))
     return scenes
 
 

@@ -1,9 +1,13 @@
 """CoSER prompt building: the actors', the environment's and the NSP agent's system prompts.
 
 Upstream builds these in ``get_character_prompt`` / ``get_environment_prompt`` /
-``get_nsp_prompt`` (utils.py, not part of the pinned data) and finishes them in ``Agent``. The
-section skeletons below are short protocol strings reconstructed from, and pinned by, the
-golden prompt vectors (``prompts_paper/head/variants.jsonl``, 560 scenes x agents).
+``get_nsp_prompt`` of each version's utils.py and finishes them in ``Agent``. Their wording is
+not restated here: the skeletons (f-strings, output formats, decorators, the environment's
+self-descriptions) are read at run time from the scene's pinned, verified utils.py
+(``upstream.load_prompt_skeletons``); the golden prompt vectors (``prompts_paper/head/
+variants.jsonl``, 560 scenes x agents) pin the result. What ``Agent`` adds (the actors' length
+rule, the name suffix, the start marker) is not in utils.py and stays below as short protocol
+strings.
 
 Randomness: two choices per agent come from a ``random.Random``: the decorator put before each
 other character's profile (one draw per actor whenever the scene has any profile) and the
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from charactereval_lib.coser.data import Scene
+from charactereval_lib.coser.upstream import PromptSkeletons, load_prompt_skeletons
 from charactereval_lib.coser.versions import ProtocolVersion
 
 ENVIRONMENT = "Environment"
@@ -28,54 +33,13 @@ NSP = "NSP"
 CONVERSATION_START = "===Conversation Start===\n\n"
 PROCESS_SEED = 42
 
-# Population of the decorator draw and of the environment's self-description draw (order matters:
-# the draw is an index into these lists).
-PROFILE_DECORATORS = ("*" * 30 + "\n\n", "*" * 20 + "\n\n", "\n\n", "\n", "")
-ENVIRONMENT_ROLES = ("an environment model", "a world model", "a world simulator", "an environment simulator")
-
-_OUTPUT_FORMAT_THOUGHT = (
-    "Your output should include **thought**, **speech**, and **action**. "
-    "Use [your thought] for thoughts, which others can't see{example_thought}. "
-    "Use (your action) for actions, which others can see{example_action}."
-)
-_EXAMPLE_THOUGHT = ", e.g. [I'm terrified, but I must appear strong.]"
-_EXAMPLE_ACTION = ", such as (watches silently, trying to control her fear and anger)"
-_OUTPUT_FORMAT_THOUGHTLESS = (
-    "Your output should include **speech** and **action**. Use (your action) for actions, which others can see."
-)
 _ACTOR_LENGTH_RULE = "\n\nSpeak concisely as humans, instead of being verbose. Limit your response to 60 words.\n\n"
 _NAME_SUFFIX = 'Start your response with "{name}: ". Avoid speaking as other characters.\n\n'
 
-_ENVIRONMENT_PROMPT = (
-    "You are {role} for a role-playing game. Your task is to provide the environmental feedback: Based on the "
-    "characters' interactions, dialogues, and actions, describe the resulting changes in the environment. "
-    "This includes:\n"
-    "   - Physical changes in the setting\n"
-    "   - Reactions of background characters or crowds\n"
-    "   - Ambient sounds, weather changes, or atmospheric shifts\n"
-    "   - Any other relevant environmental details\n\n"
-    "Your descriptions should be vivid and help set the scene, but avoid dictating the actions or dialogue of "
-    "the main characters (including {majors}).\n\n"
-    "Important notes:\n"
-    "- You may include actions and reactions of minor characters or crowds, as long as they're not main "
-    "characters (including {majors}).\n"
-    "- Keep your environmental descriptions concise but impactful, typically 1-3 sentences.\n"
-    "- Respond to subtle cues in the characters' interactions to create a dynamic, reactive environment.\n"
-    "- Your output should match the tone, setting, and cultural context of the scenario.\n\n"
-    "===The scenario is as follows===\n{scenario}"
-)
-_NSP_PROMPT = (
-    "Your task is to predict the next speaker for a role-playing game. That is, you need to determine which "
-    "character (or the Environment) might act next based on their previous interactions. The Environment is a "
-    "special role that provides the environmental feedback. Choose a name from this list: {names}. If it's "
-    "unclear who should act next, output \"random\". If you believe the scene or conversation should conclude, "
-    "output \"<END CHAT>\".\n\n===The scenario is as follows===\n{scenario}"
-)
-_NSP_OUTPUT_FORMAT = (
-    "\n\n===Output Format===\nYou must structure your response as follows:\n"
-    "1. Reasoning: Explain your thought process.\n"
-    "2. Next Speaker: Select exactly one character name from the list: {names}.\n"
-)
+
+def skeletons(scene: Scene, version: ProtocolVersion) -> PromptSkeletons:
+    """The prompt skeletons of ``version``'s utils.py in the scene's data directory."""
+    return load_prompt_skeletons(version.name, scene.data_dir)
 
 
 @dataclass(frozen=True)
@@ -184,48 +148,48 @@ def actor_prompt(
     thoughtless: bool,
     output_example: bool,
 ) -> str:
-    """Upstream step "character prompt" (``get_character_prompt``): identity, own profile,
-    scenario, the other characters' profiles each behind ``decorator``, inner thoughts (read
-    from ``version.thought_key``, so always empty at HEAD), requirements."""
+    """Upstream step "character prompt" (``get_character_prompt``, fixed template): identity,
+    own profile, scenario, the other characters' profiles each behind ``decorator``, inner
+    thoughts (read from ``version.thought_key``, so always empty at HEAD), requirements."""
     raw = scene.raw
+    sk = skeletons(scene, version)
     thought = ""
     for entry in raw["key_characters"]:
         if entry.get("name") == character:
             thought = entry.get(version.thought_key, "")
-    others = "".join(f"{decorator}{name}: {text}\n\n" for name, text in profiles.items() if name != character)
+    others = "".join(sk.other_profile_line.render({"decorator": decorator, "other_character": name, "profile": text})
+                     for name, text in profiles.items() if name != character)
     if thoughtless:
-        output_format = _OUTPUT_FORMAT_THOUGHTLESS
-    elif output_example:
-        output_format = _OUTPUT_FORMAT_THOUGHT.format(example_thought=_EXAMPLE_THOUGHT, example_action=_EXAMPLE_ACTION)
+        output_format = sk.output_thoughtless
     else:
-        output_format = _OUTPUT_FORMAT_THOUGHT.format(example_thought="", example_action="")
-    prompt = f"You are {character} from {raw['book']}.\n\n"
+        output_format = sk.output_thought_example if output_example else sk.output_thought
     # The profile section is there even when the character has no profile (13 actors).
-    prompt += f"==={character}'s Profile===\n{profiles.get(character, '')}\n\n"
-    prompt += f"===Current Scenario===\n{raw['scenario']}\n\n"
-    if others:
-        prompt += f"===Information about the other Characters===\n{others}\n\n"
-    if thought:
-        prompt += f"===Your Inner Thoughts===\n{thought}\n\n"
-    return prompt + f"\n\n===Requirements===\n{output_format}\n\n"
+    prompt = sk.character_head.render({
+        "character": character, "book_name": raw["book"], "character_profile": profiles.get(character, ""),
+        "scenario": raw["scenario"],
+        "other_character_profiles_str": sk.others_section.render({"other_character_profiles_str": others})
+        if others else "",
+        sk.thought_param: sk.thought_section.render({sk.thought_param: thought}) if thought else "",
+    })
+    return prompt + sk.requirements.render({"output_format": output_format})
 
 
-def environment_prompt(scene: Scene, role: str) -> str:
+def environment_prompt(scene: Scene, role: str, version: ProtocolVersion) -> str:
     """Upstream step "environment prompt" (``get_environment_prompt``): the main characters are
-    the repr of the scene's ``major_characters`` list (not the speaking list)."""
-    majors = repr(scene.raw["major_characters"])
-    return _ENVIRONMENT_PROMPT.format(role=role, majors=majors, scenario=scene.raw["scenario"])
+    the scene's ``major_characters`` list (not the speaking list) without the Environment, shown
+    as a Python list."""
+    majors = [name for name in scene.raw["major_characters"] if name != ENVIRONMENT]
+    return skeletons(scene, version).environment.render(
+        {"random.choice(model_roles)": role, "major_characters": majors, "scenario": scene.raw["scenario"]})
 
 
 def nsp_prompt(scene: Scene, version: ProtocolVersion) -> str:
-    """Upstream step "NSP prompt" (``get_nsp_prompt``): the candidate list is the repr of
-    ``speaking_characters_w_env`` after upstream appended a missing Environment to it; HEAD
-    (958f962) appends the output-format block."""
-    names = repr(speakers_with_environment(scene))
-    prompt = _NSP_PROMPT.format(names=names, scenario=scene.raw["scenario"])
-    if version.nsp_output_format:
-        prompt += _NSP_OUTPUT_FORMAT.format(names=names)
-    return prompt
+    """Upstream step "NSP prompt" (``get_nsp_prompt``): the candidate list is
+    ``speaking_characters_w_env`` after upstream appended a missing Environment to it, shown as
+    a Python list; HEAD's (958f962) ends with an output-format block."""
+    sk = skeletons(scene, version)
+    return sk.nsp.render({**sk.nsp_constants, "all_characters": speakers_with_environment(scene),
+                          "scenario": scene.raw["scenario"]})
 
 
 def finish_system_prompt(raw_prompt: str, kind: str, name: str, rules: ModelRules) -> str:
@@ -275,12 +239,14 @@ def build_scene_agents(
         if name == NSP:
             kind, model, raw, draw = "nsp", nsp_model, nsp_prompt(scene, version), None
         elif name == ENVIRONMENT:
-            role, draw = _draw(rng, ENVIRONMENT_ROLES, "environment model role phrase", counter)
-            kind, model, raw = "env", env_model, environment_prompt(scene, role)
+            role, draw = _draw(rng, skeletons(scene, version).environment_roles, "environment model role phrase",
+                               counter)
+            kind, model, raw = "env", env_model, environment_prompt(scene, role, version)
         else:
             decorator, draw = "", None
             if profiles:
-                decorator, draw = _draw(rng, PROFILE_DECORATORS, "profile decorator", counter)
+                decorator, draw = _draw(rng, skeletons(scene, version).profile_decorators, "profile decorator",
+                                        counter)
             kind, model = "actor", actor_model
             raw = actor_prompt(
                 scene, name, profiles, decorator, version,
