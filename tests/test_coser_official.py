@@ -259,3 +259,17 @@ def test_a_flat_file_needs_the_actor_model_and_an_unknown_layout_names_the_known
     text = str(caught.value)
     assert "cannot recognise the layout of 'cases'" in text and "sections:" in text and "flat:" in text
     assert "\n" not in text and not (tmp_path / "run").exists()
+
+
+def test_cli_imports_a_flat_file_with_the_actor_model_named(tmp_path, capsys):
+    from charactereval_lib.cli import main
+
+    path = released("id_set_gpt3.5-no_length_penalty.json")
+    assert main(["coser", "import", str(path), str(tmp_path / "run"), "--actor-model", "gpt3.5", "--no-metrics",
+                 "--quiet"]) == 0
+    assert "400/400 dimension scores and 100/100 scene scores" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
+    assert manifest["import_official"]["score_formula"] == "no_length_penalty"
+    assert manifest["import_official"]["layout"] == "flat" and manifest["protocol_version"] == "coser-head"
+    assert main(["coser", "import", str(path), str(tmp_path / "run2"), "--no-metrics", "--quiet"]) == 2
+    assert "--actor-model" in capsys.readouterr().err

@@ -138,3 +138,47 @@ def test_version_lookup():
     assert get_version("coser-paper") is COSER_PAPER
     with pytest.raises(ValueError, match="unknown CoSER protocol version"):
         get_version("coser-2024")
+
+
+# --- the skeletons come from the pinned utils.py, never from this project's source -------------
+
+
+def test_prompts_py_restates_no_wording_of_the_upstream_skeletons():
+    import inspect
+
+    from charactereval_lib.coser import prompts
+    from charactereval_lib.coser.upstream import load_prompt_skeletons
+
+    source = inspect.getsource(prompts)
+    for name in ("coser-paper", "coser-head"):
+        sk = load_prompt_skeletons(name, data_dir())
+        texts = [sk.output_thoughtless, sk.output_thought, sk.output_thought_example, *sk.environment_roles]
+        for template in (sk.character_head, sk.thought_section, sk.others_section, sk.requirements, sk.environment,
+                         sk.nsp):
+            texts += [part for part in template.parts if isinstance(part, str)]
+        # Every sentence-sized piece of upstream wording (the short markers like "===Requirements==="
+        # are format, and absent too, but not worth a claim).
+        pieces = [line for text in texts for line in text.split("\n") if len(line.strip()) >= 20]
+        assert pieces and not [p for p in pieces if p.strip() in source], name
+
+
+def test_an_altered_or_unexpected_utils_py_is_refused_in_one_line(tmp_path):
+    import shutil
+
+    from charactereval_lib.coser.data import UPSTREAM_UTILS
+    from charactereval_lib.coser.upstream import load_prompt_skeletons, parse_prompt_skeletons
+    from charactereval_lib.engine.pinned import DataError
+
+    name = UPSTREAM_UTILS["coser-paper"]
+    copy = tmp_path / name
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(data_dir() / name, copy)
+    copy.write_bytes(copy.read_bytes() + b"\n")
+    with pytest.raises(DataError, match="mismatch"):
+        load_prompt_skeletons("coser-paper", tmp_path)
+    source = (data_dir() / name).read_bytes().replace(b"def get_nsp_prompt", b"def get_nsp_prompt_old")
+    with pytest.raises(DataError) as caught:
+        parse_prompt_skeletons(source, copy)
+    assert "no function get_nsp_prompt" in str(caught.value) and "\n" not in str(caught.value)
+    # Never executed: code with side effects at import time is only parsed.
+    parse_prompt_skeletons((data_dir() / name).read_bytes() + b"\nraise SystemExit('executed')\n", copy)
