@@ -83,8 +83,11 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
         else:
             from charactereval_lib.charactereval.reproduce import reproduce as run
 
+            from charactereval_lib import pipeline
+
+            settings = pipeline.ScoreSettings(rm=rm, device=device)
             document = run(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,
-                           progress=progress)
+                           score=lambda run_dir: pipeline.score(run_dir, settings, data=data, progress=progress))
         runs.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
         notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,

@@ -73,7 +73,7 @@ def test_coser_rows_set_every_published_cell_beside_ours_with_its_reason(coser_r
             assert r["paper"] is None and r["within"] is None and r["reason"]
 
 
-@pytest.mark.parametrize("model", ["gpt-4o", "abab7-preview-chat"])
+@pytest.mark.parametrize("model", ["abab7-preview-chat"])  # the file with a last-bit BLEU difference
 def test_recorded_bleu_and_rouge_l_of_the_ablation_files_are_reproduced(tmp_path, model):
     path = data_dir() / RELEASED_EVALUATION_DIR / f"id_set_{model}-no_length_penalty.json"
     if not path.exists():
@@ -99,7 +99,7 @@ def test_released_files_are_the_twelve_pinned_ones():
 
 
 def released_generations(tmp_path):
-    data = write_data_dir(tmp_path / "data", 12)
+    data = write_data_dir(tmp_path / "data", 6)
     samples = json.loads((data / "test_data.jsonl").read_text(encoding="utf-8"))
     id2metric = json.loads((data / "id2metric.jsonl").read_text(encoding="utf-8"))
     files = {}

@@ -12,7 +12,7 @@ carries the tiny-random label is reported as meaningless on every row.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +90,11 @@ def rows_for(key: str, source_file: str, summary: Mapping[str, Any] | None, mean
 
 
 def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], rm: str | None = None,
-              device: str | None = None, n_boot: int = 1000, seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """Import, score (with ``rm``) and summarise each released file under ``staging/runs/``;
-    the reproduction document (rows against Table 4)."""
-    from charactereval_lib import pipeline
+              device: str | None = None, score: Callable[[Path], Any] | None = None, n_boot: int = 1000,
+              seed: int = 0) -> dict[str, Any]:
+    """Import, score and summarise each released file under ``staging/runs/``; the reproduction
+    document (rows against Table 4). ``score(run_dir)`` scores a run with the checkpoint ``rm``
+    (the caller's scoring step); without ``rm`` nothing is scored."""
     from charactereval_lib.charactereval.reward.tiny import tiny_label
     from charactereval_lib.charactereval.summary import summarize_run
     from charactereval_lib.engine import runs
@@ -105,7 +106,9 @@ def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], r
         kind, result = import_official(Path(path), run_dir, data)
         summary = None
         if rm:
-            pipeline.score(run_dir, pipeline.ScoreSettings(rm=rm, device=device), data=data, progress=progress)
+            if score is None:
+                raise ValueError("a checkpoint was given without the step that scores with it")
+            score(run_dir)
             summary = summarize_run(runs.RunDir(run_dir), id2metric=data.id2metric, n_boot=n_boot, seed=seed)
         counts = result.counts()
         imported.append({"file": Path(path).name, "model": RELEASED_MODELS[key], "run": f"runs/{key}", "kind": kind,
