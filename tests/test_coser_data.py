@@ -85,3 +85,16 @@ def test_rouge_l_and_bleu_availability():
         assert str(exc).startswith("BLEU unavailable: ") and "\n" not in str(exc)
     else:
         assert value == pytest.approx(1.0)
+
+
+def test_the_released_results_and_both_utils_py_verify_against_the_manifest():
+    names = {spec.name for spec in D.manifest().files}
+    assert set(D.UPSTREAM_UTILS.values()) <= names
+    if not (data_dir() / D.RELEASED_EVALUATION_DIR).is_dir():
+        pytest.skip("released evaluation files not in the data directory")
+    assert D.verify(data_dir(), with_results=True) == []
+    # Each file is fetched from its own commit: utils.py of both versions, results of the rebuttal branch.
+    urls = {spec.name: D.manifest().url(spec) for spec in D.manifest().files}
+    assert "/93c147462592e372dba03afbdf37f5d0d667f8cc/gca_evaluation/utils.py" in urls[D.UPSTREAM_UTILS["coser-paper"]]
+    assert all("/d77a6d2795f73d467b5eedfb36cdd5350515878d/exp/evaluation/" in url
+               for name, url in urls.items() if name.startswith(D.RELEASED_EVALUATION_DIR))
