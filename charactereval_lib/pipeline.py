@@ -1157,9 +1157,10 @@ def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | run
     """An official paper-era ``exp/evaluation/*.json`` file as a new CoSER run (``coser.official.
     import_evaluation``): validated whole first, every dimension re-scored from its recorded
     critique, the reproduction report returned and kept in ``run.json``. ``protocol`` and
-    ``score_formula`` None: as the file's layout and name say (``import_evaluation``). ``models``: the other roles' models
-    (``env_model``, ``nsp_model``, ``judge_model``) where they are known more precisely than the
-    experiment name the files were written under (e.g. a dated snapshot)."""
+    ``score_formula`` None: as the file's layout and name say (``import_evaluation``).
+    ``models``: the other roles' models (``env_model``, ``nsp_model``, ``judge_model``) where they
+    are known more precisely than the experiment name the files were written under (e.g. a dated
+    snapshot)."""
     from charactereval_lib.coser.official import import_evaluation
     from charactereval_lib.coser.versions import get_version
 

@@ -209,8 +209,9 @@ def ablation_table(document: dict[str, Any]) -> pd.DataFrame:
         for column in ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality",
                        "Average"):
             with_penalty, without = by.get((f["model"], "main", column)), by[(f["model"], "ablation", column)]
+            with_value = with_penalty["recomputed"] if with_penalty else None
             records.append({"model": f["model"], "column": column,
-                            f"with length penalty: {main_formula}": _value(with_penalty and with_penalty["recomputed"], 3),
+                            f"with length penalty: {main_formula}": _value(with_value, 3),
                             f"without: {f['formula_text']}": _value(without["recomputed"], 3),
                             "difference": "–" if not with_penalty else
                             f"{without['recomputed'] - with_penalty['recomputed']:+.3f}"})

@@ -113,8 +113,8 @@ def released_generations(tmp_path):
 
 def test_charactereval_with_the_tiny_checkpoint_renders_every_cell_labelled_meaningless(tmp_path):
     data, files = released_generations(tmp_path)
-    outcome = reproduction.reproduce("charactereval", tmp_path / "out", rm=str(tiny_checkpoint()), device="cpu", n_boot=50,
-                                     data=data, files=files)
+    outcome = reproduction.reproduce("charactereval", tmp_path / "out", rm=str(tiny_checkpoint()), device="cpu",
+                                     n_boot=50, data=data, files=files)
     document = outcome.document
     assert document["meaningless"] and document["missing"] is None
     assert len(document["rows"]) == 5 * 15 and all(f["scored"] for f in document["files"])

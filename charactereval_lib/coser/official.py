@@ -83,7 +83,6 @@ IMPORTED = "imported"
 PAPER_ENV_MODEL = "gpt-4o"
 PAPER_NSP_MODEL = "llama3-1210-8epc"
 PAPER_JUDGE_MODEL = "gpt-4o"
-_BLOCK_TTR = ("ttr_single", "ttr_all")
 
 
 class OfficialFormatError(DataError):
@@ -207,8 +206,8 @@ def _layout(cases: Any, where: str) -> str:
     """Which of ``LAYOUTS`` the ``cases`` object has; a one-line error naming them when none."""
     known = "; ".join(f"{name}: {text}" for name, text in LAYOUTS.items())
     if not isinstance(cases, dict) or not cases:
-        raise OfficialFormatError(f"{where}: 'cases' should be a non-empty object, got "
-                                  f"{_kind(cases) if not isinstance(cases, dict) else 'an empty one'}; known layouts: {known}")
+        got = _kind(cases) if not isinstance(cases, dict) else "an empty one"
+        raise OfficialFormatError(f"{where}: 'cases' should be a non-empty object, got {got}; known layouts: {known}")
     if GROUNDTRUTH in cases:
         return "sections"
     values = list(cases.values())
