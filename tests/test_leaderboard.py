@@ -1,0 +1,165 @@
+"""The leaderboard: eligibility rules, the anchor gate, ranks with ties, the JSON/CSV contract and
+the command line, on synthetic runs of both benchmarks at the protocol's full size (invented
+text only; see ``testing.leaderboard_runs``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from charactereval_lib import cli
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.engine.board import TIE_TEST
+from charactereval_lib.leaderboard import build
+from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data
+
+PAPER = {"Storyline Consistency": 61.59, "Anthropomorphism": 48.93, "Character Fidelity": 48.95,
+         "Storyline Quality": 80.33}
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lb")
+    data = load_official_data(full_size_data(root / "data"), verify=False)
+    ce = root / "runs" / "ce"
+    charactereval_run(ce / "strong", data, model="strong-model", shift=0.4, seed=1)
+    charactereval_run(ce / "strong-twin", data, model="strong-twin", shift=0.4, seed=2)
+    charactereval_run(ce / "weak", data, model="weak-model", shift=-0.2, seed=3)
+    charactereval_run(ce / "unscored", data, model="half-done", seed=4, unscored=100)
+    charactereval_run(ce / "test-checkpoint", data, model="tiny-scored", seed=5, checkpoint=None)
+    charactereval_run(ce / "old", data, model="old-protocol", seed=6, protocol_version="charactereval-0.9")
+    anchor = root / "anchor" / "chatglm3"
+    charactereval_run(anchor, data, model="generation_trans_chatglm3_6b", seed=7, paper_row="ChatGLM3-6B")
+    co = root / "runs" / "coser"
+    coser_run(co / "gpt4o", actor="gpt-4o-2024-08-06", targets=PAPER, seed=1)
+    coser_run(co / "actor-b", actor="actor-b", level=70, seed=2, failed_sessions=3)
+    coser_run(co / "actor-c", actor="actor-c", level=55, seed=3)
+    coser_run(co / "sample", actor="actor-d", scenes=20, repeats=1, seed=4)
+    coser_run(co / "alias-judge", actor="actor-e", models={"judge": "gpt-4o"}, seed=5)
+    coser_run(co / "routed", actor="actor-f", endpoints={"actor": "https://openrouter.ai/api/v1"}, seed=6)
+    coser_run(co / "long", actor="actor-g", identity={"max_tokens": 2048}, seed=7)
+    return root, data
+
+
+SCORERS = {"charactereval": "BaichuanCharRM sha256:" + CHECKPOINT[:12], "coser": "judge gpt-4o-2024-08-06"}
+
+
+def board(content, benchmark, scorer=None):
+    matches = [b for b in content["boards"] if b["benchmark"] == benchmark and b["scorer"] == (scorer or SCORERS[benchmark])]
+    assert len(matches) == 1, [(b["benchmark"], b["protocol_version"], b["scorer"]) for b in content["boards"]]
+    return matches[0]
+
+
+def row(entry, run):
+    return next(r for r in entry["rows"] if r["run"] == run)
+
+
+@pytest.fixture(scope="module")
+def gated(runs_dir, tmp_path_factory):
+    """The site without the CharacterEval anchor run: that board must rank nothing."""
+    root, data = runs_dir
+    content, warnings = build([root / "runs"], tmp_path_factory.mktemp("site") / "out", context={"charactereval": data})
+    return content, warnings
+
+
+@pytest.fixture(scope="module")
+def anchored(runs_dir, tmp_path_factory):
+    root, data = runs_dir
+    out = tmp_path_factory.mktemp("site") / "out"
+    content, warnings = build([root / "runs", root / "anchor"], out, context={"charactereval": data})
+    return content, out
+
+
+def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
+    content, _ = gated
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "pending" and entry["anchor"]["run"] is None
+    assert "released generation" in entry["anchor"]["reasons"][0]
+    eligible = [r for r in entry["rows"] if r["eligible"]]
+    assert {r["run"] for r in eligible} == {"strong", "strong-twin", "weak"}
+    assert all(r["rank"] is None for r in entry["rows"])
+
+
+def test_ineligible_runs_say_every_reason(gated):
+    entry = board(gated[0], "charactereval")
+    assert row(entry, "unscored")["reasons"] == ["all-rows-scored: 100 of 8032 rows have no reward-model score"]
+    # A run without a checkpoint digest cannot share a board with any digest.
+    other = board(gated[0], "charactereval", "reward model, checkpoint not recorded")
+    assert [r["reasons"] for r in other["rows"]] == [["official-rm: no scored row records its checkpoint digest"]]
+
+
+def test_older_protocol_versions_are_archived_unranked(gated):
+    archived = gated[0]["archived"]
+    assert [(b["protocol_version"], [r["run"] for r in b["rows"]]) for b in archived] == [
+        ("charactereval-0.9", ["old"])]
+    assert archived[0]["anchor"] is None and archived[0]["rows"][0]["rank"] is None
+    assert archived[0]["rows"][0]["reasons"][0].startswith("protocol: made under protocol charactereval-0.9")
+
+
+def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
+    content, _ = anchored
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "reproduced" and entry["anchor"]["run"] == "chatglm3"
+    assert len(entry["anchor"]["deltas"]) == 15
+    assert "all 12 metric means within 0.0005" in entry["anchor"]["reasons"][0]
+    ranked = [r for r in entry["rows"] if r["rank"] is not None]
+    # The anchor's own run is an eligible run of the board and ranked like the others.
+    assert [r["run"] for r in ranked][2:] == ["weak", "chatglm3"]
+    assert {r["run"] for r in ranked[:2]} == {"strong", "strong-twin"}
+    # Same quality, different noise: the signed-rank test cannot separate them, so they tie.
+    assert [r["rank"] for r in ranked[:2]] == [1, 1] and ranked[1]["tie_test"]["tied_with_above"]
+    assert [r["rank"] for r in ranked[2:]] == [3, 4] and all(r["tie_test"]["p"] < 0.05 for r in ranked[2:])
+    for r in ranked:
+        assert r["ci"][0] < r["score"] < r["ci"][1]
+    assert entry["tie_test"] == TIE_TEST
+
+
+def test_coser_rules_anchor_and_failed_sessions(anchored):
+    entry = board(anchored[0], "coser")
+    assert entry["scorer"] == "judge gpt-4o-2024-08-06"
+    assert entry["anchor"]["status"] == "reproduced", entry["anchor"]
+    ranked = [r["run"] for r in entry["rows"] if r["rank"] is not None]
+    assert ranked == ["actor-b", "gpt4o", "actor-c"]
+    assert row(entry, "actor-b")["failures"] == 3 and row(entry, "actor-b")["n"] == 597
+    assert row(entry, "sample")["reasons"] == ["full-protocol: 20 of the 200 test scenes (preset sample)",
+                                               "full-protocol: 1 repeat(s), the protocol runs 3"]
+    assert row(entry, "routed")["reasons"][0].startswith("one-host: the actor role goes through the router openrouter.ai")
+    assert row(entry, "long")["reasons"] == ["fixed-parameters: max_tokens is 2048, the protocol fixes 512"]
+    alias = board(anchored[0], "coser", "judge gpt-4o")
+    assert alias["anchor"]["status"] == "pending"
+    assert any(r.startswith("fixed-models:") and "the judge model is 'gpt-4o'" in r for r in alias["rows"][0]["reasons"])
+
+
+def test_json_csv_and_site_files_say_the_same(anchored):
+    content, out = anchored
+    on_disk = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
+    assert on_disk["boards"] == json.loads(json.dumps(content["boards"]))
+    for entry in on_disk["boards"]:
+        assert set(entry) >= {"benchmark", "protocol_version", "scorer", "anchor", "rows"}
+        assert set(entry["anchor"]) >= {"status", "run", "reasons"}
+        for r in entry["rows"]:
+            assert set(r) >= {"run", "model", "eligible", "reasons", "rank", "score", "ci"}
+    lines = list(csv.DictReader((out / "leaderboard.csv").open(encoding="utf-8")))
+    assert len(lines) == sum(len(b["rows"]) for b in content["boards"] + content["archived"])
+    for r in on_disk["boards"][0]["rows"]:
+        folder = out / "runs" / r["page"]
+        assert (folder / "index.html").is_file() and (folder / "samples.js").is_file()
+        assert (folder / "detail-0.js").is_file()
+    assert "window.LBTables = {" in (out / "assets" / "dt_bundle.js").read_text(encoding="utf-8")
+
+
+def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_path, capsys):
+    root, _ = runs_dir
+    assert cli.main(["leaderboard", str(root / "runs" / "coser" / "sample"), "--out", str(tmp_path / "site")]) == 0
+    assert "1 board(s)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "site" / "leaderboard.json").read_text())["boards"][0]["benchmark"] == "coser"
+    assert cli.main(["leaderboard", str(tmp_path / "missing"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "no such run or folder" in err
+    assert not (tmp_path / "other").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["leaderboard", str(empty), "--out", str(tmp_path / "other")]) == 2
+    assert "no run.json" in capsys.readouterr().err
