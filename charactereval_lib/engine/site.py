@@ -107,7 +107,7 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
     tags = "".join(f'<script src="{esc(s)}"></script>' for s in scripts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>{esc(title)}</title><link rel="stylesheet" href="{up}{ASSETS}/dt_bundle.css">'
+            f'<title>{esc(title)}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="{up}{ASSETS}/dt_bundle.css">'
             f'<link rel="stylesheet" href="{up}{ASSETS}/site.css"></head>\n<body>\n{body}\n{tags}</body></html>\n')
 
 

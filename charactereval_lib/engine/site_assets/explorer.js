@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   const data = window.LB_SAMPLES;
-  const { DataTable } = window.LBTables;
+  const DataTable = window.LBTables.default;  // the bundle's default export
   const columns = data.columns.map((c) => c.key);
   const scoreColumns = data.columns.filter((c) => c.type === "num" && !["id", "repeat"].includes(c.key));
 
@@ -14,7 +14,7 @@
     children.flat().forEach((c) => node.append(c instanceof Node ? c : document.createTextNode(c == null ? "–" : String(c))));
     return node;
   }
-  const num = (v, d = 3) => (v == null ? "–" : typeof v === "number" ? v.toFixed(d) : String(v));
+  const num = (v, d = 3) => (v == null ? "–" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(d) : String(v));
 
   const table = new DataTable("#samples", {
     data: data.rows,
