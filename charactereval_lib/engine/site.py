@@ -150,8 +150,10 @@ def _board_html(board: Mapping[str, Any]) -> str:
         text = f'{label[anchor["status"]]}' + (f' (run {esc(anchor["run"])})' if anchor.get("run") else "")
         extra = ("" if anchor["status"] == "reproduced"
                  else " Nothing on this board is ranked until its anchor reproduces the paper.")
+        deltas = ", ".join(f"{name} {value:+.4f}" for name, value in anchor["deltas"].items())
         out.append(f'<div class="anchor {esc(anchor["status"])}"><strong>{esc(text)}</strong>{esc(extra)}<ul>'
-                   + "".join(f"<li>{esc(r)}</li>" for r in anchor["reasons"]) + "</ul></div>")
+                   + "".join(f"<li>{esc(r)}</li>" for r in anchor["reasons"]) + "</ul>"
+                   + (f'<p class="deltas">Run minus paper: {esc(deltas)}</p>' if deltas else "") + "</div>")
     out.append(f'<p class="meta">Score: {esc(board["headline"])}; 95% percentile cluster-bootstrap interval '
                f'(1,000 resamples of whole {esc(board["cluster"])}s). Ties: {esc(board["tie_test"])}.</p>')
     eligible = [r for r in board["rows"] if r["eligible"]]
