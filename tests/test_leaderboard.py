@@ -11,9 +11,13 @@ import pytest
 
 from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST
 from charactereval_lib.leaderboard import build
-from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data
+from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
+
+from tests.coser_golden import data_dir as coser_data_dir
+from tests.test_coser_official import synthetic_file
 
 PAPER = {"Storyline Consistency": 61.59, "Anthropomorphism": 48.93, "Character Fidelity": 48.95,
          "Storyline Quality": 80.33}
@@ -31,7 +35,7 @@ def runs_dir(tmp_path_factory):
     charactereval_run(ce / "test-checkpoint", data, model="tiny-scored", seed=5, checkpoint=None)
     charactereval_run(ce / "old", data, model="old-protocol", seed=6, protocol_version="charactereval-0.9")
     anchor = root / "anchor" / "chatglm3"
-    charactereval_run(anchor, data, model="generation_trans_chatglm3_6b", seed=7, paper_row="ChatGLM3-6B")
+    released_run(anchor, data, root / "released", paper_row="ChatGLM3-6B", file_key="chatglm3_6b", seed=7)
     co = root / "runs" / "coser"
     coser_run(co / "gpt4o", actor="gpt-4o-2024-08-06", targets=PAPER, seed=1)
     coser_run(co / "actor-b", actor="actor-b", level=70, seed=2, failed_sessions=3)
@@ -40,6 +44,8 @@ def runs_dir(tmp_path_factory):
     coser_run(co / "alias-judge", actor="actor-e", models={"judge": "gpt-4o"}, seed=5)
     coser_run(co / "routed", actor="actor-f", endpoints={"actor": "https://openrouter.ai/api/v1"}, seed=6)
     coser_run(co / "long", actor="actor-g", identity={"max_tokens": 2048}, seed=7)
+    official.import_evaluation(co / "imported", synthetic_file(root / "official.json"), data_dir=coser_data_dir(),
+                               metrics=False, progress=False)
     return root, data
 
 
@@ -130,6 +136,17 @@ def test_coser_rules_anchor_and_failed_sessions(anchored):
     alias = board(anchored[0], "coser", "judge gpt-4o")
     assert alias["anchor"]["status"] == "pending"
     assert any(r.startswith("fixed-models:") and "the judge model is 'gpt-4o'" in r for r in alias["rows"][0]["reasons"])
+
+
+def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
+    content, out = anchored
+    [imported] = [r for b in content["boards"] if b["benchmark"] == "coser" for r in b["rows"] if r["run"] == "imported"]
+    assert not imported["eligible"] and imported["rank"] is None
+    assert "full-protocol: 1 of the 200 test scenes (preset imported)" in imported["reasons"]
+    samples = (out / "runs" / imported["page"] / "samples.js").read_text(encoding="utf-8")
+    assert samples.startswith("window.LB_SAMPLES = ") and '"Book' not in samples
+    detail = (out / "runs" / imported["page"] / "detail-0.js").read_text(encoding="utf-8")
+    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3*n) * 5)"' in detail
 
 
 def test_json_csv_and_site_files_say_the_same(anchored):

@@ -49,8 +49,10 @@ def _protocol(view: RunView) -> list[str]:
 def _generated(view: RunView) -> list[str]:
     f = view.facts
     reasons = []
-    if f["generated"] < EXPECTED_SAMPLES:
-        reasons.append(f"{f['generated']} of {EXPECTED_SAMPLES} test samples have a recorded reply or failure")
+    if f["missing"] is None:
+        reasons.append("the official data is not available to list the scored samples")
+    elif f["missing"]:
+        reasons.append(f"{f['missing']} scored test samples have neither a reply nor a recorded failure")
     if f["failed_scored"] > MAX_FAILED:
         reasons.append(f"{f['failed_scored']} scored samples failed (None/ERROR), more than {MAX_FAILED} "
                        f"({MAX_FAILED_SHARE:.0%} of {SCORED_IDS})")
@@ -92,8 +94,10 @@ def _mode(view: RunView) -> list[str]:
 RULES = (
     Rule("protocol", f"The run was made under the current protocol version ({PROTOCOL_VERSION}); runs of an older "
          "version go to the archive (seed 004 H01).", _protocol),
-    Rule("all-samples", f"Every one of the {EXPECTED_SAMPLES:,} test samples was generated, a failure counted as "
-         f"one; at most {MAX_FAILED} ({MAX_FAILED_SHARE:.0%}) of the {SCORED_IDS:,} scored samples failed. A failed "
+    Rule("all-samples", f"Every one of the {SCORED_IDS:,} scored test samples (those with metrics; the other "
+         f"{EXPECTED_NO_METRIC_IDS} of the {EXPECTED_SAMPLES:,} are never scored, and the released generations leave "
+         "them out) was generated, a failure counted as one; at most "
+         f"{MAX_FAILED} ({MAX_FAILED_SHARE:.0%}) of them failed. A failed "
          "sample (None or ERROR) is dropped from every metric as the official code does, which can only raise a "
          "score, so the count is shown on every row.", _generated),
     Rule("all-rows-scored", f"All {EXPECTED_ROWS:,} (sample, metric) rows are accounted for (rows of failed "
@@ -133,7 +137,8 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     scoring = manifest.get("scoring") or {}
     verify = manifest.get("rm_verify") or {}
     facts = {
-        "generated": len(generations), "failed": len(failed), "failed_scored": len(scored_failed),
+        "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
+        "failed": len(failed), "failed_scored": len(scored_failed),
         "failed_rows": rows_of_failed, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
         "checkpoints": checkpoints, "modes": sorted({str(i.mode) for i in identities}),
         "tiny_label": (scoring.get("checkpoint") or {}).get("label"),

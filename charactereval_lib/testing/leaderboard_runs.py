@@ -13,6 +13,7 @@ import numpy as np
 
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS_PER_METRIC, EXPECTED_SAMPLES
 from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
+from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.charactereval.reference import load_paper_table
 from charactereval_lib.coser.judge import dimension_score
 from charactereval_lib.coser.report import load_anchor
@@ -35,33 +36,43 @@ def full_size_data(directory: Path) -> Path:
 
 def charactereval_run(run_dir: Path, data: Any, *, model: str, shift: float = 0.0, seed: int = 0,
                       checkpoint: str | None = CHECKPOINT, failed_ids: Collection[int] = (), unscored: int = 0,
-                      protocol_version: str = PROTOCOL_VERSION, paper_row: str | None = None) -> Path:
+                      protocol_version: str = PROTOCOL_VERSION) -> Path:
     """A generated, transformed and scored run recorded as the real scorer records it (checkpoint
-    digest on every score). ``paper_row`` makes it a released generation's import whose metric
-    means equal that Table 4 row (every row moved by its metric's gap)."""
+    digest on every score and in run.json)."""
     write_synthetic_run(run_dir, data, seed=seed, shift=shift, model=model, failed_ids=failed_ids, unscored=unscored)
-    scores = runs.read_jsonl(Path(run_dir) / runs.SCORES).records
-    if paper_row is not None:
-        table = load_paper_table()
-        by_metric: dict[str, list[float]] = {}
-        for record in scores:
-            by_metric.setdefault(record["metric_en"], []).append(record["score"])
-        gap = {m: float(table.loc[paper_row, m]) - float(np.mean(v)) for m, v in by_metric.items()}
-        for record in scores:
-            record["score"] += gap[record["metric_en"]]
+    _record_scores(Path(run_dir), runs.read_jsonl(Path(run_dir) / runs.SCORES).records, checkpoint, protocol_version)
+    return Path(run_dir)
+
+
+def released_run(run_dir: Path, data: Any, work_dir: Path, *, paper_row: str, file_key: str, seed: int = 0) -> Path:
+    """A released generation's run as a user makes it: a synthetic run exported to the official
+    ``generation_trans`` format under the released file's name, imported with ``import-official``,
+    then scored (checkpoint digest recorded) so that its metric means equal ``paper_row`` of
+    Table 4 (every row moved by its metric's gap)."""
+    source = charactereval_run(Path(work_dir) / "source", data, model=file_key, seed=seed)
+    exported = {p.name: p for p in export_official(source, data, Path(work_dir) / "official")}
+    released = exported["generation_trans.jsonl"].rename(Path(work_dir) / f"generation_trans_{file_key}.jsonl")
+    import_official(released, Path(run_dir), data)
+    scores = runs.read_jsonl(source / runs.SCORES).records
+    table = load_paper_table()
+    by_metric: dict[str, list[float]] = {}
+    for record in scores:
+        by_metric.setdefault(record["metric_en"], []).append(record["score"])
+    gap = {m: float(table.loc[paper_row, m]) - float(np.mean(v)) for m, v in by_metric.items()}
+    for record in scores:
+        record["score"] += gap[record["metric_en"]]
+    _record_scores(Path(run_dir), scores, CHECKPOINT, PROTOCOL_VERSION)
+    return Path(run_dir)
+
+
+def _record_scores(run_dir: Path, scores: list[dict[str, Any]], checkpoint: str | None, protocol_version: str) -> None:
     for record in scores:
         if checkpoint:
             record["checkpoint_sha256"] = checkpoint
-    runs.write_jsonl_atomic(Path(run_dir) / runs.SCORES, scores)
-    sections: dict[str, Any] = {"scoring": {"mode": "faithful", "device": "cpu", "protocol_version": protocol_version,
-                                            "checkpoint": {"sha256": checkpoint, "format": "bin-sharded",
-                                                           "label": None}}}
-    if paper_row is not None:
-        key = {"ChatGLM3-6B": "chatglm3_6b", "Baichuan2-7B": "baichuan_7b"}[paper_row]
-        sections["generation"] = {"backend": "import-official", "model": f"generation_trans_{key}",
-                                  "source": {"file": f"data/official/generation_trans_{key}.jsonl", "kind": "generation_trans"}}
-    runs.update_manifest(Path(run_dir), protocol_version=protocol_version, **sections)
-    return Path(run_dir)
+    runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+    runs.update_manifest(run_dir, protocol_version=protocol_version, scoring={
+        "mode": "faithful", "device": "cpu", "protocol_version": protocol_version,
+        "checkpoint": {"sha256": checkpoint, "format": "bin-sharded", "label": None}})
 
 
 def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3, seed: int = 0, level: float = 60.0,
