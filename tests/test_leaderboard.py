@@ -167,6 +167,33 @@ def test_json_csv_and_site_files_say_the_same(anchored):
     assert "window.LBTables = {" in (out / "assets" / "dt_bundle.js").read_text(encoding="utf-8")
 
 
+def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leaves_the_old_site(runs_dir, tmp_path,
+                                                                                                  monkeypatch):
+    root, data = runs_dir
+    broken = tmp_path / "runs" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "run.json").write_text('{"protocol_version": "charactereval-1.0"}', encoding="utf-8")
+    out = tmp_path / "site"
+    content, warnings = build([tmp_path / "runs", root / "runs" / "coser" / "sample"], out,
+                              context={"charactereval": data})
+    assert len(warnings) == 1 and warnings[0].startswith(f"{broken}: cannot be read (") and "left out" in warnings[0]
+    assert "cannot be read" in (out / "index.html").read_text(encoding="utf-8")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+
+    def explode(view, context):
+        raise RuntimeError("disk full")
+
+    from dataclasses import replace
+
+    from charactereval_lib import leaderboard
+
+    monkeypatch.setitem(leaderboard.BENCHMARKS, "coser", replace(leaderboard.BENCHMARKS["coser"], explorer=explode))
+    with pytest.raises(RuntimeError, match="disk full"):
+        build([root / "runs" / "coser" / "sample"], out, context={"charactereval": data})
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_path, capsys):
     root, _ = runs_dir
     assert cli.main(["leaderboard", str(root / "runs" / "coser" / "sample"), "--out", str(tmp_path / "site")]) == 0

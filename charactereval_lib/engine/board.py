@@ -111,7 +111,7 @@ def rank_rows(views: Sequence[RunView]) -> list[dict[str, Any]]:
 
 
 def row_of(view: RunView) -> dict[str, Any]:
-    return {"run": view.path.name, "path": str(view.path), "model": view.model, "eligible": not view.reasons,
+    return {"run": view.path.name, "model": view.model, "eligible": not view.reasons,
             "reasons": list(view.reasons), "rank": None, "score": _num(view.score),
             "ci": [_num(view.ci[0]), _num(view.ci[1])] if view.score is not None else None,
             "n": view.n, "failures": view.failures, "page": page_name(view)}

@@ -119,6 +119,9 @@ def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], b
              f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
              '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
              'Scores from different scorers never share a board.</p></header>']
+    if content.get("warnings"):
+        parts.append('<section id="left-out"><h2>Left out</h2><ul class="reasons">'
+                     + "".join(f"<li>{esc(w)}</li>" for w in content["warnings"]) + "</ul></section>")
     if not content["boards"]:
         parts.append('<p class="empty">No run of a current protocol version was found.</p>')
     for board in content["boards"]:
