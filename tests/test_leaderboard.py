@@ -64,9 +64,10 @@ def row(entry, run):
 
 @pytest.fixture(scope="module")
 def gated(runs_dir, tmp_path_factory):
-    """The site without the CharacterEval anchor run: that board must rank nothing."""
+    """The CharacterEval runs without their anchor run: that board must rank nothing."""
     root, data = runs_dir
-    content, warnings = build([root / "runs"], tmp_path_factory.mktemp("site") / "out", context={"charactereval": data})
+    content, warnings = build([root / "runs" / "ce"], tmp_path_factory.mktemp("site") / "out",
+                              context={"charactereval": data})
     return content, warnings
 
 

@@ -122,7 +122,7 @@ def recognises(manifest: dict[str, Any]) -> bool:
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
     """One view per run: the reward-model board it belongs to (by checkpoint digest).
     ``context["charactereval"]``: the official data (None when it cannot be loaded), which
-    says how many rows the failed samples would have had."""
+    says which samples are scored and how many rows the failed samples would have had."""
     run = runs.RunDir(path)
     frame, counts = load_run_scores(run)
     generations = run.latest_generations()
@@ -132,15 +132,16 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     scored_failed = failed - no_metric
     data = context.get(BENCHMARK)
     rows_of_failed = sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None
-    identities = run.scorer_identities()
-    checkpoints = sorted({i.checkpoint for i in identities if i.checkpoint})
+    # The scored rows carry their score records' fields: no second read of scores.jsonl.
+    checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
+    modes = sorted({str(m) for m in frame["mode"]}) if "mode" in frame else []
     scoring = manifest.get("scoring") or {}
     verify = manifest.get("rm_verify") or {}
     facts = {
         "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
         "failed": len(failed), "failed_scored": len(scored_failed),
         "failed_rows": rows_of_failed, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
-        "checkpoints": checkpoints, "modes": sorted({str(i.mode) for i in identities}),
+        "checkpoints": checkpoints, "modes": modes, "generations": generations,
         "tiny_label": (scoring.get("checkpoint") or {}).get("label"),
         "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints,
     }

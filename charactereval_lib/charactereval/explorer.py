@@ -22,7 +22,7 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     run = runs.RunDir(view.path)
     data = context.get("charactereval")
     samples = data.by_id() if data else {}
-    generations = run.latest_generations()
+    generations = view.facts["generations"]
     rm = run.latest_scores()
     judge_model = next(iter(run.judge_models()), None)
     judge = run.latest_scores(scorer=runs.JUDGE, judge_model=judge_model) if judge_model else {}
