@@ -133,7 +133,7 @@ def test_a_failed_sample_is_a_row_with_its_reason(page, site):
     page.click("text=ce-small")
     page.wait_for_selector("#samples tbody tr")
     options = page.locator("select[data-filter=failure] option").all_inner_texts()
-    assert options[0] == "all failures" and any("synthetic timeout" in o for o in options[1:])
+    assert options[0] == "failure: all" and any("synthetic timeout" in o for o in options[1:])
     page.select_option("select[data-filter=failure]", index=1)
     ids = set(page.locator("#samples tbody tr td:first-child").all_inner_texts())
     assert ids == {str(data.samples[3].id)}

@@ -12,7 +12,7 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
-COLUMNS = [("id", "sample", "num"), ("character", "character", "text"), ("novel", "novel", "text"),
+COLUMNS = [("id", "sample", "int"), ("character", "character", "text"), ("novel", "novel", "text"),
            ("metric", "metric", "text"), ("dimension", "dimension", "text"), ("rm", "RM score", "num"),
            ("judge", "judge score", "num"), ("disagreement", "|RM − judge|", "num"), ("failure", "failure", "text")]
 FILTERS = ("character", "novel", "metric", "dimension", "failure")

@@ -16,7 +16,7 @@ from charactereval_lib.engine.site import Explorer
 
 ABBR = {"Storyline Consistency": "SC", "Anthropomorphism": "AN", "Character Fidelity": "CF", "Storyline Quality": "SQ"}
 COLUMNS = [("scene", "scene", "text"), ("book", "book", "text"), ("split", "split", "text"),
-           ("repeat", "repeat", "num"), *[(ABBR[d], ABBR[d], "num") for d in DIMENSIONS],
+           ("repeat", "repeat", "int"), *[(ABBR[d], ABBR[d], "num") for d in DIMENSIONS],
            ("average", "average", "num"), ("ended", "ended by", "text"), ("failure", "failure", "text")]
 FILTERS = ("book", "split", "ended", "failure")
 FORMULA = "max(0, 100 - (S - 0.3*n) * 5)"

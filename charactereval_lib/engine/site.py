@@ -33,7 +33,7 @@ _COMMENTS = re.compile(r"/\*.*?\*/", re.S)
 
 @dataclass(frozen=True)
 class Explorer:
-    """A run's samples: ``columns`` (key, title, "num"|"text"), the keys offered as filters,
+    """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
     one table row per sample (values in column order), one detail record per row, and a note
     on what is missing (None: nothing)."""
 

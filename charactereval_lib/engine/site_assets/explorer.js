@@ -6,7 +6,7 @@
   const data = window.LB_SAMPLES;
   const DataTable = window.LBTables.default;  // the bundle's default export
   const columns = data.columns.map((c) => c.key);
-  const scoreColumns = data.columns.filter((c) => c.type === "num" && !["id", "repeat"].includes(c.key));
+  const scoreColumns = data.columns.filter((c) => c.type === "num");
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -20,7 +20,10 @@
     data: data.rows,
     columns: data.columns.map((c) => ({
       title: c.title,
-      render: c.type === "num" ? (v, type) => (type === "display" ? num(v, Number.isInteger(v) ? 0 : 3) : v == null ? -Infinity : v) : (v) => (v == null ? "" : v),
+      className: c.type === "text" ? "" : "dt-right",
+      // Sorting puts missing numbers last-but-sortable; display shows scores with 3 decimals.
+      render: c.type === "text" ? (v) => (v == null ? "" : v)
+        : (v, type) => (type === "display" ? (v == null ? "–" : c.type === "num" ? v.toFixed(3) : String(v)) : v == null ? -Infinity : v),
     })),
     deferRender: true,
     pageLength: 25,
@@ -31,7 +34,8 @@
   data.filters.forEach((key) => {
     const index = columns.indexOf(key);
     const values = [...new Set(data.rows.map((r) => r[index]).filter((v) => v != null && v !== ""))].sort();
-    const select = el("select", { "data-filter": key, "aria-label": key }, el("option", { value: "" }, `all ${key}s`),
+    const title = data.columns[index].title;
+    const select = el("select", { "data-filter": key, "aria-label": title }, el("option", { value: "" }, `${title}: all`),
       ...values.map((v) => el("option", { value: v }, v)));
     select.addEventListener("change", () => {
       const value = select.value;
@@ -121,7 +125,8 @@
     chunk(Math.floor(index / data.chunk)).then((part) => {
       const d = part[index % data.chunk];
       const row = data.rows[index];
-      const title = el("h2", {}, "Sample: " + data.columns.map((c, i) => `${c.title} ${row[i] == null ? "–" : row[i]}`).slice(0, 5).join(" · "));
+      const title = el("h2", {}, "Sample: " + data.columns.map((c, i) => [c, row[i]])
+        .filter(([c, v]) => c.type !== "num" && v != null && v !== "").map(([c, v]) => `${c.title} ${v}`).join(" · "));
       const close = el("button", { type: "button", class: "close" }, "close");
       close.addEventListener("click", () => { detail.hidden = true; });
       detail.replaceChildren(close, title, ...("dialogue" in d ? coserDetail(d) : characterevalDetail(d)));
