@@ -12,7 +12,7 @@ import pytest
 from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.coser import official
-from charactereval_lib.engine.board import TIE_TEST
+from charactereval_lib.engine.board import TIE_TEST, model_label
 from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
 
@@ -208,3 +208,8 @@ def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_pat
     empty.mkdir()
     assert cli.main(["leaderboard", str(empty), "--out", str(tmp_path / "other")]) == 2
     assert "no run.json" in capsys.readouterr().err
+
+
+def test_a_reasoning_setting_is_named_in_the_row_label():
+    assert model_label("m", {"temperature": 0.0, "reasoning_effort": "high"}) == "m (reasoning_effort=high)"
+    assert model_label("m", {"temperature": 0.0, "reasoning_effort": None}) == "m"

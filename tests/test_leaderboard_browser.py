@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.engine import runs
 from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
@@ -30,7 +31,13 @@ WAIT_MS = 60_000
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     data = load_official_data(write_synthetic_data(root / "data", 120), verify=False)
-    charactereval_run(root / "runs" / "ce-small", data, model="small-model", seed=1, failed_ids=[data.samples[3].id])
+    ce = charactereval_run(root / "runs" / "ce-small", data, model="small-model", seed=1,
+                           failed_ids=[data.samples[3].id])
+    # The first rows also judged, so the explorer has both scorers to set side by side.
+    rows = runs.read_jsonl(ce / runs.ROWS).records[:10]
+    runs.write_jsonl_atomic(ce / runs.JUDGE_SCORES, [
+        {"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "judge-x", "status": "ok",
+         "score": 4.0, "choice": "4", "invalid": False, "reply": "invented reasoning\n4"} for r in rows])
     coser_run(root / "runs" / "coser-a", actor="actor-a", level=65, seed=1)
     coser_run(root / "runs" / "coser-b", actor="actor-b", level=60, seed=2, failed_sessions=2)
     coser_run(root / "runs" / "coser-sample", actor="actor-c", scenes=20, repeats=1, seed=3)
@@ -125,6 +132,22 @@ def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site
         assert heading in text
     assert data.by_id()[sample_id].context.split("\n")[0] in text
     shoot(page, "explorer-charactereval")
+
+
+def test_a_judged_sample_shows_both_scorers_and_their_disagreement(page, site):
+    open_index(page, site[0])
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    page.locator("#samples thead th", has_text="judge score").click()
+    page.locator("#samples thead th", has_text="judge score").click()  # descending: judged rows first
+    first = page.locator("#samples tbody tr").first
+    rm, judge, gap = (float(first.locator(f"td:nth-child({k})").inner_text()) for k in (6, 7, 8))
+    assert judge == 4.0 and gap == pytest.approx(abs(rm - judge), abs=2e-3)
+    first.click()
+    detail = page.locator("#detail")
+    detail.wait_for(state="visible")
+    text = detail.inner_text()
+    assert "Judge judge-x" in text and "parsed choice" in text and "invented reasoning" in text
 
 
 def test_a_failed_sample_is_a_row_with_its_reason(page, site):
