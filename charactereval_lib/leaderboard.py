@@ -99,5 +99,5 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
                 view = by_page[row["page"]]
                 spec = BENCHMARKS[view.benchmark]
                 report = view.path / spec.report
-                yield site.RunPage(row["page"], row["model"], spec.spec.title, label, row, view.manifest,
+                yield site.RunPage(row["page"], spec.spec.title, label, row, view.manifest,
                                    report if report.is_file() else None, spec.explorer(view, context))

@@ -34,10 +34,9 @@ MAX_FAILED = math.floor(MAX_FAILED_SHARE * SCORED_IDS)
 # Released generations (`data fetch --with-results`) and their Table 4 rows.
 RELEASED = {"chatglm3_6b": "ChatGLM3-6B", "xverse_7b": "XVERSE-7B", "baichuan_7b": "Baichuan2-7B",
             "qwen_7b": "Qwen-7B", "internlm_7b": "InternLM-7B"}
-# Anchor tolerance per cell (12 metric means, 3 dimension averages): the paper prints three
-# decimals, so a cell stands for every value within half a unit of the third (engine.anchor).
+# Anchor tolerance per metric mean: the paper prints three decimals, so a cell stands for every
+# value within half a unit of the third (engine.anchor).
 ANCHOR_TOLERANCE = rounding_tolerance(PAPER_DECIMALS)
-FAST_VERIFIED = "fast mode verified on this run (`score --verify`): no row beyond one bf16 grid step"
 
 
 def _protocol(view: RunView) -> list[str]:

@@ -23,8 +23,8 @@ from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
 BENCHMARK = "coser"
-HEADLINE = "average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, " \
-           "Storyline Quality), the paper's Average column"
+HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
+            "Storyline Quality), the paper's Average column")
 # The fixed parameters of a scene simulation (seed 004 H04, H05, H26); the version's own fields
 # (judge max tokens, attempts, clipping, ...) must equal its record too.
 FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continue_from": 0, "thoughtless": False}

@@ -47,7 +47,6 @@ class Explorer:
 @dataclass(frozen=True)
 class RunPage:
     folder: str
-    title: str
     benchmark: str
     board: str
     row: Mapping[str, Any]
