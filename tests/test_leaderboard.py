@@ -1,6 +1,7 @@
 """The leaderboard: eligibility rules, the anchor gate, ranks with ties, the JSON/CSV contract and
 the command line, on synthetic runs of both benchmarks at the protocol's full size (invented
-text only; see ``testing.leaderboard_runs``)."""
+text only; see ``testing.leaderboard_runs``), an imported CoSER result and a real CoSER smoke run
+against the local mock server."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST, model_label
 from charactereval_lib.leaderboard import build
+from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
+from charactereval_lib.testing.mockserver import MockServer
 
 from tests.coser_golden import data_dir as coser_data_dir
 from tests.test_coser_official import synthetic_file
@@ -136,7 +139,7 @@ def test_coser_rules_anchor_and_failed_sessions(anchored):
     assert row(entry, "long")["reasons"] == ["fixed-parameters: max_tokens is 2048, the protocol fixes 512"]
     alias = board(anchored[0], "coser", "judge gpt-4o")
     assert alias["anchor"]["status"] == "pending"
-    assert any(r.startswith("fixed-models:") and "the judge model is 'gpt-4o'" in r for r in alias["rows"][0]["reasons"])
+    assert any(r.startswith("fixed-models: the judge model is 'gpt-4o'") for r in alias["rows"][0]["reasons"])
 
 
 def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
@@ -213,3 +216,29 @@ def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_pat
 def test_a_reasoning_setting_is_named_in_the_row_label():
     assert model_label("m", {"temperature": 0.0, "reasoning_effort": "high"}) == "m (reasoning_effort=high)"
     assert model_label("m", {"temperature": 0.0, "reasoning_effort": None}) == "m"
+
+
+def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
+    """A run made by `coser run` against the local mock server (its real run.json and artifacts),
+    with a rendered report beside it: listed with its reasons, the report copied and linked."""
+    run = tmp_path / "runs" / "smoke"
+    with MockServer(reply=scripted_reply) as server:
+        assert cli.main(["coser", "run", str(run), "--preset", "smoke", "--actor-model", "mock-actor", "--base-url",
+                         server.base_url, "--no-api-key", "--data-dir", str(coser_data_dir()), "--retry-base-delay",
+                         "0.01", "--timeout", "5", "--no-progress"]) == 0
+    (run / "report.html").write_text("<html><body>the run's report</body></html>", encoding="utf-8")
+    assert cli.main(["leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "site")]) == 0
+    [entry] = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))["boards"]
+    [smoke] = entry["rows"]
+    assert entry["scorer"] == "judge gpt-4o" and entry["anchor"]["status"] == "pending"
+    assert smoke["reasons"] == [
+        "full-protocol: 2 of the 200 test scenes (preset smoke)", "full-protocol: 1 repeat(s), the protocol runs 3",
+        "fixed-models: the judge model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match exactly; "
+        "the moving alias 'gpt-4o' does not)",
+        "fixed-models: the environment model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match "
+        "exactly; the moving alias 'gpt-4o' does not)",
+        "fixed-models: the next-speaker model is 'gpt-4o-mini', the protocol fixes 'CoSER-70B'"]
+    page = tmp_path / "site" / "runs" / smoke["page"]
+    assert (page / "report.html").read_text(encoding="utf-8") == "<html><body>the run's report</body></html>"
+    assert 'href="report.html"' in (page / "index.html").read_text(encoding="utf-8")
+    assert smoke["n"] == 2 and smoke["failures"] == 0

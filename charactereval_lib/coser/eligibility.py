@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from charactereval_lib.coser.report import comparability, load_anchor
+from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, compute_summary, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import VERSIONS
@@ -77,8 +77,9 @@ def _fixed(view: RunView) -> list[str]:
 
 def _models(view: RunView) -> list[str]:
     anchor = load_anchor()
-    reasons = [r for r in comparability(view.manifest, anchor) if "protocol" not in r and "original lines" not in r
-               and "thoughtless" not in r]
+    # comparability() also judges protocol, given lines and thoughtless format: other rules here.
+    reasons = [r.removeprefix(f"{NOT_COMPARABLE}: ") for r in comparability(view.manifest, anchor)
+               if "protocol" not in r and "original lines" not in r and "thoughtless" not in r]
     models = (view.manifest.get("coser") or {}).get("models") or {}
     if models.get("nsp") != anchor["nsp_model"]:
         reasons.append(f"the next-speaker model is {models.get('nsp')!r}, the protocol fixes {anchor['nsp_model']!r}")
