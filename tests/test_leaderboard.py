@@ -242,3 +242,29 @@ def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
     assert (page / "report.html").read_text(encoding="utf-8") == "<html><body>the run's report</body></html>"
     assert 'href="report.html"' in (page / "index.html").read_text(encoding="utf-8")
     assert smoke["n"] == 2 and smoke["failures"] == 0
+
+
+def test_charactereval_rules_on_recorded_facts(tmp_path):
+    """Each rule's reasons from a run's facts as `read` records them (no artifacts needed)."""
+    from charactereval_lib.charactereval.eligibility import MAX_FAILED, SPEC
+    from charactereval_lib.engine.board import RunView
+
+    def reasons(**facts):
+        base = {"missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
+                "checkpoints": ["a" * 64], "modes": ["faithful"], "tiny_label": None, "fast_verified": False}
+        view = RunView(tmp_path, "charactereval", "charactereval-1.0", "s", "m", {}, facts={**base, **facts})
+        return SPEC.check(view)
+
+    assert reasons() == []
+    assert reasons(modes=["fast"]) == ["scorer-mode: fast mode without a `score --verify` on this run and checkpoint "
+                                       "that kept every row within one bf16 grid step"]
+    assert reasons(modes=["fast", "faithful"], fast_verified=True) == []
+    assert reasons(checkpoints=["a" * 64, "b" * 64]) == ["official-rm: rows scored by 2 different checkpoints"]
+    assert reasons(tiny_label="tiny-random") == [
+        "official-rm: scored by a test checkpoint (tiny-random), not BaichuanCharRM"]
+    assert reasons(missing=3) == ["all-samples: 3 scored test samples have neither a reply nor a recorded failure"]
+    assert reasons(failed_scored=MAX_FAILED, rows=8032 - 90, failed_rows=90) == []
+    assert reasons(failed_scored=MAX_FAILED + 1, rows=8032 - 92, failed_rows=92) == [
+        f"all-samples: {MAX_FAILED + 1} scored samples failed (None/ERROR), more than {MAX_FAILED} (1% of 4531)"]
+    assert reasons(failed_scored=1, rows=8031, failed_rows=None) == [
+        "all-rows-scored: the official data is not available to count the rows of the failed samples"]

@@ -86,7 +86,8 @@ def _mode(view: RunView) -> list[str]:
     modes = set(view.facts["modes"])
     reasons = [f"scorer mode {m!r} is neither faithful nor fast" for m in sorted(modes - {"faithful", "fast"})]
     if "fast" in modes and not view.facts["fast_verified"]:
-        reasons.append("fast mode without a passing `score --verify` on this run")
+        reasons.append("fast mode without a `score --verify` on this run and checkpoint that kept every row within "
+                       "one bf16 grid step")
     return reasons
 
 
@@ -104,8 +105,8 @@ RULES = (
     Rule("official-rm", "Every row is scored by one BaichuanCharRM checkpoint, named by its content digest (the "
          "board is per digest; its anchor shows that digest reproduces the paper); test checkpoints never "
          "qualify.", _official_rm),
-    Rule("scorer-mode", "The reward model ran in faithful mode, or in fast mode verified on this run "
-         "(`charactereval score --verify`).", _mode),
+    Rule("scorer-mode", "The reward model ran in faithful mode, or in fast mode verified on this run and checkpoint "
+         "(`charactereval score --verify K`: no row more than one bf16 grid step from faithful mode).", _mode),
 )
 
 ANCHOR_TEXT = (f"a released generation (`charactereval data fetch --with-results`, then `import-official`) scored "
