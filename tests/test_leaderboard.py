@@ -47,6 +47,7 @@ def runs_dir(tmp_path_factory):
     coser_run(co / "alias-judge", actor="actor-e", models={"judge": "gpt-4o"}, seed=5)
     coser_run(co / "routed", actor="actor-f", endpoints={"actor": "https://openrouter.ai/api/v1"}, seed=6)
     coser_run(co / "long", actor="actor-g", identity={"max_tokens": 2048}, seed=7)
+    coser_run(co / "head-gpt4o", actor="gpt-4o-2024-08-06", protocol="coser-head", level=40, seed=8)
     official.import_evaluation(co / "imported", synthetic_file(root / "official.json"), data_dir=coser_data_dir(),
                                metrics=False, progress=False)
     return root, data
@@ -55,8 +56,12 @@ def runs_dir(tmp_path_factory):
 SCORERS = {"charactereval": "BaichuanCharRM sha256:" + CHECKPOINT[:12], "coser": "judge gpt-4o-2024-08-06"}
 
 
-def board(content, benchmark, scorer=None):
-    matches = [b for b in content["boards"] if b["benchmark"] == benchmark and b["scorer"] == (scorer or SCORERS[benchmark])]
+VERSIONS = {"charactereval": "charactereval-1.0", "coser": "coser-paper"}
+
+
+def board(content, benchmark, scorer=None, version=None):
+    matches = [b for b in content["boards"] if b["benchmark"] == benchmark and b["scorer"] == (scorer or SCORERS[benchmark])
+               and b["protocol_version"] == (version or VERSIONS[benchmark])]
     assert len(matches) == 1, [(b["benchmark"], b["protocol_version"], b["scorer"]) for b in content["boards"]]
     return matches[0]
 
@@ -140,6 +145,15 @@ def test_coser_rules_anchor_and_failed_sessions(anchored):
     alias = board(anchored[0], "coser", "judge gpt-4o")
     assert alias["anchor"]["status"] == "pending"
     assert any(r.startswith("fixed-models: the judge model is 'gpt-4o'") for r in alias["rows"][0]["reasons"])
+
+
+def test_a_failed_anchor_says_which_values_fall_outside_and_ranks_nothing(anchored):
+    entry = board(anchored[0], "coser", version="coser-head")
+    assert entry["anchor"]["status"] == "failed" and entry["anchor"]["run"] == "head-gpt4o"
+    assert len(entry["anchor"]["reasons"]) == 5
+    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: paper 61.59 outside our interval [")
+    assert all(delta < -5 for delta in entry["anchor"]["deltas"].values())  # the run scores about 40
+    assert [r["rank"] for r in entry["rows"]] == [None]
 
 
 def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
