@@ -60,7 +60,11 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
         if not manifests:
             raise LeaderboardError(f"{path}: no run.json in it or below it")
         for manifest_path in manifests:
-            manifest = runs.load_manifest(manifest_path.parent)
+            try:
+                manifest = runs.load_manifest(manifest_path.parent)
+            except runs.RunError as exc:
+                skipped.append(f"{exc}; left out")
+                continue
             name = benchmark_of(manifest)
             if name is None:
                 skipped.append(f"{manifest_path.parent}: run.json names no registered benchmark "
@@ -71,7 +75,7 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any], built: str | None = None) -> tuple[dict[str, Any], list[str]]:
+          context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Read every run, build the boards, write the site into ``out``; returns the
     ``leaderboard.json`` content and the warnings (runs left out, and why)."""
     found, warnings = discover(paths)
@@ -86,7 +90,7 @@ def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], 
     content["warnings"] = warnings
     pages = list(_pages(content, views, context))
     rules = {b.spec.title: b.spec.rules for b in BENCHMARKS.values()}
-    site.write_site(Path(out), content, board.boards_csv(content), pages, rules, built or runs.utc_now())
+    site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
     return content, warnings
 
 

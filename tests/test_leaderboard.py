@@ -191,10 +191,13 @@ def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leave
     broken = tmp_path / "runs" / "broken"
     broken.mkdir(parents=True)
     (broken / "run.json").write_text('{"protocol_version": "charactereval-1.0"}', encoding="utf-8")
+    (tmp_path / "runs" / "torn").mkdir()
+    (tmp_path / "runs" / "torn" / "run.json").write_text('{"protocol_version": "charac', encoding="utf-8")
     out = tmp_path / "site"
     content, warnings = build([tmp_path / "runs", root / "runs" / "coser" / "sample"], out,
                               context={"charactereval": data})
-    assert len(warnings) == 1 and warnings[0].startswith(f"{broken}: cannot be read (") and "left out" in warnings[0]
+    assert len(warnings) == 2 and warnings[0].startswith(f"{tmp_path / 'runs' / 'torn' / 'run.json'}: malformed JSON")
+    assert warnings[1].startswith(f"{broken}: cannot be read (") and warnings[1].endswith("left out")
     assert "cannot be read" in (out / "index.html").read_text(encoding="utf-8")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
 
