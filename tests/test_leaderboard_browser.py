@@ -160,6 +160,9 @@ def test_a_failed_sample_is_a_row_with_its_reason(page, site):
     page.select_option("select[data-filter=failure]", index=1)
     ids = set(page.locator("#samples tbody tr td:first-child").all_inner_texts())
     assert ids == {str(data.samples[3].id)}
+    page.locator("#samples tbody tr").first.click()
+    page.locator("#detail").wait_for(state="visible")
+    assert "None: APITimeoutError synthetic timeout after 3 attempt(s)" in page.locator("#detail").inner_text()
 
 
 def test_coser_detail_shows_the_dialogue_critiques_and_the_score_computation(page, site):

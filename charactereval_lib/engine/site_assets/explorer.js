@@ -78,7 +78,10 @@
 
   function characterevalDetail(d) {
     const out = [];
-    if (d.failure) out.push(section("Failure", el("p", { class: "failure" }, d.failure)));
+    if (d.failure) {
+      out.push(section("Failure (left out of every mean)", el("p", { class: "failure" },
+        d.failure + (d.attempts == null ? "" : ` after ${d.attempts} attempt(s)`))));
+    }
     out.push(section("Context", d.context == null ? el("p", { class: "empty" }, "not available") : el("pre", {}, d.context)));
     out.push(section("The model's full reply", el("pre", {}, d.reply == null ? "None" : d.reply)));
     out.push(section("First line (what was scored)", el("pre", { class: "scored" }, d.first_line == null ? "–" : d.first_line)));
