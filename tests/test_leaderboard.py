@@ -182,6 +182,8 @@ def test_json_csv_and_site_files_say_the_same(anchored):
         folder = out / "runs" / r["page"]
         assert (folder / "index.html").is_file() and (folder / "samples.js").is_file()
         assert (folder / "detail-0.js").is_file()
+        assert json.loads((folder / "run.json").read_text(encoding="utf-8"))["protocol_version"] == \
+            on_disk["boards"][0]["protocol_version"]
     assert "window.LBTables = {" in (out / "assets" / "dt_bundle.js").read_text(encoding="utf-8")
 
 

@@ -209,7 +209,8 @@ def run_html(run: RunPage) -> str:
               else '<p class="empty">No rendered report in the run directory (run <code>charactereval report</code> '
                    'or <code>charactereval coser report</code>, then build the site again).</p>')
     parts.append(f'<section id="report"><h2>Report</h2>{report}</section>')
-    parts.append(f'<section id="manifest"><h2>Manifest (run.json)</h2>{manifest_html(run.manifest)}</section>')
+    parts.append('<section id="manifest"><h2>Manifest (run.json)</h2><p>Long lists are shortened here; the whole '
+                 f'file: <a href="run.json">run.json</a>.</p>{manifest_html(run.manifest)}</section>')
     return page(f'{row["model"]} · {row["run"]}', "\n".join(parts), depth=2,
                 scripts=(f"../../{ASSETS}/dt_bundle.js", "samples.js", f"../../{ASSETS}/explorer.js"))
 
@@ -259,6 +260,8 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
             folder = staging / "runs" / run.folder
             folder.mkdir(parents=True)
             write_run_data(folder, run.explorer)
+            (folder / "run.json").write_text(json.dumps(run.manifest, ensure_ascii=False, indent=2) + "\n",
+                                             encoding="utf-8")
             if run.report is not None:
                 shutil.copyfile(run.report, folder / "report.html")
             (folder / "index.html").write_text(run_html(run), encoding="utf-8")
