@@ -269,7 +269,7 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
     from charactereval_lib.engine.board import RunView
 
     def reasons(**facts):
-        base = {"missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
+        base = {"judge": None, "missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
                 "checkpoints": ["a" * 64], "modes": ["faithful"], "tiny_label": None, "fast_verified": False}
         view = RunView(tmp_path, "charactereval", "charactereval-1.0", "s", "m", {}, facts={**base, **facts})
         return SPEC.check(view)

@@ -90,13 +90,20 @@ def open_index(page, site_dir: Path) -> None:
     page.goto((site_dir / "index.html").resolve().as_uri())
 
 
+def choose(page, key: str, **option) -> None:
+    """Pick a filter's option and wait until the table shows the filtered rows."""
+    page.select_option(f"select[data-filter={key}]", **option)
+    page.wait_for_function("document.querySelector('.dt-info').textContent.includes('filtered from')")
+
+
 def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_reasons(page, site):
     open_index(page, site[0])
     boards = page.locator("section.board")
     titles = [t.strip() for t in boards.locator("h2").all_inner_texts()]
     assert titles == ["CharacterEval · protocol charactereval-1.0 · scorer BaichuanCharRM sha256:c0ffeec0ffee",
+                      "CharacterEval · protocol charactereval-1.0 · scorer judge judge-x",
                       "CoSER GCA · protocol coser-paper · scorer judge gpt-4o-2024-08-06"]
-    coser = boards.nth(1)
+    coser = boards.nth(2)
     assert coser.locator(".anchor.pending").inner_text().startswith("Anchor pending")
     assert "Nothing on this board is ranked" in coser.locator(".anchor").inner_text()
     ranked = coser.locator("table.rows tbody tr")
@@ -108,6 +115,9 @@ def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_rea
                        "full-protocol: 1 repeat(s), the protocol runs 3"]
     assert "all-rows-scored: 233 rows plus 4 rows of failed samples, not the protocol's 8032" in \
         boards.nth(0).locator("table.ineligible").inner_text()
+    judged = boards.nth(1).locator("table.ineligible").inner_text()
+    assert "official-rm: scored by the judge judge-x; the protocol's scorer is the reward model" in judged
+    assert "all-rows-scored: 223 of 233 rows have no judge judge-x score" in judged
     assert page.locator("#rules dt").count() == 11
     shoot(page, "index")
 
@@ -118,7 +128,7 @@ def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site
     page.click("text=ce-small")
     page.wait_for_selector("#samples tbody tr")
     role = sorted({s.role for s in data.samples})[2]
-    page.select_option("select[data-filter=character]", role)
+    choose(page, "character", value=role)
     characters = page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
     assert characters and set(characters) == {role}
     assert "filtered from" in page.locator(".dt-info").inner_text()
@@ -138,10 +148,16 @@ def test_a_judged_sample_shows_both_scorers_and_their_disagreement(page, site):
     open_index(page, site[0])
     page.click("text=ce-small")
     page.wait_for_selector("#samples tbody tr")
-    page.locator("#samples thead th", has_text="judge score").click()
-    page.locator("#samples thead th", has_text="judge score").click()  # descending: judged rows first
+    header = page.locator("#samples thead th", has_text="judge score")
+    header.click()
+    page.wait_for_selector("#samples thead th.dt-ordering-asc")
+    header.click()  # descending: the judged rows first
+    # DataTables may redraw after the click returns: read the row once the order is applied.
+    page.wait_for_selector("#samples thead th.dt-ordering-desc")
+    page.wait_for_function("document.querySelector('#samples tbody tr td:nth-child(7)').textContent === '4.000'")
     first = page.locator("#samples tbody tr").first
-    rm, judge, gap = (float(first.locator(f"td:nth-child({k})").inner_text()) for k in (6, 7, 8))
+    cells = first.inner_text().split("\t")
+    rm, judge, gap = (float(cells[k]) for k in (5, 6, 7))
     assert judge == 4.0 and gap == pytest.approx(abs(rm - judge), abs=2e-3)
     first.click()
     detail = page.locator("#detail")
@@ -157,7 +173,7 @@ def test_a_failed_sample_is_a_row_with_its_reason(page, site):
     page.wait_for_selector("#samples tbody tr")
     options = page.locator("select[data-filter=failure] option").all_inner_texts()
     assert options[0] == "failure: all" and any("synthetic timeout" in o for o in options[1:])
-    page.select_option("select[data-filter=failure]", index=1)
+    choose(page, "failure", index=1)
     ids = set(page.locator("#samples tbody tr td:first-child").all_inner_texts())
     assert ids == {str(data.samples[3].id)}
     page.locator("#samples tbody tr").first.click()
@@ -169,7 +185,7 @@ def test_coser_detail_shows_the_dialogue_critiques_and_the_score_computation(pag
     open_index(page, site[0])
     page.click("text=coser-b")
     page.wait_for_selector("#samples tbody tr")
-    page.select_option("select[data-filter=book]", "Book 3")
+    choose(page, "book", value="Book 3")
     books = page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
     assert set(books) == {"Book 3"}
     first = page.locator("#samples tbody tr").first

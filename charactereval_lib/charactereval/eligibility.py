@@ -67,12 +67,15 @@ def _scored(view: RunView) -> list[str]:
         reasons.append(f"{f['rows']} rows plus {f['failed_rows']} rows of failed samples, not the protocol's "
                        f"{EXPECTED_ROWS}")
     if f["unscored_rows"]:
-        reasons.append(f"{f['unscored_rows']} of {f['rows']} rows have no reward-model score")
+        scorer = f"judge {f['judge']}" if f["judge"] else "reward-model"
+        reasons.append(f"{f['unscored_rows']} of {f['rows']} rows have no {scorer} score")
     return reasons
 
 
 def _official_rm(view: RunView) -> list[str]:
     f = view.facts
+    if f["judge"]:
+        return [f"scored by the judge {f['judge']}; the protocol's scorer is the reward model BaichuanCharRM"]
     if not f["checkpoints"]:
         return ["no scored row records its checkpoint digest"]
     if len(f["checkpoints"]) > 1:
@@ -83,6 +86,8 @@ def _official_rm(view: RunView) -> list[str]:
 
 
 def _mode(view: RunView) -> list[str]:
+    if view.facts["judge"]:
+        return []  # a judge's modes are its parsers; official-rm already excludes it
     modes = set(view.facts["modes"])
     reasons = [f"scorer mode {m!r} is neither faithful nor fast" for m in sorted(modes - {"faithful", "fast"})]
     if "fast" in modes and not view.facts["fast_verified"]:
@@ -120,37 +125,48 @@ def recognises(manifest: dict[str, Any]) -> bool:
 
 
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
-    """One view per run: the reward-model board it belongs to (by checkpoint digest).
+    """One view per scorer of the run: the reward model's (its board is its checkpoint digest)
+    and each judge model's, so scores of different scorers never share a board.
     ``context["charactereval"]``: the official data (None when it cannot be loaded), which
     says which samples are scored and how many rows the failed samples would have had."""
     run = runs.RunDir(path)
-    frame, counts = load_run_scores(run)
     generations = run.latest_generations()
     failed = {i for i, g in generations.items() if g.get("model_output") in (None, "ERROR")}
-    transform = manifest.get("transform") or {}
-    no_metric = set(transform.get("no_metric_ids") or [])
+    no_metric = set((manifest.get("transform") or {}).get("no_metric_ids") or [])
     scored_failed = failed - no_metric
     data = context.get(BENCHMARK)
-    rows_of_failed = sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None
-    # The scored rows carry their score records' fields: no second read of scores.jsonl.
-    checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
-    modes = sorted({str(m) for m in frame["mode"]}) if "mode" in frame else []
-    scoring = manifest.get("scoring") or {}
-    verify = manifest.get("rm_verify") or {}
-    facts = {
+    common = {
         "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
         "failed": len(failed), "failed_scored": len(scored_failed),
-        "failed_rows": rows_of_failed, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
-        "checkpoints": checkpoints, "modes": modes, "generations": generations,
-        "tiny_label": (scoring.get("checkpoint") or {}).get("label"),
-        "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints,
+        "failed_rows": sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None,
+        "generations": generations,
     }
-    scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}" if len(checkpoints) == 1 else (
-        "reward model, checkpoint not recorded" if not checkpoints else "reward model, mixed checkpoints")
+    judges = run.judge_models()
+    # A run scored only by judges has no reward-model board to be on.
+    scorers = ([None] if run.scores.exists() or not judges else []) + judges
+    return [_view(run, manifest, common, judge) for judge in scorers]
+
+
+def _view(run: runs.RunDir, manifest: dict[str, Any], common: dict[str, Any], judge: str | None) -> RunView:
+    frame, counts = load_run_scores(run, runs.JUDGE if judge else runs.REWARD_MODEL, judge)
+    # The scored rows carry their score records' fields: no second read of the score file.
+    checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
+    scoring = manifest.get("scoring") or {}
+    verify = manifest.get("rm_verify") or {}
+    facts = {**common, "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
+             "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
+             "tiny_label": (scoring.get("checkpoint") or {}).get("label"),
+             "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
+    if judge:
+        scorer = f"judge {judge}"
+    elif len(checkpoints) == 1:
+        scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
+    else:
+        scorer = "reward model, checkpoint not recorded" if not checkpoints else "reward model, mixed checkpoints"
     generation = manifest.get("generation") or {}
-    view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), scorer,
-                   model_label(str(generation.get("model") or path.name), generation.get("parameters")), manifest,
-                   n=len(frame), failures=len(scored_failed), facts=facts)
+    view = RunView(run.path, BENCHMARK, str(manifest.get("protocol_version")), scorer,
+                   model_label(str(generation.get("model") or run.path.name), generation.get("parameters")), manifest,
+                   n=len(frame), failures=common["failed_scored"], facts=facts)
     if len(frame):
         stats = metric_statistics(frame)
         overall = dimension_draws(stats.draws).mean(axis=1)
@@ -159,7 +175,7 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
         view.ci = (float(low[0]), float(high[0]))
         view.clusters = frame.groupby("id")["score"].mean().to_dict()
         view.facts["stats"] = stats
-    return [view]
+    return view
 
 
 def anchor(view: RunView) -> AnchorCheck | None:
@@ -171,7 +187,7 @@ def anchor(view: RunView) -> AnchorCheck | None:
     source = ((view.manifest.get("generation") or {}).get("source") or {}).get("file") or ""
     match = re.search(r"generation_trans_(\w+?)\.jsonl?$", Path(source).name)
     paper_model = RELEASED.get(match.group(1)) if match else None
-    if paper_model is None or "stats" not in view.facts:
+    if paper_model is None or "stats" not in view.facts or view.facts["judge"]:
         return None
     cells = deltas(view.facts["stats"], [paper_model], load_paper_table())
     values = {r.name: float(r.delta) for r in cells.itertuples()}

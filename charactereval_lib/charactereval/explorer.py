@@ -24,7 +24,8 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     samples = data.by_id() if data else {}
     generations = view.facts["generations"]
     rm = run.latest_scores()
-    judge_model = next(iter(run.judge_models()), None)
+    # A judge's board shows its own judge beside the reward model; the reward model's board the first judge.
+    judge_model = view.facts["judge"] or next(iter(run.judge_models()), None)
     judge = run.latest_scores(scorer=runs.JUDGE, judge_model=judge_model) if judge_model else {}
     rows, details = [], []
     for row in run.read_rows():
