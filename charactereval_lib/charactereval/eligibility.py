@@ -183,7 +183,8 @@ def anchor(view: RunView) -> AnchorCheck | None:
     one comparison of ``engine.anchor`` (the scorer is deterministic, so no interval: within
     half a unit of the printed third decimal). The published dimension averages are not gated:
     they differ from the mean of the published metrics by up to 0.00067 (data/reference/README.md),
-    more than the rounding allows; their deltas are reported beside."""
+    more than the rounding allows, so a run matching every metric could miss them; their deltas
+    are reported beside."""
     source = ((view.manifest.get("generation") or {}).get("source") or {}).get("file") or ""
     match = re.search(r"generation_trans_(\w+?)\.jsonl?$", Path(source).name)
     paper_model = RELEASED.get(match.group(1)) if match else None
