@@ -74,10 +74,9 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
     return list(found.values()), skipped
 
 
-def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Read every run, build the boards, write the site into ``out``; returns the
-    ``leaderboard.json`` content and the warnings (runs left out, and why)."""
+def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any]) -> tuple[list[RunView], list[str]]:
+    """Every run under ``paths`` read by its benchmark (one view per board it belongs to), and
+    the warnings: runs left out, and why."""
     found, warnings = discover(paths)
     views: list[RunView] = []
     for path, manifest, name in found:
@@ -85,13 +84,32 @@ def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], 
             views += BENCHMARKS[name].spec.read(path, manifest, context)
         except (runs.RunError, ValueError, KeyError) as exc:
             warnings.append(f"{path}: cannot be read ({exc}); left out")
-    content = board.build_boards({n: b.spec for n, b in BENCHMARKS.items()}, views)
+    return views, warnings
+
+
+def boards(views: Sequence[RunView]) -> dict[str, Any]:
+    """The ``leaderboard.json`` boards and archive of ``views`` (see ``engine.board``)."""
+    return board.build_boards({n: b.spec for n, b in BENCHMARKS.items()}, views)
+
+
+def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+          context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Read every run, build the boards, write the site into ``out``; returns the
+    ``leaderboard.json`` content and the warnings (runs left out, and why)."""
+    views, warnings = read_runs(paths, context)
+    return write(views, warnings, out, context=context), warnings
+
+
+def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathLike[str], *,
+          context: Mapping[str, Any]) -> dict[str, Any]:
+    """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content."""
+    content = boards(views)
     content["runs"] = len({v.path for v in views})
-    content["warnings"] = warnings
+    content["warnings"] = list(warnings)
     pages = list(_pages(content, views, context))
     rules = {b.spec.title: b.spec.rules for b in BENCHMARKS.values()}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
-    return content, warnings
+    return content
 
 
 def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any]) -> Iterable[site.RunPage]:

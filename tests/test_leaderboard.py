@@ -14,7 +14,7 @@ from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST, model_label
-from charactereval_lib.leaderboard import build
+from charactereval_lib.leaderboard import boards, build, read_runs, write
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
 from charactereval_lib.testing.mockserver import MockServer
@@ -71,20 +71,24 @@ def row(entry, run):
 
 
 @pytest.fixture(scope="module")
-def gated(runs_dir, tmp_path_factory):
-    """The CharacterEval runs without their anchor run: that board must rank nothing."""
+def views(runs_dir):
+    """Every run read once; the fixtures below put them on boards with and without the anchor."""
     root, data = runs_dir
-    content, warnings = build([root / "runs" / "ce"], tmp_path_factory.mktemp("site") / "out",
-                              context={"charactereval": data})
-    return content, warnings
+    read, warnings = read_runs([root / "runs", root / "anchor"], {"charactereval": data})
+    assert warnings == []
+    return read
 
 
 @pytest.fixture(scope="module")
-def anchored(runs_dir, tmp_path_factory):
-    root, data = runs_dir
+def gated(views):
+    """The CharacterEval runs without their anchor run: that board must rank nothing."""
+    return boards([v for v in views if v.benchmark == "charactereval" and v.path.name != "chatglm3"]), []
+
+
+@pytest.fixture(scope="module")
+def anchored(runs_dir, views, tmp_path_factory):
     out = tmp_path_factory.mktemp("site") / "out"
-    content, warnings = build([root / "runs", root / "anchor"], out, context={"charactereval": data})
-    return content, out
+    return write(views, [], out, context={"charactereval": runs_dir[1]}), out
 
 
 def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
