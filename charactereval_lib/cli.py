@@ -258,6 +258,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    outcome = pipeline.leaderboard(args.paths, args.out, data_dir=args.data_dir)
+    _warn(outcome.warnings)
+    boards = outcome.content["boards"]
+    print(f"wrote {outcome.out / 'index.html'}: {len(boards)} board(s), {len(outcome.content['archived'])} archived, "
+          f"{outcome.content['runs']} run(s)")
+    return 0
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
     from charactereval_lib.batch import load_config, preflight, run_batch, summary_lines
 
@@ -925,6 +934,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("leaderboard", help="boards of every run found + per-run explorer -> a static site in OUT")
+    p.add_argument("paths", metavar="RUN_OR_DIR", nargs="+", help="runs, or folders searched for runs")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced as a whole)")
+    _data_dir_option(p)
+    p.set_defaults(func=cmd_leaderboard)
 
     for name, func, text in (
         ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html"),

@@ -1239,3 +1239,24 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     notebook, html = notebooks.render(COSER_COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
                                       parameters, show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)
+
+
+@dataclass(frozen=True)
+class LeaderboardOutcome:
+    out: Path
+    content: dict[str, Any]
+    warnings: list[str]
+
+
+def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], *,
+                data_dir: str | os.PathLike[str] | None = None) -> LeaderboardOutcome:
+    """The leaderboard site of the runs in ``paths`` (runs, or folders searched for runs of any
+    registered benchmark) written into ``out_dir``: boards, run pages with the sample explorer,
+    ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). The
+    official CharacterEval data, when it loads, gives the explorer its contexts and the rules the
+    row counts of failed samples."""
+    from charactereval_lib.leaderboard import build
+
+    data, reason = _optional_data(data_dir)
+    content, warnings = build(paths, out_dir, context={"charactereval": data})
+    return LeaderboardOutcome(Path(out_dir), content, ([reason] if reason else []) + warnings)

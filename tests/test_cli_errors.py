@@ -32,6 +32,8 @@ def bad_inputs(data: str, tmp: str) -> list[tuple[list[str], int, str]]:
         (["export-official", f"{tmp}/missing", *flags], 2, "no generations to export"),
         (["import-official", f"{tmp}/none.json", f"{tmp}/imp", *flags], 2, "none.json"),
         (["batch", f"{tmp}/none.yaml"], 2, "batch config missing"),
+        (["leaderboard", f"{tmp}/missing", "--out", f"{tmp}/lb"], 2, "no such run or folder"),
+        (["leaderboard", f"{tmp}/r", "--out", f"{tmp}/lb"], 2, "no run.json in it or below it"),
         (["data", "verify", "--dir", f"{tmp}/nodata"], 1, "missing"),
         (["doctor", "--data-dir", f"{tmp}/nodata"], 1, "missing"),
         (["rm", "check", f"{tmp}/norm"], 1, "missing"),

@@ -21,7 +21,8 @@ LAYERS = [
     ("protocol constants", ["charactereval_lib.charactereval.protocol", "charactereval_lib.coser.versions"]),
     ("engine", ["charactereval_lib.engine"]),
     ("benchmark protocols", ["charactereval_lib.charactereval", "charactereval_lib.coser"]),
-    ("pipeline", ["charactereval_lib.pipeline", "charactereval_lib.batch", "charactereval_lib.reproduction"]),
+    ("pipeline", ["charactereval_lib.pipeline", "charactereval_lib.batch", "charactereval_lib.reproduction",
+                  "charactereval_lib.leaderboard"]),
     ("command line", ["charactereval_lib.cli"]),
 ]
 TESTING = "charactereval_lib.testing"

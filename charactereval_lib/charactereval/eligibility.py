@@ -1,0 +1,216 @@
+"""CharacterEval on the leaderboard: which runs may be ranked, the headline score, the anchor.
+
+The paper has no overall score (seed 001 row 18), so the board ranks by a platform choice said
+as such on every board: the unweighted mean of the three dimension averages (S9), with a
+cluster-bootstrap interval over sample ids. The rules (``RULES``) are ours, written down in
+``docs/leaderboard.md``; each is a named check the board shows beside a run it excludes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
+from charactereval_lib.charactereval.statistics import dimension_draws, metric_statistics
+from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.stats import percentile_interval
+
+BENCHMARK = "charactereval"
+HEADLINE = "overall: mean of the 3 dimension averages (a platform choice; the paper has no overall score)"
+# Failed samples (None/"ERROR" replies) leave every mean, which raises a score (seed 001 row 11);
+# the cap keeps that effect small and the count is shown on every row.
+MAX_FAILED_SHARE = 0.01
+SCORED_IDS = EXPECTED_SAMPLES - EXPECTED_NO_METRIC_IDS
+MAX_FAILED = math.floor(MAX_FAILED_SHARE * SCORED_IDS)
+# Released generations (`data fetch --with-results`) and their Table 4 rows.
+RELEASED = {"chatglm3_6b": "ChatGLM3-6B", "xverse_7b": "XVERSE-7B", "baichuan_7b": "Baichuan2-7B",
+            "qwen_7b": "Qwen-7B", "internlm_7b": "InternLM-7B"}
+# Anchor tolerance per metric mean: the paper prints three decimals, so a cell stands for every
+# value within half a unit of the third (engine.anchor).
+ANCHOR_TOLERANCE = rounding_tolerance(PAPER_DECIMALS)
+
+
+def _protocol(view: RunView) -> list[str]:
+    if view.protocol_version != PROTOCOL_VERSION:
+        return [f"made under protocol {view.protocol_version}, the current one is {PROTOCOL_VERSION}"]
+    return []
+
+
+def _generated(view: RunView) -> list[str]:
+    f = view.facts
+    reasons = []
+    if f["missing"] is None:
+        reasons.append("the official data is not available to list the scored samples")
+    elif f["missing"]:
+        reasons.append(f"{f['missing']} scored test samples have neither a reply nor a recorded failure")
+    if f["failed_scored"] > MAX_FAILED:
+        reasons.append(f"{f['failed_scored']} scored samples failed (None/ERROR), more than {MAX_FAILED} "
+                       f"({MAX_FAILED_SHARE:.0%} of {SCORED_IDS})")
+    return reasons
+
+
+def _scored(view: RunView) -> list[str]:
+    f = view.facts
+    reasons = []
+    if f["failed_rows"] is None and f["failed_scored"]:
+        reasons.append("the official data is not available to count the rows of the failed samples")
+    elif f["rows"] + (f["failed_rows"] or 0) != EXPECTED_ROWS:
+        reasons.append(f"{f['rows']} rows plus {f['failed_rows']} rows of failed samples, not the protocol's "
+                       f"{EXPECTED_ROWS}")
+    if f["unscored_rows"]:
+        scorer = f"judge {f['judge']}" if f["judge"] else "reward-model"
+        reasons.append(f"{f['unscored_rows']} of {f['rows']} rows have no {scorer} score")
+    return reasons
+
+
+def _official_rm(view: RunView) -> list[str]:
+    f = view.facts
+    if f["judge"]:
+        return [f"scored by the judge {f['judge']}; the protocol's scorer is the reward model BaichuanCharRM"]
+    if not f["checkpoints"]:
+        return ["no scored row records its checkpoint digest"]
+    if len(f["checkpoints"]) > 1:
+        return [f"rows scored by {len(f['checkpoints'])} different checkpoints"]
+    if f["tiny_label"]:
+        return [f"scored by a test checkpoint ({f['tiny_label']}), not BaichuanCharRM"]
+    return []
+
+
+def _mode(view: RunView) -> list[str]:
+    if view.facts["judge"]:
+        return []  # a judge's modes are its parsers; official-rm already excludes it
+    modes = set(view.facts["modes"])
+    reasons = [f"scorer mode {m!r} is neither faithful nor fast" for m in sorted(modes - {"faithful", "fast"})]
+    if "fast" in modes and not view.facts["fast_verified"]:
+        reasons.append("fast mode without a `score --verify` on this run and checkpoint that kept every row within "
+                       "one bf16 grid step")
+    return reasons
+
+
+RULES = (
+    Rule("protocol", f"The run was made under the current protocol version ({PROTOCOL_VERSION}); runs of an older "
+         "version go to the archive (seed 004 H01).", _protocol),
+    Rule("all-samples", f"Every one of the {SCORED_IDS:,} scored test samples (those with metrics; the other "
+         f"{EXPECTED_NO_METRIC_IDS} of the {EXPECTED_SAMPLES:,} are never scored, and the released generations leave "
+         "them out) was generated, a failure counted as one; at most "
+         f"{MAX_FAILED} ({MAX_FAILED_SHARE:.0%}) of them failed. A failed "
+         "sample (None or ERROR) is dropped from every metric as the official code does, which can only raise a "
+         "score, so the count is shown on every row.", _generated),
+    Rule("all-rows-scored", f"All {EXPECTED_ROWS:,} (sample, metric) rows are accounted for (rows of failed "
+         "samples counted) and every row has a reward-model score.", _scored),
+    Rule("official-rm", "Every row is scored by one BaichuanCharRM checkpoint, named by its content digest (the "
+         "board is per digest; its anchor shows that digest reproduces the paper); test checkpoints never "
+         "qualify.", _official_rm),
+    Rule("scorer-mode", "The reward model ran in faithful mode, or in fast mode verified on this run and checkpoint "
+         "(`charactereval score --verify K`: no row more than one bf16 grid step from faithful mode).", _mode),
+)
+
+ANCHOR_TEXT = (f"a released generation (`charactereval data fetch --with-results`, then `import-official`) scored "
+               f"by this board's checkpoint, all of its 12 metric means within "
+               f"{ANCHOR_TOLERANCE:g} of the paper's Table 4 row (half a unit of its third decimal)")
+
+
+def recognises(manifest: dict[str, Any]) -> bool:
+    version = str(manifest.get("protocol_version", ""))
+    return manifest.get("benchmark", BENCHMARK) == BENCHMARK and version.startswith("charactereval-")
+
+
+def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
+    """One view per scorer of the run: the reward model's (its board is its checkpoint digest)
+    and each judge model's, so scores of different scorers never share a board.
+    ``context["charactereval"]``: the official data (None when it cannot be loaded), which
+    says which samples are scored and how many rows the failed samples would have had."""
+    run = runs.RunDir(path)
+    generations = run.latest_generations()
+    failed = {i for i, g in generations.items() if g.get("model_output") in (None, "ERROR")}
+    no_metric = set((manifest.get("transform") or {}).get("no_metric_ids") or [])
+    scored_failed = failed - no_metric
+    data = context.get(BENCHMARK)
+    common = {
+        "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
+        "failed": len(failed), "failed_scored": len(scored_failed),
+        "failed_rows": sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None,
+        "generations": generations,
+    }
+    judges = run.judge_models()
+    # A run scored only by judges has no reward-model board to be on.
+    scorers = ([None] if run.scores.exists() or not judges else []) + judges
+    return [_view(run, manifest, common, judge) for judge in scorers]
+
+
+def _view(run: runs.RunDir, manifest: dict[str, Any], common: dict[str, Any], judge: str | None) -> RunView:
+    frame, counts = load_run_scores(run, runs.JUDGE if judge else runs.REWARD_MODEL, judge)
+    # The scored rows carry their score records' fields: no second read of the score file.
+    checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
+    scoring = manifest.get("scoring") or {}
+    verify = manifest.get("rm_verify") or {}
+    facts = {**common, "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
+             "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
+             "tiny_label": (scoring.get("checkpoint") or {}).get("label"),
+             "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
+    if judge:
+        scorer = f"judge {judge}"
+    elif len(checkpoints) == 1:
+        scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
+    else:
+        scorer = "reward model, checkpoint not recorded" if not checkpoints else "reward model, mixed checkpoints"
+    generation = manifest.get("generation") or {}
+    view = RunView(run.path, BENCHMARK, str(manifest.get("protocol_version")), scorer,
+                   model_label(str(generation.get("model") or run.path.name), generation.get("parameters")), manifest,
+                   n=len(frame), failures=common["failed_scored"], facts=facts)
+    if len(frame):
+        stats = metric_statistics(frame)
+        overall = dimension_draws(stats.draws).mean(axis=1)
+        low, high = percentile_interval(overall[:, None], stats.level)
+        view.score = float(stats.dimensions["mean"].mean())
+        view.ci = (float(low[0]), float(high[0]))
+        view.clusters = frame.groupby("id")["score"].mean().to_dict()
+        view.facts["stats"] = stats
+    return view
+
+
+def anchor(view: RunView) -> AnchorCheck | None:
+    """A released generation's run: its 12 metric means against the paper's Table 4 row, by the
+    one comparison of ``engine.anchor`` (the scorer is deterministic, so no interval: within
+    half a unit of the printed third decimal). The published dimension averages are not gated:
+    they differ from the mean of the published metrics by up to 0.00067 (data/reference/README.md),
+    more than the rounding allows, so a run matching every metric could miss them; their deltas
+    are reported beside."""
+    source = ((view.manifest.get("generation") or {}).get("source") or {}).get("file") or ""
+    match = re.search(r"generation_trans_(\w+?)\.jsonl?$", Path(source).name)
+    paper_model = RELEASED.get(match.group(1)) if match else None
+    if paper_model is None or "stats" not in view.facts or view.facts["judge"]:
+        return None
+    cells = deltas(view.facts["stats"], [paper_model], load_paper_table())
+    values = {r.name: float(r.delta) for r in cells.itertuples()}
+    results = {r.name: compare_to_paper(float(r.paper), float(r.run), tolerance=ANCHOR_TOLERANCE)
+               for r in cells.itertuples() if r.kind == "metric"}
+    outside = [f"{name}: {result.reason}" for name, result in results.items() if result.within is not True]
+    if outside:
+        return AnchorCheck(FAILED, [f"{len(outside)} of {len(results)} metric means of {paper_model} not reproduced",
+                                    *outside], values)
+    largest = max(abs(values[name]) for name in results)
+    return AnchorCheck(REPRODUCED, [f"{paper_model}: all {len(results)} metric means within {ANCHOR_TOLERANCE:g} of "
+                                    f"Table 4; largest |delta| {largest:.4f}"], values)
+
+
+SPEC = BoardSpec(
+    benchmark=BENCHMARK,
+    title="CharacterEval",
+    current_versions=(PROTOCOL_VERSION,),
+    headline=HEADLINE,
+    cluster="sample id",
+    rules=RULES,
+    anchor_text=ANCHOR_TEXT,
+    read=read,
+    anchor=anchor,
+)

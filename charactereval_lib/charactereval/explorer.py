@@ -1,0 +1,67 @@
+"""A CharacterEval run's samples for the leaderboard's explorer: one table row per (sample,
+metric) row, plus one per failed sample, and a detail record per row (context, the model's full
+reply and the first line that was scored, reward-model and judge scores)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from charactereval_lib.charactereval.protocol import METRIC_BY_EN
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.board import RunView
+from charactereval_lib.engine.site import Explorer
+
+COLUMNS = [("id", "sample", "int"), ("character", "character", "text"), ("novel", "novel", "text"),
+           ("metric", "metric", "text"), ("dimension", "dimension", "text"), ("rm", "RM score", "num"),
+           ("judge", "judge score", "num"), ("disagreement", "|RM − judge|", "num"), ("failure", "failure", "text")]
+FILTERS = ("character", "novel", "metric", "dimension", "failure")
+
+
+def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
+    run = runs.RunDir(view.path)
+    data = context.get("charactereval")
+    samples = data.by_id() if data else {}
+    generations = view.facts["generations"]
+    rm = run.latest_scores()
+    # A judge's board shows its own judge beside the reward model; the reward model's board the first judge.
+    judge_model = view.facts["judge"] or next(iter(run.judge_models()), None)
+    judge = run.latest_scores(scorer=runs.JUDGE, judge_model=judge_model) if judge_model else {}
+    rows, details = [], []
+    for row in run.read_rows():
+        key = (row["id"], row["metric_en"])
+        rm_record, judge_record = rm.get(key) or {}, judge.get(key) or {}
+        rows.append(_row(row["id"], row.get("role"), samples, row["metric_en"], rm_record.get("score"),
+                         judge_record.get("score"), ""))
+        generation = generations.get(row["id"]) or {}
+        details.append({
+            "context": samples[row["id"]].context if row["id"] in samples else None,
+            "reply": generation.get("model_output"), "first_line": row.get("model_output"),
+            "rm": {k: rm_record.get(k) for k in ("score", "sigmoid", "n_tokens", "truncated", "mode")} if rm_record
+            else None,
+            "judge": {"model": judge_model, **{k: judge_record.get(k) for k in ("reply", "choice", "score", "invalid")}}
+            if judge_record else None,
+        })
+    no_metric = set(((view.manifest.get("transform") or {}).get("no_metric_ids")) or [])
+    for sample_id, generation in sorted(generations.items()):
+        if generation.get("model_output") not in (None, "ERROR") or sample_id in no_metric:
+            continue
+        error = generation.get("error") or {}
+        reason = f"{generation.get('model_output') or 'None'}: {error.get('class', '')} {error.get('message', '')}"
+        metrics = [m for m, _ in (data.id2metric.get(str(sample_id), ()) if data else ())] or [None]
+        for metric in metrics:
+            rows.append(_row(sample_id, samples[sample_id].role if sample_id in samples else None, samples, metric,
+                             None, None, reason.strip()))
+            details.append({"context": samples[sample_id].context if sample_id in samples else None,
+                            "reply": generation.get("model_output"), "first_line": None, "rm": None, "judge": None,
+                            "failure": reason.strip(), "attempts": generation.get("attempts")})
+    note = None if data else "contexts are not shown: the official data could not be loaded"
+    return Explorer(COLUMNS, FILTERS, rows, details, note)
+
+
+def _row(sample_id: int, role: str | None, samples: Mapping[int, Any], metric: str | None, rm: float | None,
+         judge: float | None, failure: str) -> list[Any]:
+    sample = samples.get(sample_id)
+    dimension = METRIC_BY_EN[metric].dimension.name if metric in METRIC_BY_EN else None
+    gap = abs(rm - judge) if rm is not None and judge is not None else None
+    return [sample_id, role, sample.novel_name if sample else None, metric, dimension, rm, judge, gap, failure]

@@ -1,0 +1,192 @@
+"""CoSER GCA on the leaderboard: which runs may be ranked, the headline score, the anchor.
+
+Seed 004 §4.5 (rows H01, H03, H19, H23-H27, X13): a run enters the board only under the full
+protocol (every test scene, three repeats, whatever preset produced it), with the protocol's
+fixed parameters and its environment, next-speaker and judge models, each role on one host;
+a failed session is left out of every mean and counted. The board ranks by the average of the
+four dimensions with a 95% percentile interval from 1,000 resamples of whole scenes (H28).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
+from charactereval_lib.coser.run import JUDGEMENTS, compute_summary, judged_frame
+from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.coser.versions import VERSIONS
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+
+BENCHMARK = "coser"
+HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
+            "Storyline Quality), the paper's Average column")
+# The fixed parameters of a scene simulation (seed 004 H04, H05, H26); the version's own fields
+# (judge max tokens, attempts, clipping, ...) must equal its record too.
+FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continue_from": 0, "thoughtless": False}
+# Failed sessions (a scene whose simulation gave up, or a dimension the judge never answered
+# validly, H19) leave every mean; the cap keeps that selection small and the count is shown.
+MAX_FAILED_SHARE = 0.01
+# Hosts that route one model name to several providers: a row would mix providers (H27).
+ROUTERS = ("openrouter.ai",)
+# The paper prints two decimals: half a unit of the second widens the run's interval (engine.anchor).
+ANCHOR_TOLERANCE = rounding_tolerance(2)
+
+
+def _full(view: RunView) -> list[str]:
+    f = view.facts
+    reasons = []
+    if f["scenes"] < f["test_scenes"]:
+        reasons.append(f"{f['scenes']} of the {f['test_scenes']} test scenes (preset {f['preset']})")
+    if f["repeats"] < f["anchor_repeats"]:
+        reasons.append(f"{f['repeats']} repeat(s), the protocol runs {f['anchor_repeats']}")
+    return reasons
+
+
+def _complete(view: RunView) -> list[str]:
+    f = view.facts
+    reasons = []
+    if f["not_run"] or f["unjudged"]:
+        reasons.append(f"{f['not_run']} session(s) not run and {f['unjudged']} not judged yet")
+    cap = int(MAX_FAILED_SHARE * f["sessions_expected"])
+    if view.failures > cap:
+        reasons.append(f"{view.failures} failed session(s), more than {cap} ({MAX_FAILED_SHARE:.0%} of "
+                       f"{f['sessions_expected']})")
+    return reasons
+
+
+def _fixed(view: RunView) -> list[str]:
+    coser = view.manifest.get("coser") or {}
+    identity = coser.get("identity") or {}
+    reasons = [f"{name} is {identity.get(name)!r}, the protocol fixes {value!r}" for name, value in FIXED.items()
+               if identity.get(name) != value]
+    version = VERSIONS.get(view.protocol_version)
+    if version is not None:
+        recorded = identity.get("protocol") or {}
+        reasons += [f"protocol setting {k} is {recorded.get(k)!r}, {version.name} fixes {v!r}"
+                    for k, v in version.record().items() if recorded.get(k) != v]
+        if identity.get("judge_max_tokens") != version.judge_max_tokens:
+            reasons.append(f"judge max tokens {identity.get('judge_max_tokens')!r}, {version.name} fixes "
+                           f"{version.judge_max_tokens}")
+    return reasons
+
+
+def _models(view: RunView) -> list[str]:
+    anchor = load_anchor()
+    # comparability() also judges protocol, given lines and thoughtless format: other rules here.
+    reasons = [r.removeprefix(f"{NOT_COMPARABLE}: ") for r in comparability(view.manifest, anchor)
+               if "protocol" not in r and "original lines" not in r and "thoughtless" not in r]
+    models = (view.manifest.get("coser") or {}).get("models") or {}
+    if models.get("nsp") != anchor["nsp_model"]:
+        reasons.append(f"the next-speaker model is {models.get('nsp')!r}, the protocol fixes {anchor['nsp_model']!r}")
+    roles = ((view.manifest.get("coser") or {}).get("identity") or {}).get("roles") or {}
+    reasons += [f"the {role} role uses the {spec.get('backend')} backend (placeholder text, no model)"
+                for role, spec in sorted(roles.items()) if spec.get("backend") == "offline"]
+    return reasons
+
+
+def _one_host(view: RunView) -> list[str]:
+    endpoints = (view.manifest.get("coser") or {}).get("endpoints") or {}
+    reasons = []
+    for role, endpoint in sorted(endpoints.items()):
+        host = urlparse(str((endpoint or {}).get("base_url") or "")).hostname or ""
+        if any(host == r or host.endswith("." + r) for r in ROUTERS):
+            reasons.append(f"the {role} role goes through the router {host}, which may serve one model from "
+                           "several providers")
+    return reasons
+
+
+RULES = (
+    Rule("protocol", f"The run follows a protocol version this workbench implements ({', '.join(VERSIONS)}); each "
+         "version has its own board, and runs of other versions go to the archive (seed 004 H01).",
+         lambda v: [] if v.protocol_version in VERSIONS else [f"unknown protocol version {v.protocol_version}"]),
+    Rule("full-protocol", "Every test scene (200) with three repeats; any preset or scene range that covers "
+         "them counts (seed 004 H20, H23, X13).", _full),
+    Rule("complete", "Every session simulated and judged. A session whose simulation gave up, or with a dimension "
+         "the judge never answered validly, fails as a whole and is left out of every mean (H19); at most "
+         f"{MAX_FAILED_SHARE:.0%} of the sessions may fail, and the count is shown on every row.", _complete),
+    Rule("fixed-parameters", "The protocol's fixed parameters are not overridden: 20 rounds, <END CHAT> from the "
+         "6th turn, 512 reply tokens, no given lines, inner thoughts kept, and every setting of the protocol "
+         "version (H26).", _fixed),
+    Rule("fixed-models", "Environment and judge are the paper's gpt-4o-2024-08-06 (exact name, not the moving "
+         "alias) and the next-speaker model is the paper's CoSER-70B; no role uses the offline placeholder "
+         "backend (H03).", _models),
+    Rule("one-host", "Each role is served by one host: a router that may send one model name to several "
+         "providers does not qualify (H27). A reasoning setting is allowed and named in the row label (H25).",
+         _one_host),
+)
+
+ANCHOR_TEXT = ("a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose 95% scene-bootstrap "
+               "interval, widened by half a unit of the paper's second decimal, contains the paper's value for each "
+               "of the four dimensions and their average")
+
+
+def recognises(manifest: dict[str, Any]) -> bool:
+    return manifest.get("benchmark") == BENCHMARK
+
+
+def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
+    """One view per run, on the board of its judge model."""
+    run = runs.RunDir(path)
+    coser = manifest.get("coser") or {}
+    models = coser.get("models") or {}
+    summary = compute_summary(run)
+    anchor = load_anchor()
+    clip = ((coser.get("identity") or {}).get("protocol") or {}).get("score_upper_clip", False)
+    latest = {(r["repeat"], r["scene"], r["dimension"]): r
+              for r in runs.read_jsonl(run.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
+    frame = judged_frame(list(latest.values()), clip)
+    ended = summary["ended_by"]
+    failures = ended["failed"] + summary["judge_failures"]
+    facts = {"scenes": len(coser.get("scenes") or []), "repeats": coser.get("repeats") or 0,
+             "preset": coser.get("preset"), "test_scenes": anchor["scenes"], "anchor_repeats": anchor["repeats"],
+             "sessions_expected": summary["counts"]["sessions_expected"], "not_run": ended["not_run"],
+             "unjudged": summary["sessions_unjudged"], "summary": summary}
+    average = (summary["overall"] or {}).get("average") or {}
+    view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {models.get('judge')}",
+                   model_label(str(models.get("actor") or path.name), None), manifest,
+                   score=average.get("mean"), ci=(average.get("low"), average.get("high")),
+                   n=summary["counts"]["sessions"], failures=failures, facts=facts)
+    if not frame.empty:
+        view.clusters = frame.groupby("scene")["score"].mean().to_dict()
+    return [view]
+
+
+def anchor(view: RunView) -> AnchorCheck | None:
+    """A run of the paper's actor: the paper's four dimensions and average against the run's
+    95% intervals, by the one comparison of ``engine.anchor`` (interval widened by half a unit
+    of the paper's second decimal)."""
+    paper = load_anchor()
+    actor = ((view.manifest.get("coser") or {}).get("models") or {}).get("actor")
+    if actor != paper["actor_model"]:
+        return None
+    overall = view.facts["summary"].get("overall") or {}
+    results = {}
+    for name in (*DIMENSIONS, "average"):
+        cell = overall.get(name) or {}
+        interval = (cell["low"], cell["high"]) if cell.get("low") is not None and cell.get("high") is not None else None
+        results[name] = compare_to_paper(paper["dimensions"][name]["value"], cell.get("mean"),
+                                         paper_pm=paper["dimensions"][name]["plus_minus"], interval=interval,
+                                         tolerance=ANCHOR_TOLERANCE)
+    deltas = {name: r.delta for name, r in results.items() if r.delta is not None}
+    outside = [f"{name}: {r.reason}" for name, r in results.items() if r.within is not True]
+    if outside:
+        return AnchorCheck(FAILED, outside, deltas)
+    return AnchorCheck(REPRODUCED, [f"{name}: {r.reason}" for name, r in results.items()], deltas)
+
+
+SPEC = BoardSpec(
+    benchmark=BENCHMARK,
+    title="CoSER GCA",
+    current_versions=tuple(VERSIONS),
+    headline=HEADLINE,
+    cluster="scene",
+    rules=RULES,
+    anchor_text=ANCHOR_TEXT,
+    read=read,
+    anchor=anchor,
+)

@@ -1,0 +1,74 @@
+"""A CoSER run's sessions for the leaderboard's explorer: one table row per (repeat, scene), and
+a detail record with the simulated dialogue, each dimension's critique (flaws and severities) and
+the score computation (n, severity sum, formula, clipping), so a number can be checked by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from charactereval_lib.coser.judge import actor_rounds, severity_sum
+from charactereval_lib.coser.run import JUDGEMENTS, SCENES
+from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.board import RunView
+from charactereval_lib.engine.site import Explorer
+
+ABBR = {"Storyline Consistency": "SC", "Anthropomorphism": "AN", "Character Fidelity": "CF", "Storyline Quality": "SQ"}
+COLUMNS = [("scene", "scene", "text"), ("book", "book", "text"), ("split", "split", "text"),
+           ("repeat", "repeat", "int"), *[(ABBR[d], ABBR[d], "num") for d in DIMENSIONS],
+           ("average", "average", "num"), ("ended", "ended by", "text"), ("failure", "failure", "text")]
+FILTERS = ("book", "split", "ended", "failure")
+FORMULA = "max(0, 100 - (S - 0.3*n) * 5)"
+
+
+def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
+    run = runs.RunDir(view.path)
+    clip = (((view.manifest.get("coser") or {}).get("identity") or {}).get("protocol") or {}).get("score_upper_clip")
+    scenes = {(r["repeat"], r["scene"]): r for r in runs.read_jsonl(run.artifact(SCENES)).records}
+    judged: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+    for record in runs.read_jsonl(run.artifact(JUDGEMENTS)).records:
+        if record.get("kind") == "dimension":
+            judged.setdefault((record["repeat"], record["scene"]), {})[record["dimension"]] = record
+    rows, details = [], []
+    for key in sorted(set(scenes) | set(judged), key=lambda k: (k[1], k[0])):
+        scene, dims = scenes.get(key) or {}, judged.get(key, {})
+        n = actor_rounds(scene.get("simulation") or [])
+        computations, values = {}, []
+        for dimension in DIMENSIONS:
+            record = dims.get(dimension)
+            computations[dimension] = _computation(record, n, bool(clip))
+            values.append(computations[dimension].get("score"))
+        failure = _failure(scene, dims)
+        average = sum(values) / len(values) if not failure and all(v is not None for v in values) else None
+        any_record = next(iter(dims.values()), {})
+        rows.append([key[1], scene.get("book") or any_record.get("book"), scene.get("tag") or any_record.get("tag"),
+                     key[0], *(None if failure else v for v in values), average,
+                     scene.get("ended_by") or ("failed" if scene.get("status") == "error" else None), failure])
+        details.append({"dialogue": scene.get("simulation") or [], "n": n, "formula": FORMULA,
+                        "clip": "min(score, 100)" if clip else None, "dimensions": computations,
+                        "error": scene.get("error")})
+    return Explorer(COLUMNS, FILTERS, rows, details, None)
+
+
+def _computation(record: Mapping[str, Any] | None, n: int, clip: bool) -> dict[str, Any]:
+    if record is None:
+        return {"status": "not judged"}
+    if record.get("status") != "ok":
+        return {"status": record.get("status"), "reason": record.get("reason")}
+    flaws = (record.get("critique") or {}).get("flaws") or []
+    scores = record.get("scores") or {}
+    return {"status": "ok", "flaws": flaws, "severity_sum": severity_sum(flaws), "n": n,
+            "unclipped": scores.get("score"), "clipped": scores.get("score_clipped"),
+            "score": scores.get("score_clipped" if clip else "score")}
+
+
+def _failure(scene: Mapping[str, Any], dims: Mapping[str, Mapping[str, Any]]) -> str:
+    if scene.get("status") == "error":
+        return "simulation gave up"
+    failed = [d for d, r in dims.items() if r.get("status") == "failed"]
+    if failed:
+        return "judge failed: " + ", ".join(ABBR.get(d, d) for d in failed)
+    if len(dims) < len(DIMENSIONS):
+        return "not judged"
+    return ""

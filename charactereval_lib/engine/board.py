@@ -1,0 +1,200 @@
+"""Leaderboards any benchmark reuses: named eligibility rules, the anchor gate, ranks with ties.
+
+A benchmark declares what a board needs (``BoardSpec``): how to recognise its runs from
+``run.json``, how to read one run (``RunView``: scorer, model label, headline score with its
+interval, one headline value per cluster for paired tests), its eligibility rules (``Rule``:
+a name, the text the site and ``docs/`` show, and a check that returns the reasons a run fails
+it) and its anchor check. This module only combines them: one board per (benchmark, protocol
+version, scorer), nothing ranked until the anchor is reproduced, and adjacent ranks that a
+paired test cannot separate shown as tied. It knows no benchmark's names.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from charactereval_lib.engine.stats import wilcoxon_p
+
+TIE_ALPHA = 0.05
+TIE_TEST = (f"two-sided Wilcoxon signed-rank test on the per-cluster headline differences over the clusters both "
+            f"runs scored; adjacent rows with p >= {TIE_ALPHA} (or no non-zero difference) share a rank")
+REPRODUCED, PENDING, FAILED = "reproduced", "pending", "failed"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One eligibility condition: ``check`` returns why a run fails it (empty: it passes)."""
+
+    name: str
+    text: str
+    check: Callable[[RunView], list[str]]
+
+
+@dataclass
+class RunView:
+    """What a board needs of one run, read once from its directory."""
+
+    path: Path
+    benchmark: str
+    protocol_version: str
+    scorer: str
+    model: str
+    manifest: dict[str, Any]
+    score: float | None = None
+    ci: tuple[float | None, float | None] = (None, None)
+    # One headline value per cluster (sample id, scene), for the paired tie test.
+    clusters: dict[Any, float] = field(default_factory=dict)
+    n: int = 0  # observations behind the score
+    failures: int = 0  # excluded from every mean, counted
+    facts: dict[str, Any] = field(default_factory=dict)  # benchmark-specific, for the rules and the site
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AnchorCheck:
+    status: str  # REPRODUCED or FAILED
+    reasons: list[str]
+    deltas: dict[str, float]
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """A benchmark's part of the leaderboard (see the module docstring)."""
+
+    benchmark: str
+    title: str
+    current_versions: tuple[str, ...]
+    headline: str  # what the ranked score is, for the page
+    cluster: str  # what the bootstrap and the tie test resample / pair
+    rules: tuple[Rule, ...]
+    anchor_text: str
+    # (run directory, its run.json, shared inputs such as the official data) -> one view per board.
+    read: Callable[[Path, dict[str, Any], Mapping[str, Any]], list[RunView]]
+    # None: the run is not an anchor run; else whether it reproduces the paper's row.
+    anchor: Callable[[RunView], AnchorCheck | None]
+
+    def check(self, view: RunView) -> list[str]:
+        return [f"{rule.name}: {reason}" for rule in self.rules for reason in rule.check(view)]
+
+
+def tied(a: Mapping[Any, float], b: Mapping[Any, float], alpha: float = TIE_ALPHA) -> tuple[bool, float, int]:
+    """Whether the paired test fails to separate two runs, its p-value and the shared clusters."""
+    shared = sorted(set(a) & set(b), key=str)
+    diffs = np.array([a[k] - b[k] for k in shared], dtype=float)
+    p = wilcoxon_p(diffs) if len(diffs) else math.nan
+    return (math.isnan(p) or p >= alpha), p, len(shared)
+
+
+def rank_rows(views: Sequence[RunView]) -> list[dict[str, Any]]:
+    """Eligible runs by score, best first; a row takes the rank of the row above it when the
+    paired test cannot separate the two (competition ranking otherwise)."""
+    ordered = sorted(views, key=lambda v: (-(v.score if v.score is not None else -math.inf), v.model, str(v.path)))
+    rows = []
+    for position, view in enumerate(ordered):
+        rank, test = position + 1, None
+        if position:
+            is_tied, p, shared = tied(ordered[position - 1].clusters, view.clusters)
+            test = {"p": None if math.isnan(p) else p, "shared": shared, "tied_with_above": is_tied}
+            if is_tied:
+                rank = rows[-1]["rank"]
+        rows.append({**row_of(view), "eligible": True, "rank": rank, "tie_test": test})
+    return rows
+
+
+def row_of(view: RunView) -> dict[str, Any]:
+    return {"run": view.path.name, "model": view.model, "eligible": not view.reasons,
+            "reasons": list(view.reasons), "rank": None, "score": _num(view.score),
+            "ci": [_num(view.ci[0]), _num(view.ci[1])] if view.score is not None else None,
+            "n": view.n, "failures": view.failures, "page": page_name(view)}
+
+
+def page_name(view: RunView) -> str:
+    """The run's folder in the site: the run's name (filesystem-safe) and a digest of its path
+    and scorer, so two runs of one name, or one run on two boards, never share a folder."""
+    digest = hashlib.sha256(f"{view.path.resolve()}\0{view.scorer}".encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.path.name)
+    return f"{view.benchmark}-{safe}-{digest}"
+
+
+def model_label(model: str, parameters: Mapping[str, Any] | None) -> str:
+    """The row label: the model, and any reasoning setting it ran with named beside it (seed
+    004 H25: reasoning is allowed on the board but never hidden)."""
+    reasoning = {k: v for k, v in (parameters or {}).items() if "reasoning" in k and v not in (None, False, "")}
+    if not reasoning:
+        return model
+    return f"{model} ({', '.join(f'{k}={v}' for k, v in sorted(reasoning.items()))})"
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def anchor_state(spec: BoardSpec, views: Sequence[RunView]) -> dict[str, Any]:
+    """The board's gate: reproduced by an eligible anchor run, failed (an anchor run that falls
+    outside, and by how much), or pending (no anchor run yet, and what is missing)."""
+    checks = [(v, spec.anchor(v)) for v in views]
+    candidates = [(v, c) for v, c in checks if c is not None]
+    for view, check in candidates:
+        if check.status == REPRODUCED and not view.reasons:
+            return {"status": REPRODUCED, "run": view.path.name, "reasons": check.reasons, "deltas": check.deltas}
+    if candidates:
+        view, check = candidates[0]
+        reasons = list(check.reasons) + [f"anchor run not eligible: {r}" for r in view.reasons]
+        status = FAILED if check.status == FAILED else PENDING
+        return {"status": status, "run": view.path.name, "reasons": reasons, "deltas": check.deltas}
+    return {"status": PENDING, "run": None, "reasons": [f"no anchor run on this board: {spec.anchor_text}"],
+            "deltas": {}}
+
+
+def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> dict[str, Any]:
+    """Boards of the current protocol versions and the archive of older ones, as the
+    ``leaderboard.json`` contract; each view's ``reasons`` are filled by its spec's rules."""
+    groups: dict[tuple[str, str, str], list[RunView]] = {}
+    for view in views:
+        view.reasons = specs[view.benchmark].check(view)
+        groups.setdefault((view.benchmark, view.protocol_version, view.scorer), []).append(view)
+    boards, archived = [], []
+    for (benchmark, version, scorer), members in sorted(groups.items()):
+        spec = specs[benchmark]
+        board = {"benchmark": benchmark, "title": spec.title, "protocol_version": version, "scorer": scorer,
+                 "headline": spec.headline, "cluster": spec.cluster, "tie_test": TIE_TEST}
+        if version not in spec.current_versions:
+            board.update(anchor=None, rows=[row_of(v) for v in members])
+            archived.append(board)
+            continue
+        anchor = anchor_state(spec, members)
+        eligible = [v for v in members if not v.reasons]
+        ranked = rank_rows(eligible) if anchor["status"] == REPRODUCED else [row_of(v) for v in eligible]
+        others = [row_of(v) for v in sorted(members, key=lambda v: v.model) if v.reasons]
+        board.update(anchor=anchor, rows=ranked + others)
+        boards.append(board)
+    return {"boards": boards, "archived": archived}
+
+
+CSV_COLUMNS = ["section", "benchmark", "protocol_version", "scorer", "anchor_status", "rank", "run", "model",
+               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons"]
+
+
+def boards_csv(content: Mapping[str, Any]) -> str:
+    """One line per (board, row), the same content as the JSON; reasons joined by `` | ``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for section in ("boards", "archived"):
+        for board in content[section]:
+            status = (board.get("anchor") or {}).get("status", "archived")
+            for row in board["rows"]:
+                ci = row["ci"] or [None, None]
+                writer.writerow([section, board["benchmark"], board["protocol_version"], board["scorer"], status,
+                                 row["rank"], row["run"], row["model"], row["eligible"], row["score"], ci[0], ci[1],
+                                 row["n"], row["failures"], " | ".join(row["reasons"])])
+    return out.getvalue()

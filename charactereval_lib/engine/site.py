@@ -1,0 +1,289 @@
+"""The leaderboard's static site: boards, a page per run and its sample explorer.
+
+The site opens from ``file://`` and from any static server, and loads nothing from the network.
+Browsers refuse ``fetch()`` of ``file://`` URLs, so per-run data is written as JavaScript files
+(``samples.js``, ``detail-K.js``) that the explorer loads with script tags: the table data when
+the page opens, a chunk of sample details when one of its samples is opened. The table library
+is DataTables as the ``itables`` package ships it (its ES-module bundle, exposed to plain
+scripts by ``vendor_bundle``); the only JavaScript written here is the explorer's glue.
+
+The whole site is built in a temporary folder beside ``out`` and moved into place at the end,
+so an interrupted build leaves the previous site (or nothing), never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+ASSETS = "assets"
+DETAIL_CHUNK = 250
+_EXPORTS = re.compile(r"export\s*\{([^}]*)\}\s*;?")
+_COMMENTS = re.compile(r"/\*.*?\*/", re.S)
+
+
+@dataclass(frozen=True)
+class Explorer:
+    """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
+    one table row per sample (values in column order), one detail record per row, and a note
+    on what is missing (None: nothing)."""
+
+    columns: Sequence[tuple[str, str, str]]
+    filters: Sequence[str]
+    rows: list[list[Any]]
+    details: list[dict[str, Any]]
+    note: str | None
+
+
+@dataclass(frozen=True)
+class RunPage:
+    folder: str
+    benchmark: str
+    board: str
+    row: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    report: Path | None  # the run's rendered report, copied beside the page
+    explorer: Explorer
+
+
+def vendor_bundle() -> tuple[str, str, str]:
+    """(script, stylesheet, licence) of DataTables from the installed ``itables`` package. Its
+    bundle is an ES module, which browsers do not load from ``file://``; wrapped in a function
+    with its exports assigned to ``window.LBTables`` it is a plain script, byte for byte the
+    package's code otherwise. A bundle without the one trailing export statement is refused."""
+    root = resources.files("itables")
+    script = (root / "html" / "dt_bundle.js").read_text(encoding="utf-8")
+    matches = list(_EXPORTS.finditer(script))
+    # Only the licence comments may follow the one export statement.
+    if len(matches) != 1 or _COMMENTS.sub("", script[matches[0].end():]).strip():
+        raise RuntimeError("itables' dt_bundle.js does not end in one export statement: unsupported itables version")
+    match = matches[0]
+    pairs = [part.strip().split(" as ") for part in match.group(1).split(",") if part.strip()]
+    exports = ", ".join(f"{json.dumps(name)}: {local}" for local, name in pairs)
+    wrapped = (f"(function () {{\n{script[:match.start()]}\nwindow.LBTables = {{{exports}}};\n}})();\n"
+               f"{script[match.end():]}")
+    licence = next((p for p in _dist_files("itables") if p.name == "LICENSE"), None)
+    return wrapped, (root / "html" / "dt_bundle.css").read_text(encoding="utf-8"), (
+        licence.read_text(encoding="utf-8") if licence else "itables: MIT License")
+
+
+def _dist_files(name: str) -> list[Path]:
+    from importlib.metadata import distribution
+
+    dist = distribution(name)
+    return [Path(str(dist.locate_file(f))) for f in (dist.files or [])]
+
+
+def _asset(name: str) -> str:
+    return (resources.files("charactereval_lib.engine") / "site_assets" / name).read_text(encoding="utf-8")
+
+
+def _js_data(variable: str, value: Any) -> str:
+    # "</" never appears inside a script's data, whatever the text holds.
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    return f"{variable} = {text};\n"
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else esc(value)
+
+
+def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> str:
+    up = "../" * depth
+    tags = "".join(f'<script src="{esc(s)}"></script>' for s in scripts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>{esc(title)}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="{up}{ASSETS}/dt_bundle.css">'
+            f'<link rel="stylesheet" href="{up}{ASSETS}/site.css"></head>\n<body>\n{body}\n{tags}</body></html>\n')
+
+
+# --- the index -------------------------------------------------------------------------------
+
+
+def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str) -> str:
+    parts = ['<header><h1>Leaderboard</h1>',
+             f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
+             '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
+             'Scores from different scorers never share a board.</p></header>']
+    if content.get("warnings"):
+        parts.append('<section id="left-out"><h2>Left out</h2><ul class="reasons">'
+                     + "".join(f"<li>{esc(w)}</li>" for w in content["warnings"]) + "</ul></section>")
+    if not content["boards"]:
+        parts.append('<p class="empty">No run of a current protocol version was found.</p>')
+    for board in content["boards"]:
+        parts.append(_board_html(board))
+    parts.append('<section id="archive"><h2>Archive: older protocol versions</h2>')
+    if not content["archived"]:
+        parts.append('<p class="empty">None.</p>')
+    for board in content["archived"]:
+        parts.append(_board_html(board))
+    parts.append("</section>")
+    parts.append('<section id="rules"><h2>Eligibility rules</h2>')
+    for benchmark, items in rules.items():
+        parts.append(f"<h3>{esc(benchmark)}</h3><dl>")
+        parts += [f"<dt><code>{esc(r.name)}</code></dt><dd>{esc(r.text)}</dd>" for r in items]
+        parts.append("</dl>")
+    parts.append("</section>")
+    return page("Leaderboard", "\n".join(parts), depth=0)
+
+
+def _board_html(board: Mapping[str, Any]) -> str:
+    anchor = board.get("anchor")
+    key = f'{board["benchmark"]}|{board["protocol_version"]}|{board["scorer"]}'
+    out = [f'<section class="board" data-board="{esc(key)}"><h2>{esc(board["title"])} · '
+           f'protocol {esc(board["protocol_version"])} · scorer {esc(board["scorer"])}</h2>']
+    if anchor is None:
+        out.append('<p class="anchor archived">Archived: this protocol version is not current; nothing is ranked.</p>')
+    else:
+        label = {"reproduced": "Anchor reproduced", "pending": "Anchor pending", "failed": "Anchor failed"}
+        text = f'{label[anchor["status"]]}' + (f' (run {esc(anchor["run"])})' if anchor.get("run") else "")
+        extra = ("" if anchor["status"] == "reproduced"
+                 else " Nothing on this board is ranked until its anchor reproduces the paper.")
+        deltas = ", ".join(f"{name} {value:+.4f}" for name, value in anchor["deltas"].items())
+        out.append(f'<div class="anchor {esc(anchor["status"])}"><strong>{esc(text)}</strong>{esc(extra)}<ul>'
+                   + "".join(f"<li>{esc(r)}</li>" for r in anchor["reasons"]) + "</ul>"
+                   + (f'<p class="deltas">Run minus paper: {esc(deltas)}</p>' if deltas else "") + "</div>")
+    out.append(f'<p class="meta">Score: {esc(board["headline"])}; 95% percentile cluster-bootstrap interval '
+               f'(1,000 resamples of whole {esc(board["cluster"])}s). Ties: {esc(board["tie_test"])}.</p>')
+    eligible = [r for r in board["rows"] if r["eligible"]]
+    others = [r for r in board["rows"] if not r["eligible"]]
+    out.append('<table class="rows"><thead><tr><th>rank</th><th>model</th><th>run</th><th>score</th>'
+               '<th>95% CI</th><th>n</th><th>failed</th></tr></thead><tbody>')
+    if not eligible:
+        out.append('<tr><td colspan="7" class="empty">No eligible run.</td></tr>')
+    for row in eligible:
+        rank = "–" if row["rank"] is None else str(row["rank"])
+        if row.get("tie_test") and row["tie_test"]["tied_with_above"]:
+            rank += ' <span class="tie" title="not separated from the row above">(tied)</span>'
+        ci = row["ci"] or [None, None]
+        out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}</td>'
+                   f'<td><a href="runs/{esc(row["page"])}/index.html">{esc(row["run"])}</a></td>'
+                   f'<td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td><td>{row["n"]}</td>'
+                   f'<td>{row["failures"]}</td></tr>')
+    out.append("</tbody></table>")
+    if others:
+        out.append('<h3>Not eligible</h3><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
+                   '<th>score</th><th>why</th></tr></thead><tbody>')
+        for row in others:
+            out.append(f'<tr><td>{esc(row["model"])}</td><td><a href="runs/{esc(row["page"])}/index.html">'
+                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td><ul class="reasons">'
+                       + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
+        out.append("</tbody></table>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+# --- a run's page ----------------------------------------------------------------------------
+
+
+def run_html(run: RunPage) -> str:
+    row = run.row
+    status = "eligible" if row["eligible"] else "not eligible"
+    parts = ['<p><a href="../../index.html">← all boards</a></p>',
+             f'<header><h1>{esc(row["model"])} <small>{esc(row["run"])}</small></h1>',
+             f'<p class="meta">{esc(run.benchmark)} · board {esc(run.board)} · {status}'
+             f'{"" if row["rank"] is None else " · rank " + str(row["rank"])} · score {fmt(row["score"])} '
+             f'(n {row["n"]}, failed {row["failures"]})</p></header>']
+    if row["reasons"]:
+        parts.append('<ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul>")
+    parts.append('<nav class="tabs"><a href="#explorer">Explorer</a> <a href="#report">Report</a> '
+                 '<a href="#manifest">Manifest</a></nav>')
+    note = f'<p class="note">{esc(run.explorer.note)}</p>' if run.explorer.note else ""
+    parts.append(f'<section id="explorer"><h2>Explorer</h2>{note}<div id="filters"></div>'
+                 '<table id="samples" class="display compact" style="width:100%"></table>'
+                 '<div id="detail" hidden></div></section>')
+    report = ('<p>Its rendered report: <a href="report.html">report.html</a>.</p>' if run.report
+              else '<p class="empty">No rendered report in the run directory (run <code>charactereval report</code> '
+                   'or <code>charactereval coser report</code>, then build the site again).</p>')
+    parts.append(f'<section id="report"><h2>Report</h2>{report}</section>')
+    parts.append('<section id="manifest"><h2>Manifest (run.json)</h2><p>Long lists are shortened here; the whole '
+                 f'file: <a href="run.json">run.json</a>.</p>{manifest_html(run.manifest)}</section>')
+    return page(f'{row["model"]} · {row["run"]}', "\n".join(parts), depth=2,
+                scripts=(f"../../{ASSETS}/dt_bundle.js", "samples.js", f"../../{ASSETS}/explorer.js"))
+
+
+def manifest_html(manifest: Mapping[str, Any]) -> str:
+    """run.json as nested definition lists (keys bold, scalars as text)."""
+    def render(value: Any) -> str:
+        if isinstance(value, Mapping):
+            if not value:
+                return "<em>empty</em>"
+            return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{render(v)}</dd>" for k, v in value.items()) + "</dl>"
+        if isinstance(value, list):
+            if len(value) > 20 and all(not isinstance(v, (dict, list)) for v in value):
+                return f"<span>{len(value)} items: {esc(', '.join(map(str, value[:20])))}, …</span>"
+            return "<ol>" + "".join(f"<li>{render(v)}</li>" for v in value) + "</ol>"
+        return f"<code>{esc(json.dumps(value, ensure_ascii=False))}</code>"
+    return f'<div class="manifest">{render(manifest)}</div>'
+
+
+def write_run_data(folder: Path, explorer: Explorer) -> None:
+    meta = {"columns": [{"key": k, "title": t, "type": kind} for k, t, kind in explorer.columns],
+            "filters": list(explorer.filters), "rows": explorer.rows, "chunk": DETAIL_CHUNK,
+            "chunks": (len(explorer.details) + DETAIL_CHUNK - 1) // DETAIL_CHUNK}
+    (folder / "samples.js").write_text(_js_data("window.LB_SAMPLES", meta), encoding="utf-8")
+    for k in range(meta["chunks"]):
+        part = explorer.details[k * DETAIL_CHUNK:(k + 1) * DETAIL_CHUNK]
+        text = f"window.LB_DETAIL = window.LB_DETAIL || {{}};\n{_js_data(f'window.LB_DETAIL[{k}]', part)}"
+        (folder / f"detail-{k}.js").write_text(text, encoding="utf-8")
+
+
+def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequence[RunPage],
+               rules: Mapping[str, Sequence[Any]], built: str) -> Path:
+    """Write the whole site into ``out`` (replacing a previous one as a whole)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        assets = staging / ASSETS
+        assets.mkdir()
+        script, css, licence = vendor_bundle()
+        (assets / "dt_bundle.js").write_text(script, encoding="utf-8")
+        (assets / "dt_bundle.css").write_text(css, encoding="utf-8")
+        (assets / "LICENSE-itables-datatables.txt").write_text(licence, encoding="utf-8")
+        for name in ("site.css", "explorer.js"):
+            (assets / name).write_text(_asset(name), encoding="utf-8")
+        for run in pages:
+            folder = staging / "runs" / run.folder
+            folder.mkdir(parents=True)
+            write_run_data(folder, run.explorer)
+            (folder / "run.json").write_text(json.dumps(run.manifest, ensure_ascii=False, indent=2) + "\n",
+                                             encoding="utf-8")
+            if run.report is not None:
+                shutil.copyfile(run.report, folder / "report.html")
+            (folder / "index.html").write_text(run_html(run), encoding="utf-8")
+        (staging / "leaderboard.json").write_text(json.dumps(content, ensure_ascii=False, indent=2) + "\n",
+                                                  encoding="utf-8")
+        (staging / "leaderboard.csv").write_text(csv_text, encoding="utf-8")
+        (staging / "index.html").write_text(index_html(content, rules, built), encoding="utf-8")
+        staging.chmod(0o755)
+        _swap(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def _swap(staging: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{staging.name}")
+        out.rename(old)
+    staging.rename(out)
+    if old is not None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(old)
+

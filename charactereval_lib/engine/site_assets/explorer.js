@@ -1,0 +1,143 @@
+// The explorer of one run's page: a DataTables table over window.LB_SAMPLES (samples.js), select
+// filters on the text columns, a score range, and a detail view whose data chunk (detail-K.js) is
+// loaded with a script tag when a sample is opened (fetch() is refused on file:// URLs).
+(function () {
+  "use strict";
+  const data = window.LB_SAMPLES;
+  const DataTable = window.LBTables.default;  // the bundle's default export
+  const columns = data.columns.map((c) => c.key);
+  const scoreColumns = data.columns.filter((c) => c.type === "num");
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    Object.entries(attrs || {}).forEach(([k, v]) => node.setAttribute(k, v));
+    children.flat().forEach((c) => node.append(c instanceof Node ? c : document.createTextNode(c == null ? "–" : String(c))));
+    return node;
+  }
+  const num = (v, d = 3) => (v == null ? "–" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(d) : String(v));
+
+  const table = new DataTable("#samples", {
+    data: data.rows,
+    columns: data.columns.map((c) => ({
+      title: c.title,
+      className: c.type === "text" ? "" : "dt-right",
+      // Sorting puts missing numbers last-but-sortable; display shows scores with 3 decimals.
+      render: c.type === "text" ? (v) => (v == null ? "" : v)
+        : (v, type) => (type === "display" ? (v == null ? "–" : c.type === "num" ? v.toFixed(3) : String(v)) : v == null ? -Infinity : v),
+    })),
+    deferRender: true,
+    pageLength: 25,
+    order: [],
+  });
+
+  const filters = document.getElementById("filters");
+  data.filters.forEach((key) => {
+    const index = columns.indexOf(key);
+    const values = [...new Set(data.rows.map((r) => r[index]).filter((v) => v != null && v !== ""))].sort();
+    const title = data.columns[index].title;
+    const select = el("select", { "data-filter": key, "aria-label": title }, el("option", { value: "" }, `${title}: all`),
+      ...values.map((v) => el("option", { value: v }, v)));
+    select.addEventListener("change", () => {
+      const value = select.value;
+      table.column(index).search(value ? "^" + DataTable.util.escapeRegex(value) + "$" : "", true, false).draw();
+    });
+    filters.append(el("label", {}, select));
+  });
+  if (scoreColumns.length) {
+    const which = el("select", { "data-filter": "score-column", "aria-label": "score column" },
+      ...scoreColumns.map((c) => el("option", { value: String(columns.indexOf(c.key)) }, c.title)));
+    const low = el("input", { type: "number", step: "any", placeholder: "min", "data-filter": "score-min" });
+    const high = el("input", { type: "number", step: "any", placeholder: "max", "data-filter": "score-max" });
+    DataTable.ext.search.push((settings, row, index) => {
+      const lo = parseFloat(low.value), hi = parseFloat(high.value);
+      if (isNaN(lo) && isNaN(hi)) return true;
+      const v = data.rows[index][Number(which.value)];
+      return v != null && (isNaN(lo) || v >= lo) && (isNaN(hi) || v <= hi);
+    });
+    [which, low, high].forEach((input) => input.addEventListener("input", () => table.draw()));
+    filters.append(el("span", { class: "range" }, "score range ", which, " ", low, " – ", high));
+  }
+
+  const loaded = {};
+  function chunk(k) {
+    if (window.LB_DETAIL && window.LB_DETAIL[k]) return Promise.resolve(window.LB_DETAIL[k]);
+    if (!loaded[k]) {
+      loaded[k] = new Promise((resolve, reject) => {
+        const script = el("script", { src: `detail-${k}.js` });
+        script.onload = () => resolve(window.LB_DETAIL[k]);
+        script.onerror = () => reject(new Error(`detail-${k}.js could not be loaded`));
+        document.body.append(script);
+      });
+    }
+    return loaded[k];
+  }
+
+  function section(title, ...children) {
+    return el("section", {}, el("h3", {}, title), ...children);
+  }
+
+  function characterevalDetail(d) {
+    const out = [];
+    if (d.failure) {
+      out.push(section("Failure (left out of every mean)", el("p", { class: "failure" },
+        d.failure + (d.attempts == null ? "" : ` after ${d.attempts} attempt(s)`))));
+    }
+    out.push(section("Context", d.context == null ? el("p", { class: "empty" }, "not available") : el("pre", {}, d.context)));
+    out.push(section("The model's full reply", el("pre", {}, d.reply == null ? "None" : d.reply)));
+    out.push(section("First line (what was scored)", el("pre", { class: "scored" }, d.first_line == null ? "–" : d.first_line)));
+    if (d.rm) {
+      out.push(section("Reward model", el("table", { class: "kv" },
+        ...Object.entries(d.rm).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, typeof v === "number" ? num(v, 4) : String(v)))))));
+    }
+    if (d.judge) {
+      out.push(section(`Judge ${d.judge.model || ""}`, el("table", { class: "kv" },
+        el("tr", {}, el("th", {}, "parsed choice"), el("td", {}, d.judge.choice)),
+        el("tr", {}, el("th", {}, "score"), el("td", {}, num(d.judge.score))),
+        el("tr", {}, el("th", {}, "invalid"), el("td", {}, String(d.judge.invalid)))),
+        el("pre", {}, d.judge.reply == null ? "–" : d.judge.reply)));
+    }
+    return out;
+  }
+
+  function coserDetail(d) {
+    const out = [];
+    if (d.error) out.push(section("Simulation error", el("pre", {}, JSON.stringify(d.error))));
+    out.push(section("Simulated dialogue", el("ol", { class: "dialogue" },
+      ...d.dialogue.map((m) => el("li", {}, el("strong", {}, m.role), ": ", m.content)))));
+    Object.entries(d.dimensions).forEach(([name, c]) => {
+      if (c.status !== "ok") {
+        out.push(section(name, el("p", { class: "failure" }, `${c.status}${c.reason ? ": " + c.reason : ""}`)));
+        return;
+      }
+      const flaws = el("table", { class: "flaws" }, el("tr", {}, el("th", {}, "flaw"), el("th", {}, "type"), el("th", {}, "severity")),
+        ...c.flaws.map((f) => el("tr", {}, el("td", {}, f.instance ?? JSON.stringify(f)), el("td", {}, f.type ?? ""), el("td", {}, JSON.stringify(f.severity)))));
+      const computation = `n = ${c.n} actor rounds, S = ${c.severity_sum} (integer severities only); ` +
+        `${d.formula} = max(0, 100 - (${c.severity_sum} - 0.3*${c.n}) * 5) = ${c.unclipped}` +
+        (d.clip ? `; clipped ${d.clip} = ${c.clipped}` : "; no upper clip in this version") + `; score ${c.score}`;
+      out.push(section(name, flaws, el("p", { class: "computation" }, computation)));
+    });
+    return out;
+  }
+
+  const detail = document.getElementById("detail");
+  document.querySelector("#samples tbody").addEventListener("click", (event) => {
+    const tr = event.target.closest("tr");
+    if (!tr) return;
+    const index = table.row(tr).index();
+    if (index == null) return;
+    chunk(Math.floor(index / data.chunk)).then((part) => {
+      const d = part[index % data.chunk];
+      const row = data.rows[index];
+      const title = el("h2", {}, "Sample: " + data.columns.map((c, i) => [c, row[i]])
+        .filter(([c, v]) => c.type !== "num" && v != null && v !== "").map(([c, v]) => `${c.title} ${v}`).join(" · "));
+      const close = el("button", { type: "button", class: "close" }, "close");
+      close.addEventListener("click", () => { detail.hidden = true; });
+      detail.replaceChildren(close, title, ...("dialogue" in d ? coserDetail(d) : characterevalDetail(d)));
+      detail.hidden = false;
+      detail.scrollIntoView();
+    }).catch((error) => {
+      detail.replaceChildren(el("p", { class: "failure" }, error.message));
+      detail.hidden = false;
+    });
+  });
+})();

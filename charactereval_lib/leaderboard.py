@@ -1,0 +1,125 @@
+"""``charactereval leaderboard``: find runs of every registered benchmark, put them on boards and
+write the static site (``engine.board`` ranks, ``engine.site`` writes; each benchmark declares
+its rules and its explorer in its own package).
+
+Runs are found by their ``run.json`` alone: ``BENCHMARKS`` is the one table that says which
+benchmark a manifest belongs to and where that benchmark's board and explorer live.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.charactereval import eligibility as ce_eligibility
+from charactereval_lib.charactereval import explorer as ce_explorer
+from charactereval_lib.coser import eligibility as coser_eligibility
+from charactereval_lib.coser import explorer as coser_explorer
+from charactereval_lib.engine import board, runs, site
+from charactereval_lib.engine.board import BoardSpec, RunView
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    spec: BoardSpec
+    recognises: Callable[[dict[str, Any]], bool]
+    explorer: Callable[[RunView, Mapping[str, Any]], site.Explorer]
+    # The rendered report a run directory may hold (None: the benchmark has none).
+    report: str
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    ce_eligibility.BENCHMARK: Benchmark(ce_eligibility.SPEC, ce_eligibility.recognises, ce_explorer.explorer,
+                                        "report.html"),
+    coser_eligibility.BENCHMARK: Benchmark(coser_eligibility.SPEC, coser_eligibility.recognises,
+                                           coser_explorer.explorer, "report.html"),
+}
+
+
+class LeaderboardError(runs.RunError):
+    """A path that is not a run or a folder of runs (a one-line message naming it)."""
+
+
+def benchmark_of(manifest: dict[str, Any]) -> str | None:
+    return next((name for name, b in BENCHMARKS.items() if b.recognises(manifest)), None)
+
+
+def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, dict[str, Any], str]], list[str]]:
+    """Runs under ``paths``: a run directory itself, or every run directory below a folder.
+    Returns (path, manifest, benchmark) per run and one line per run.json no benchmark claims."""
+    found: dict[Path, tuple[Path, dict[str, Any], str]] = {}
+    skipped = []
+    for given in paths:
+        path = runs.resolve_run_dir(given)
+        if not path.exists():
+            raise LeaderboardError(f"{path}: no such run or folder")
+        manifests = [path / runs.MANIFEST] if (path / runs.MANIFEST).is_file() else sorted(path.rglob(runs.MANIFEST))
+        if not manifests:
+            raise LeaderboardError(f"{path}: no run.json in it or below it")
+        for manifest_path in manifests:
+            try:
+                manifest = runs.load_manifest(manifest_path.parent)
+            except runs.RunError as exc:
+                skipped.append(f"{exc}; left out")
+                continue
+            name = benchmark_of(manifest)
+            if name is None:
+                skipped.append(f"{manifest_path.parent}: run.json names no registered benchmark "
+                               f"(protocol {manifest.get('protocol_version')!r}); left out")
+                continue
+            found.setdefault(manifest_path.parent.resolve(), (manifest_path.parent, manifest, name))
+    return list(found.values()), skipped
+
+
+def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any]) -> tuple[list[RunView], list[str]]:
+    """Every run under ``paths`` read by its benchmark (one view per board it belongs to), and
+    the warnings: runs left out, and why."""
+    found, warnings = discover(paths)
+    views: list[RunView] = []
+    for path, manifest, name in found:
+        try:
+            views += BENCHMARKS[name].spec.read(path, manifest, context)
+        except (runs.RunError, ValueError, KeyError) as exc:
+            warnings.append(f"{path}: cannot be read ({exc}); left out")
+    return views, warnings
+
+
+def boards(views: Sequence[RunView]) -> dict[str, Any]:
+    """The ``leaderboard.json`` boards and archive of ``views`` (see ``engine.board``)."""
+    return board.build_boards({n: b.spec for n, b in BENCHMARKS.items()}, views)
+
+
+def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+          context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Read every run, build the boards, write the site into ``out``; returns the
+    ``leaderboard.json`` content and the warnings (runs left out, and why)."""
+    views, warnings = read_runs(paths, context)
+    return write(views, warnings, out, context=context), warnings
+
+
+def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathLike[str], *,
+          context: Mapping[str, Any]) -> dict[str, Any]:
+    """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content."""
+    content = boards(views)
+    content["runs"] = len({v.path for v in views})
+    content["warnings"] = list(warnings)
+    pages = list(_pages(content, views, context))
+    rules = {b.spec.title: b.spec.rules for b in BENCHMARKS.values()}
+    site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
+    return content
+
+
+def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any]) -> Iterable[site.RunPage]:
+    by_page = {board.page_name(v): v for v in views}
+    for section in ("boards", "archived"):
+        for entry in content[section]:
+            label = f'{entry["protocol_version"]} · {entry["scorer"]}'
+            for row in entry["rows"]:
+                view = by_page[row["page"]]
+                spec = BENCHMARKS[view.benchmark]
+                report = view.path / spec.report
+                yield site.RunPage(row["page"], spec.spec.title, label, row, view.manifest,
+                                   report if report.is_file() else None, spec.explorer(view, context))

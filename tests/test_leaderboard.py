@@ -1,0 +1,293 @@
+"""The leaderboard: eligibility rules, the anchor gate, ranks with ties, the JSON/CSV contract and
+the command line, on synthetic runs of both benchmarks at the protocol's full size (invented
+text only; see ``testing.leaderboard_runs``), an imported CoSER result and a real CoSER smoke run
+against the local mock server."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from charactereval_lib import cli
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.coser import official
+from charactereval_lib.engine.board import TIE_TEST, model_label
+from charactereval_lib.leaderboard import boards, build, read_runs, write
+from charactereval_lib.testing.coser_script import scripted_reply
+from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
+from charactereval_lib.testing.mockserver import MockServer
+
+from tests.coser_golden import data_dir as coser_data_dir
+from tests.test_coser_official import synthetic_file
+
+PAPER = {"Storyline Consistency": 61.59, "Anthropomorphism": 48.93, "Character Fidelity": 48.95,
+         "Storyline Quality": 80.33}
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lb")
+    data = load_official_data(full_size_data(root / "data"), verify=False)
+    ce = root / "runs" / "ce"
+    charactereval_run(ce / "strong", data, model="strong-model", shift=0.4, seed=1)
+    charactereval_run(ce / "strong-twin", data, model="strong-twin", shift=0.4, seed=2)
+    charactereval_run(ce / "weak", data, model="weak-model", shift=-0.2, seed=3)
+    charactereval_run(ce / "unscored", data, model="half-done", seed=4, unscored=100)
+    charactereval_run(ce / "test-checkpoint", data, model="tiny-scored", seed=5, checkpoint=None)
+    charactereval_run(ce / "old", data, model="old-protocol", seed=6, protocol_version="charactereval-0.9")
+    anchor = root / "anchor" / "chatglm3"
+    released_run(anchor, data, root / "released", paper_row="ChatGLM3-6B", file_key="chatglm3_6b", seed=7)
+    co = root / "runs" / "coser"
+    coser_run(co / "gpt4o", actor="gpt-4o-2024-08-06", targets=PAPER, seed=1)
+    coser_run(co / "actor-b", actor="actor-b", level=70, seed=2, failed_sessions=3)
+    coser_run(co / "actor-c", actor="actor-c", level=55, seed=3)
+    coser_run(co / "sample", actor="actor-d", scenes=20, repeats=1, seed=4)
+    coser_run(co / "alias-judge", actor="actor-e", models={"judge": "gpt-4o"}, seed=5)
+    coser_run(co / "routed", actor="actor-f", endpoints={"actor": "https://openrouter.ai/api/v1"}, seed=6)
+    coser_run(co / "long", actor="actor-g", identity={"max_tokens": 2048}, seed=7)
+    coser_run(co / "head-gpt4o", actor="gpt-4o-2024-08-06", protocol="coser-head", level=40, seed=8)
+    official.import_evaluation(co / "imported", synthetic_file(root / "official.json"), data_dir=coser_data_dir(),
+                               metrics=False, progress=False)
+    return root, data
+
+
+SCORERS = {"charactereval": "BaichuanCharRM sha256:" + CHECKPOINT[:12], "coser": "judge gpt-4o-2024-08-06"}
+
+
+VERSIONS = {"charactereval": "charactereval-1.0", "coser": "coser-paper"}
+
+
+def board(content, benchmark, scorer=None, version=None):
+    matches = [b for b in content["boards"] if b["benchmark"] == benchmark and b["scorer"] == (scorer or SCORERS[benchmark])
+               and b["protocol_version"] == (version or VERSIONS[benchmark])]
+    assert len(matches) == 1, [(b["benchmark"], b["protocol_version"], b["scorer"]) for b in content["boards"]]
+    return matches[0]
+
+
+def row(entry, run):
+    return next(r for r in entry["rows"] if r["run"] == run)
+
+
+@pytest.fixture(scope="module")
+def views(runs_dir):
+    """Every run read once; the fixtures below put them on boards with and without the anchor."""
+    root, data = runs_dir
+    read, warnings = read_runs([root / "runs", root / "anchor"], {"charactereval": data})
+    assert warnings == []
+    return read
+
+
+@pytest.fixture(scope="module")
+def gated(views):
+    """The CharacterEval runs without their anchor run: that board must rank nothing."""
+    return boards([v for v in views if v.benchmark == "charactereval" and v.path.name != "chatglm3"]), []
+
+
+@pytest.fixture(scope="module")
+def anchored(runs_dir, views, tmp_path_factory):
+    out = tmp_path_factory.mktemp("site") / "out"
+    return write(views, [], out, context={"charactereval": runs_dir[1]}), out
+
+
+def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
+    content, _ = gated
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "pending" and entry["anchor"]["run"] is None
+    assert "released generation" in entry["anchor"]["reasons"][0]
+    eligible = [r for r in entry["rows"] if r["eligible"]]
+    assert {r["run"] for r in eligible} == {"strong", "strong-twin", "weak"}
+    assert all(r["rank"] is None for r in entry["rows"])
+
+
+def test_ineligible_runs_say_every_reason(gated):
+    entry = board(gated[0], "charactereval")
+    assert row(entry, "unscored")["reasons"] == ["all-rows-scored: 100 of 8032 rows have no reward-model score"]
+    # A run without a checkpoint digest cannot share a board with any digest.
+    other = board(gated[0], "charactereval", "reward model, checkpoint not recorded")
+    assert [r["reasons"] for r in other["rows"]] == [["official-rm: no scored row records its checkpoint digest"]]
+
+
+def test_older_protocol_versions_are_archived_unranked(gated):
+    archived = gated[0]["archived"]
+    assert [(b["protocol_version"], [r["run"] for r in b["rows"]]) for b in archived] == [
+        ("charactereval-0.9", ["old"])]
+    assert archived[0]["anchor"] is None and archived[0]["rows"][0]["rank"] is None
+    assert archived[0]["rows"][0]["reasons"][0].startswith("protocol: made under protocol charactereval-0.9")
+
+
+def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
+    content, _ = anchored
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "reproduced" and entry["anchor"]["run"] == "chatglm3"
+    assert len(entry["anchor"]["deltas"]) == 15
+    assert "all 12 metric means within 0.0005" in entry["anchor"]["reasons"][0]
+    ranked = [r for r in entry["rows"] if r["rank"] is not None]
+    # The anchor's own run is an eligible run of the board and ranked like the others.
+    assert [r["run"] for r in ranked][2:] == ["weak", "chatglm3"]
+    assert {r["run"] for r in ranked[:2]} == {"strong", "strong-twin"}
+    # Same quality, different noise: the signed-rank test cannot separate them, so they tie.
+    assert [r["rank"] for r in ranked[:2]] == [1, 1] and ranked[1]["tie_test"]["tied_with_above"]
+    assert [r["rank"] for r in ranked[2:]] == [3, 4] and all(r["tie_test"]["p"] < 0.05 for r in ranked[2:])
+    for r in ranked:
+        assert r["ci"][0] < r["score"] < r["ci"][1]
+    assert entry["tie_test"] == TIE_TEST
+
+
+def test_coser_rules_anchor_and_failed_sessions(anchored):
+    entry = board(anchored[0], "coser")
+    assert entry["scorer"] == "judge gpt-4o-2024-08-06"
+    assert entry["anchor"]["status"] == "reproduced", entry["anchor"]
+    ranked = [r["run"] for r in entry["rows"] if r["rank"] is not None]
+    assert ranked == ["actor-b", "gpt4o", "actor-c"]
+    assert row(entry, "actor-b")["failures"] == 3 and row(entry, "actor-b")["n"] == 597
+    assert row(entry, "sample")["reasons"] == ["full-protocol: 20 of the 200 test scenes (preset sample)",
+                                               "full-protocol: 1 repeat(s), the protocol runs 3"]
+    assert row(entry, "routed")["reasons"][0].startswith("one-host: the actor role goes through the router openrouter.ai")
+    assert row(entry, "long")["reasons"] == ["fixed-parameters: max_tokens is 2048, the protocol fixes 512"]
+    alias = board(anchored[0], "coser", "judge gpt-4o")
+    assert alias["anchor"]["status"] == "pending"
+    assert any(r.startswith("fixed-models: the judge model is 'gpt-4o'") for r in alias["rows"][0]["reasons"])
+
+
+def test_a_failed_anchor_says_which_values_fall_outside_and_ranks_nothing(anchored):
+    entry = board(anchored[0], "coser", version="coser-head")
+    assert entry["anchor"]["status"] == "failed" and entry["anchor"]["run"] == "head-gpt4o"
+    assert len(entry["anchor"]["reasons"]) == 5
+    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: paper 61.59 outside our interval [")
+    assert all(delta < -5 for delta in entry["anchor"]["deltas"].values())  # the run scores about 40
+    assert [r["rank"] for r in entry["rows"]] == [None]
+
+
+def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
+    content, out = anchored
+    [imported] = [r for b in content["boards"] if b["benchmark"] == "coser" for r in b["rows"] if r["run"] == "imported"]
+    assert not imported["eligible"] and imported["rank"] is None
+    assert "full-protocol: 1 of the 200 test scenes (preset imported)" in imported["reasons"]
+    samples = (out / "runs" / imported["page"] / "samples.js").read_text(encoding="utf-8")
+    assert samples.startswith("window.LB_SAMPLES = ") and '"Book' not in samples
+    detail = (out / "runs" / imported["page"] / "detail-0.js").read_text(encoding="utf-8")
+    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3*n) * 5)"' in detail
+
+
+def test_json_csv_and_site_files_say_the_same(anchored):
+    content, out = anchored
+    on_disk = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
+    assert on_disk["boards"] == json.loads(json.dumps(content["boards"]))
+    for entry in on_disk["boards"]:
+        assert set(entry) >= {"benchmark", "protocol_version", "scorer", "anchor", "rows"}
+        assert set(entry["anchor"]) >= {"status", "run", "reasons"}
+        for r in entry["rows"]:
+            assert set(r) >= {"run", "model", "eligible", "reasons", "rank", "score", "ci"}
+    lines = list(csv.DictReader((out / "leaderboard.csv").open(encoding="utf-8")))
+    assert len(lines) == sum(len(b["rows"]) for b in content["boards"] + content["archived"])
+    for r in on_disk["boards"][0]["rows"]:
+        folder = out / "runs" / r["page"]
+        assert (folder / "index.html").is_file() and (folder / "samples.js").is_file()
+        assert (folder / "detail-0.js").is_file()
+        assert json.loads((folder / "run.json").read_text(encoding="utf-8"))["protocol_version"] == \
+            on_disk["boards"][0]["protocol_version"]
+    assert "window.LBTables = {" in (out / "assets" / "dt_bundle.js").read_text(encoding="utf-8")
+
+
+def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leaves_the_old_site(runs_dir, tmp_path,
+                                                                                                  monkeypatch):
+    root, data = runs_dir
+    broken = tmp_path / "runs" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "run.json").write_text('{"protocol_version": "charactereval-1.0"}', encoding="utf-8")
+    (tmp_path / "runs" / "torn").mkdir()
+    (tmp_path / "runs" / "torn" / "run.json").write_text('{"protocol_version": "charac', encoding="utf-8")
+    out = tmp_path / "site"
+    content, warnings = build([tmp_path / "runs", root / "runs" / "coser" / "sample"], out,
+                              context={"charactereval": data})
+    assert len(warnings) == 2 and warnings[0].startswith(f"{tmp_path / 'runs' / 'torn' / 'run.json'}: malformed JSON")
+    assert warnings[1].startswith(f"{broken}: cannot be read (") and warnings[1].endswith("left out")
+    assert "cannot be read" in (out / "index.html").read_text(encoding="utf-8")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+
+    def explode(view, context):
+        raise RuntimeError("disk full")
+
+    from dataclasses import replace
+
+    from charactereval_lib import leaderboard
+
+    monkeypatch.setitem(leaderboard.BENCHMARKS, "coser", replace(leaderboard.BENCHMARKS["coser"], explorer=explode))
+    with pytest.raises(RuntimeError, match="disk full"):
+        build([root / "runs" / "coser" / "sample"], out, context={"charactereval": data})
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_path, capsys):
+    root, _ = runs_dir
+    assert cli.main(["leaderboard", str(root / "runs" / "coser" / "sample"), "--out", str(tmp_path / "site")]) == 0
+    assert "1 board(s)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "site" / "leaderboard.json").read_text())["boards"][0]["benchmark"] == "coser"
+    assert cli.main(["leaderboard", str(tmp_path / "missing"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "no such run or folder" in err
+    assert not (tmp_path / "other").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["leaderboard", str(empty), "--out", str(tmp_path / "other")]) == 2
+    assert "no run.json" in capsys.readouterr().err
+
+
+def test_a_reasoning_setting_is_named_in_the_row_label():
+    assert model_label("m", {"temperature": 0.0, "reasoning_effort": "high"}) == "m (reasoning_effort=high)"
+    assert model_label("m", {"temperature": 0.0, "reasoning_effort": None}) == "m"
+
+
+def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
+    """A run made by `coser run` against the local mock server (its real run.json and artifacts),
+    with a rendered report beside it: listed with its reasons, the report copied and linked."""
+    run = tmp_path / "runs" / "smoke"
+    with MockServer(reply=scripted_reply) as server:
+        assert cli.main(["coser", "run", str(run), "--preset", "smoke", "--actor-model", "mock-actor", "--base-url",
+                         server.base_url, "--no-api-key", "--data-dir", str(coser_data_dir()), "--retry-base-delay",
+                         "0.01", "--timeout", "5", "--no-progress"]) == 0
+    (run / "report.html").write_text("<html><body>the run's report</body></html>", encoding="utf-8")
+    assert cli.main(["leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "site")]) == 0
+    [entry] = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))["boards"]
+    [smoke] = entry["rows"]
+    assert entry["scorer"] == "judge gpt-4o" and entry["anchor"]["status"] == "pending"
+    assert smoke["reasons"] == [
+        "full-protocol: 2 of the 200 test scenes (preset smoke)", "full-protocol: 1 repeat(s), the protocol runs 3",
+        "fixed-models: the judge model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match exactly; "
+        "the moving alias 'gpt-4o' does not)",
+        "fixed-models: the environment model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match "
+        "exactly; the moving alias 'gpt-4o' does not)",
+        "fixed-models: the next-speaker model is 'gpt-4o-mini', the protocol fixes 'CoSER-70B'"]
+    page = tmp_path / "site" / "runs" / smoke["page"]
+    assert (page / "report.html").read_text(encoding="utf-8") == "<html><body>the run's report</body></html>"
+    assert 'href="report.html"' in (page / "index.html").read_text(encoding="utf-8")
+    assert smoke["n"] == 2 and smoke["failures"] == 0
+
+
+def test_charactereval_rules_on_recorded_facts(tmp_path):
+    """Each rule's reasons from a run's facts as `read` records them (no artifacts needed)."""
+    from charactereval_lib.charactereval.eligibility import MAX_FAILED, SPEC
+    from charactereval_lib.engine.board import RunView
+
+    def reasons(**facts):
+        base = {"judge": None, "missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
+                "checkpoints": ["a" * 64], "modes": ["faithful"], "tiny_label": None, "fast_verified": False}
+        view = RunView(tmp_path, "charactereval", "charactereval-1.0", "s", "m", {}, facts={**base, **facts})
+        return SPEC.check(view)
+
+    assert reasons() == []
+    assert reasons(modes=["fast"]) == ["scorer-mode: fast mode without a `score --verify` on this run and checkpoint "
+                                       "that kept every row within one bf16 grid step"]
+    assert reasons(modes=["fast", "faithful"], fast_verified=True) == []
+    assert reasons(checkpoints=["a" * 64, "b" * 64]) == ["official-rm: rows scored by 2 different checkpoints"]
+    assert reasons(tiny_label="tiny-random") == [
+        "official-rm: scored by a test checkpoint (tiny-random), not BaichuanCharRM"]
+    assert reasons(missing=3) == ["all-samples: 3 scored test samples have neither a reply nor a recorded failure"]
+    assert reasons(failed_scored=MAX_FAILED, rows=8032 - 90, failed_rows=90) == []
+    assert reasons(failed_scored=MAX_FAILED + 1, rows=8032 - 92, failed_rows=92) == [
+        f"all-samples: {MAX_FAILED + 1} scored samples failed (None/ERROR), more than {MAX_FAILED} (1% of 4531)"]
+    assert reasons(failed_scored=1, rows=8031, failed_rows=None) == [
+        "all-rows-scored: the official data is not available to count the rows of the failed samples"]

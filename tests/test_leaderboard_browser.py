@@ -1,0 +1,220 @@
+"""The leaderboard site in a real browser: Debian's headless Chromium driven by Playwright (no
+browser is downloaded), on a site built from synthetic runs. The tests assert what a user sees,
+that no page logs a console error or a script error, and that no request leaves the site's
+folder (from ``file://``, and once from a static web server)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.engine import runs
+from charactereval_lib.leaderboard import build
+from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
+from charactereval_lib.testing.synthetic import write_synthetic_data
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+# Generous: the machine may be busy; nothing here waits this long when it works.
+WAIT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser")
+    data = load_official_data(write_synthetic_data(root / "data", 120), verify=False)
+    ce = charactereval_run(root / "runs" / "ce-small", data, model="small-model", seed=1,
+                           failed_ids=[data.samples[3].id])
+    # The first rows also judged, so the explorer has both scorers to set side by side.
+    rows = runs.read_jsonl(ce / runs.ROWS).records[:10]
+    runs.write_jsonl_atomic(ce / runs.JUDGE_SCORES, [
+        {"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "judge-x", "status": "ok",
+         "score": 4.0, "choice": "4", "invalid": False, "reply": "invented reasoning\n4"} for r in rows])
+    coser_run(root / "runs" / "coser-a", actor="actor-a", level=65, seed=1)
+    coser_run(root / "runs" / "coser-b", actor="actor-b", level=60, seed=2, failed_sessions=2)
+    coser_run(root / "runs" / "coser-sample", actor="actor-c", scenes=20, repeats=1, seed=3)
+    content, _ = build([root / "runs"], root / "site", context={"charactereval": data})
+    return root / "site", content, data
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture()
+def page(browser, site, tmp_path):
+    """A page that records console errors, script errors and requests; each test ends by
+    checking that there were no errors and that every request stayed inside the site."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
+    page.on("request", lambda r: requests.append(r.url))
+    page.problems, page.requests = problems, requests
+    yield page
+    page.close()
+    assert problems == []
+    allowed = (site[0].resolve().as_uri() + "/", "http://127.0.0.1:")
+    assert [u for u in requests if not u.startswith(allowed)] == []
+
+
+def shoot(page, name: str) -> None:
+    target = os.environ.get("LEADERBOARD_SCREENSHOTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(target) / f"{name}.png"), full_page=True)
+
+
+def open_index(page, site_dir: Path) -> None:
+    page.goto((site_dir / "index.html").resolve().as_uri())
+
+
+def choose(page, key: str, **option) -> None:
+    """Pick a filter's option and wait until the table shows the filtered rows."""
+    page.select_option(f"select[data-filter={key}]", **option)
+    page.wait_for_function("document.querySelector('.dt-info').textContent.includes('filtered from')")
+
+
+def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_reasons(page, site):
+    open_index(page, site[0])
+    boards = page.locator("section.board")
+    titles = [t.strip() for t in boards.locator("h2").all_inner_texts()]
+    assert titles == ["CharacterEval · protocol charactereval-1.0 · scorer BaichuanCharRM sha256:c0ffeec0ffee",
+                      "CharacterEval · protocol charactereval-1.0 · scorer judge judge-x",
+                      "CoSER GCA · protocol coser-paper · scorer judge gpt-4o-2024-08-06"]
+    coser = boards.nth(2)
+    assert coser.locator(".anchor.pending").inner_text().startswith("Anchor pending")
+    assert "Nothing on this board is ranked" in coser.locator(".anchor").inner_text()
+    ranked = coser.locator("table.rows tbody tr")
+    assert ranked.count() == 2
+    assert ranked.locator("td.rank").all_inner_texts() == ["–", "–"]
+    assert sorted(ranked.locator("td:nth-child(2)").all_inner_texts()) == ["actor-a", "actor-b"]
+    reasons = coser.locator("table.ineligible tr", has_text="coser-sample").locator("ul.reasons li").all_inner_texts()
+    assert reasons == ["full-protocol: 20 of the 200 test scenes (preset sample)",
+                       "full-protocol: 1 repeat(s), the protocol runs 3"]
+    assert "all-rows-scored: 233 rows plus 4 rows of failed samples, not the protocol's 8032" in \
+        boards.nth(0).locator("table.ineligible").inner_text()
+    judged = boards.nth(1).locator("table.ineligible").inner_text()
+    assert "official-rm: scored by the judge judge-x; the protocol's scorer is the reward model" in judged
+    assert "all-rows-scored: 223 of 233 rows have no judge judge-x score" in judged
+    assert page.locator("#rules dt").count() == 11
+    shoot(page, "index")
+
+
+def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site):
+    site_dir, content, data = site
+    open_index(page, site_dir)
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    role = sorted({s.role for s in data.samples})[2]
+    choose(page, "character", value=role)
+    characters = page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
+    assert characters and set(characters) == {role}
+    assert "filtered from" in page.locator(".dt-info").inner_text()
+    page.locator("#samples tbody tr").first.click()
+    detail = page.locator("#detail")
+    detail.wait_for(state="visible")
+    sample_id = int(page.locator("#samples tbody tr td").first.inner_text())
+    text = detail.inner_text()
+    assert f"sample {sample_id}" in text and f"character {role}" in text
+    for heading in ("Context", "The model's full reply", "First line (what was scored)", "Reward model"):
+        assert heading in text
+    assert data.by_id()[sample_id].context.split("\n")[0] in text
+    shoot(page, "explorer-charactereval")
+
+
+def test_a_judged_sample_shows_both_scorers_and_their_disagreement(page, site):
+    open_index(page, site[0])
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    header = page.locator("#samples thead th", has_text="judge score")
+    header.click()
+    page.wait_for_selector("#samples thead th.dt-ordering-asc")
+    header.click()  # descending: the judged rows first
+    # DataTables may redraw after the click returns: read the row once the order is applied.
+    page.wait_for_selector("#samples thead th.dt-ordering-desc")
+    page.wait_for_function("document.querySelector('#samples tbody tr td:nth-child(7)').textContent === '4.000'")
+    first = page.locator("#samples tbody tr").first
+    cells = first.inner_text().split("\t")
+    rm, judge, gap = (float(cells[k]) for k in (5, 6, 7))
+    assert judge == 4.0 and gap == pytest.approx(abs(rm - judge), abs=2e-3)
+    first.click()
+    detail = page.locator("#detail")
+    detail.wait_for(state="visible")
+    text = detail.inner_text()
+    assert "Judge judge-x" in text and "parsed choice" in text and "invented reasoning" in text
+
+
+def test_a_failed_sample_is_a_row_with_its_reason(page, site):
+    site_dir, _, data = site
+    open_index(page, site_dir)
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    options = page.locator("select[data-filter=failure] option").all_inner_texts()
+    assert options[0] == "failure: all" and any("synthetic timeout" in o for o in options[1:])
+    choose(page, "failure", index=1)
+    ids = set(page.locator("#samples tbody tr td:first-child").all_inner_texts())
+    assert ids == {str(data.samples[3].id)}
+    page.locator("#samples tbody tr").first.click()
+    page.locator("#detail").wait_for(state="visible")
+    assert "None: APITimeoutError synthetic timeout after 3 attempt(s)" in page.locator("#detail").inner_text()
+
+
+def test_coser_detail_shows_the_dialogue_critiques_and_the_score_computation(page, site):
+    open_index(page, site[0])
+    page.click("text=coser-b")
+    page.wait_for_selector("#samples tbody tr")
+    choose(page, "book", value="Book 3")
+    books = page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
+    assert set(books) == {"Book 3"}
+    first = page.locator("#samples tbody tr").first
+    storyline = first.locator("td:nth-child(5)").inner_text()
+    first.click()
+    detail = page.locator("#detail")
+    detail.wait_for(state="visible")
+    text = detail.inner_text()
+    assert "Simulated dialogue" in text and "Storyline Consistency" in text
+    computation = detail.locator("p.computation").first.inner_text()
+    assert "max(0, 100 - (" in computation and "no upper clip" in computation
+    # The table's score is the one the computation ends in.
+    assert float(computation.rsplit("score ", 1)[1]) == pytest.approx(float(storyline), abs=5e-4)
+    shoot(page, "explorer-coser")
+
+
+def test_the_site_works_from_a_static_web_server(page, site, tmp_path):
+    served = tmp_path / "served"
+    shutil.copytree(site[0], served)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/index.html")
+        page.click("text=coser-a")
+        page.wait_for_selector("#samples tbody tr")
+        page.locator("#samples tbody tr").first.click()
+        page.locator("#detail").wait_for(state="visible")
+        assert "Simulated dialogue" in page.locator("#detail").inner_text()
+    finally:
+        server.shutdown()
+        server.server_close()
