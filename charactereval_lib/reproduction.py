@@ -181,12 +181,31 @@ def _value(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _selected(document: dict[str, Any], kinds: Sequence[str] | None) -> list[dict[str, Any]]:
+    return [r for r in document["rows"] if kinds is None or r.get("kind") in kinds]
+
+
+def reason_numbers(document: dict[str, Any], kinds: Sequence[str] | None = None) -> dict[str, int]:
+    """Each distinct reason of the selected rows, numbered from 1 in order of first use: most rows
+    share most of their reasons, so the table cites numbers and ``reasons_table`` spells them out."""
+    numbers: dict[str, int] = {}
+    for r in _selected(document, kinds):
+        for reason in r["reasons"]:
+            numbers.setdefault(reason, len(numbers) + 1)
+    return numbers
+
+
+def reasons_table(document: dict[str, Any], kinds: Sequence[str] | None = None) -> pd.DataFrame:
+    """The numbered reasons that ``rows_table`` cites for the same selection."""
+    return pd.DataFrame([{"#": n, "reason": reason} for reason, n in reason_numbers(document, kinds).items()])
+
+
 def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2) -> pd.DataFrame:
-    """The rows of the document (of ``kinds`` when given) as a display table."""
+    """The rows of the document (of ``kinds`` when given) as a display table; the reasons column
+    cites the numbers of ``reasons_table``."""
+    numbers = reason_numbers(document, kinds)
     records = []
-    for r in document["rows"]:
-        if kinds is not None and r.get("kind") not in kinds:
-            continue
+    for r in _selected(document, kinds):
         paper = _value(r["paper"], digits) + (f" ± {r['paper_pm']:g}" if r.get("paper_pm") is not None else "")
         interval = r.get("interval")
         records.append({
@@ -194,7 +213,8 @@ def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, dig
             "recorded": _value(r["recorded"], digits + 1), "recomputed": _value(r["recomputed"], digits + 1),
             "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
             "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",
-            "within": {True: "yes", False: "NO", None: "–"}[r["within"]], "reason": r["reason"]})
+            "within": {True: "yes", False: "NO", None: "–"}[r["within"]],
+            "reasons": ", ".join(str(numbers[reason]) for reason in r["reasons"])})
     return pd.DataFrame.from_records(records)
 
 

@@ -73,6 +73,22 @@ def test_coser_rows_set_every_published_cell_beside_ours_with_its_reason(coser_r
             assert r["paper"] is None and r["within"] is None and r["reason"]
 
 
+def test_the_table_cites_each_shared_reason_by_one_number_spelled_out_below(coser_report):
+    _, document = coser_report
+    for kinds in (["main"], ["ablation", "test_set"]):
+        rows = [r for r in document["rows"] if r["kind"] in kinds]
+        legend = reproduction.reasons_table(document, kinds)
+        assert list(legend["#"]) == list(range(1, len(legend) + 1))
+        assert set(legend["reason"]) == {reason for r in rows for reason in r["reasons"]}
+        spelled = dict(zip(legend["#"], legend["reason"]))
+        cited = reproduction.rows_table(document, kinds)["reasons"]
+        for r, numbers in zip(rows, cited):
+            assert [spelled[int(n)] for n in numbers.split(", ")] == r["reasons"]
+            assert r["reason"] == "; ".join(r["reasons"])
+    html = (coser_report[0] / "reproduction.html").read_text(encoding="utf-8")
+    assert "Reasons" in html and "one released run against the paper" in html
+
+
 @pytest.mark.parametrize("model", ["abab7-preview-chat"])  # the file with a last-bit BLEU difference
 def test_recorded_bleu_and_rouge_l_of_the_ablation_files_are_reproduced(tmp_path, model):
     path = data_dir() / RELEASED_EVALUATION_DIR / f"id_set_{model}-no_length_penalty.json"

@@ -70,9 +70,9 @@ def rows_for(key: str, source_file: str, summary: Mapping[str, Any] | None, mean
     model = RELEASED_MODELS[key]
     table = load_paper_table()
     cells = _cells(summary)
-    reason = MISSING_RM if summary is None else REASON_SAME_INPUT
+    reasons = [MISSING_RM if summary is None else REASON_SAME_INPUT]
     if meaningless:
-        reason = f"MEANINGLESS: {meaningless}; {reason}"
+        reasons.insert(0, f"MEANINGLESS: {meaningless}")
     rows = []
     for column, kind, summary_key in _columns():
         cell = cells.get(summary_key, {})
@@ -85,7 +85,8 @@ def rows_for(key: str, source_file: str, summary: Mapping[str, Any] | None, mean
         rows.append({"model": model, "source_file": source_file, "kind": kind, "column": column, "paper": paper,
                      "paper_pm": None, "recorded": None, "recomputed": mean, "n": cell.get("n"),
                      "interval": list(interval) if interval else None, "delta": decision.delta,
-                     "within": decision.within, "decision": decision.reason, "reason": reason})
+                     "within": decision.within, "decision": decision.reason, "reason": "; ".join(reasons),
+                     "reasons": reasons})
     return rows
 
 

@@ -180,6 +180,7 @@ def _rows(item: Released, import_report: dict[str, Any], summary: dict[str, Any]
         decision = compare_to_paper(value, recomputed, paper_pm=pm,
                                     interval=(low, high) if low is not None and high is not None else None,
                                     tolerance=rounding_tolerance(PAPER_DECIMALS))
+        reasons = _reasons(item, column, recorded)
         rows.append({
             "model": item.model, "source_file": item.file, "kind": item.kind, "column": column,
             "paper": value, "paper_pm": pm, "recorded": recorded, "recomputed": recomputed,
@@ -188,7 +189,7 @@ def _rows(item: Released, import_report: dict[str, Any], summary: dict[str, Any]
             "interval": [low, high] if low is not None else None,
             "delta": decision.delta, "within": decision.within, "decision": decision.reason,
             "formula": import_report.get("score_formula", "length_penalty"),
-            "reason": "; ".join(_reasons(item, column, recorded)),
+            "reason": "; ".join(reasons), "reasons": reasons,
         })
     return rows
 
