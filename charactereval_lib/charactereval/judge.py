@@ -35,12 +35,8 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.engine.grading.agreement import OVERALL, agreement_table
-from charactereval_lib.engine.grading.judging import JudgeItem
-from charactereval_lib.engine.grading.spec import (
-    ModelGradedSpec,
-    build_judge_messages,
-    load_spec,
-)
+from charactereval_lib.engine.grading.judging import JudgeItem, make_item
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, load_spec
 from charactereval_lib.engine.plots import keep
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
@@ -80,9 +76,7 @@ def judge_items(run: runs.RunDir, data: OfficialData, specs: Mapping[str, ModelG
         sample = samples[row["id"]]
         fields = {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context,
                   "response": row["model_output"], "metric_en": row["metric_en"], "metric_zh": row["metric_zh"]}
-        spec = specs[row["metric_en"]]
-        items.append(JudgeItem({"id": row["id"], "metric_en": row["metric_en"]}, spec,
-                               build_judge_messages(spec, fields)))
+        items.append(make_item({"id": row["id"], "metric_en": row["metric_en"]}, specs[row["metric_en"]], fields))
     return items
 
 
@@ -129,7 +123,8 @@ def describe(backend_description: Mapping[str, Any], specs: Mapping[str, ModelGr
         **backend_description,
         "judge_model": backend_description.get("model"),
         "specs": {m: {"name": s.name, "source": s.source, "sha256": digests[m], "parser": s.parser,
-                      "eval_type": s.eval_type, "invalid_score": s.invalid_score} for m, s in specs.items()},
+                      "eval_type": s.eval_type, "invalid_score": s.invalid_score,
+                      "ignored_fields": list(s.ignored_fields)} for m, s in specs.items()},
         "data_sha256": generation_task(data).data_sha256,
     }
 
