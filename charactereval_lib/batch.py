@@ -23,6 +23,8 @@ arguments)::
     comparison: comparison          # comparison report directory, under output_dir
     data_dir: null                  # official data (default: $CHARACTEREVAL_DATA_DIR, data/official)
     baselines: [GPT-4, ChatGLM3-6B] # paper models overlaid in the reports
+    judges: [judge-a, judge-b]      # judges shown beside the reward model (default: every judge of
+                                    # each run); each one a run holds also gets its own report
     n_boot: 1000                    # bootstrap resamples
     engine: local                   # local (one model after the other) | ray (concurrently)
     ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 0}  # engine ray: per-task requests
@@ -52,7 +54,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,8 @@ from charactereval_lib.engine import runs
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
 SCORE_KEYS = ("device", "mode")
 MODEL_KEYS = {"name", "backend", "model", "rm", "subset", "generate", "score", *GENERATE_KEYS, *SCORE_KEYS}
-TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray"}
+TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray",
+            "judges"}
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
@@ -123,6 +126,8 @@ class ModelResult:
     failed_step: str | None = None
     error: str | None = None
     report: str | None = None
+    # One report per judge named in the config that this run holds.
+    judge_reports: list[str] = field(default_factory=list)
     # Samples whose latest generation is an error (S5 drops them; the summary counts them).
     failed_samples: int | None = None
     seconds: float = 0.0
@@ -179,6 +184,8 @@ def load_config(path: Path | str) -> BatchConfig:
     report_values = {"n_boot": raw.get("n_boot", 1000)}
     if raw.get("baselines") is not None:
         report_values["baselines"] = raw["baselines"]
+    if raw.get("judges") is not None:
+        report_values["judges"] = raw["judges"]
     try:
         report = pipeline.ReportSettings.from_mapping(report_values, f"{path}")
     except pipeline.SettingsError as exc:
@@ -340,7 +347,17 @@ def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, ru
     _step(result, "summarize")
     pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
     _step(result, "report")
-    result.report = str(pipeline.report(run, config.report, data_dir=config.data_dir).html)
+    held = run.judge_models()
+    judges = tuple(j for j in config.report.judges if j in held)
+    if len(judges) < len(config.report.judges):
+        missing = ", ".join(j for j in config.report.judges if j not in held)
+        print(f"   {result.name}: no scores of judge(s) {missing}; the report shows {', '.join(judges) or 'every judge of the run'}",
+              flush=True)
+    result.report = str(pipeline.report(run, replace(config.report, judges=judges), data_dir=config.data_dir).html)
+    for model in judges:
+        _step(result, f"report of judge {model}")
+        judged = replace(config.report, scorer=runs.JUDGE, judge_model=model, judges=())
+        result.judge_reports.append(str(pipeline.report(run, judged, data_dir=config.data_dir).html))
 
 
 # A model's two stages: with engine ray each is a task with its own resource request.
@@ -517,7 +534,8 @@ def summary_lines(outcome: BatchResult) -> list[str]:
     for m in outcome.models:
         failed = f"; {m.failed_samples} sample(s) failed to generate" if m.failed_samples else ""
         if m.status == "ok":
-            lines.append(f"ok      {m.name}: {m.report} ({m.seconds:.0f} s){failed}")
+            judged = "".join(f"; {path}" for path in m.judge_reports)
+            lines.append(f"ok      {m.name}: {m.report}{judged} ({m.seconds:.0f} s){failed}")
         elif m.status == "interrupted":
             lines.append(f"STOPPED {m.name}: {m.error}")
         else:
