@@ -205,6 +205,13 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
 
 
+def _undefined(estimate: dict) -> str:
+    """A statistic's value, or why it has none: ``n<2`` (too few rows), ``undefined`` (no variation)."""
+    if estimate["value"] is not None and estimate["value"] == estimate["value"]:
+        return f"{estimate['value']:.3f}"
+    return "n<2" if estimate["n"] < 2 else "undefined"
+
+
 def cmd_summarize(args: argparse.Namespace) -> int:
     outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir)
     summary = outcome.summary
@@ -327,14 +334,12 @@ def cmd_battle(args: argparse.Namespace) -> int:
     except RunAborted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    from charactereval_lib.charactereval.battle import battle_lines
+
     print(outcome.session.line())
     summary = outcome.summary
-    level = round(summary["bootstrap"]["level"] * 100)
-    print(f"{Path(args.run_a).name} vs {Path(args.run_b).name}: {summary['n']} sample(s) judged in both orders, "
-          f"{summary['invalid']} invalid")
-    for name in ("win", "tie", "loss", "position_consistency"):
-        estimate = summary[name]
-        print(f"  {name:<22}{_fmt(estimate['value']):>7}   {level}% CI [{_fmt(estimate['low'])}, {_fmt(estimate['high'])}]")
+    print("\n".join(battle_lines(summary, Path(args.run_a).name, Path(args.run_b).name)))
+    _warn(summary["warnings"])
     print(f"wrote {outcome.out.artifact('battle_summary.json')}")
     return 1 if outcome.session.errors else 0
 
@@ -359,11 +364,11 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     summary = outcome.summary
     print(f"{summary['n_labels']} label(s), {summary['unscored']} without a prediction; {summary['scorer']} "
           f"{summary['scorer_model']}")
-    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>8}{'alpha':>8}   (95% CI in "
+    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>10}{'alpha':>10}   (95% CI in "
           f"{outcome.out.artifact('metaeval_summary.json')})")
     for name, group in summary["groups"].items():
         print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{_fmt(group['metascore']['value']):>11}"
-              f"{_fmt(group['cohen_kappa']['value']):>8}{_fmt(group['krippendorff_alpha']['value']):>8}")
+              f"{_undefined(group['cohen_kappa']):>10}{_undefined(group['krippendorff_alpha']):>10}")
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
 
 
