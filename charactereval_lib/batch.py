@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import progress, runs
 
 # Shorthands allowed at the top of a model entry, beside the full `generate:` / `score:` sections.
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
@@ -116,6 +116,9 @@ class BatchConfig:
     models: list[ModelSpec]
     engine: str = "local"
     ray: RayBatch = RayBatch()
+    # Progress bars on stderr (``batch`` without --quiet, on a terminal): the overall bar and
+    # each step's own.
+    progress: bool = False
 
 
 @dataclass
@@ -320,8 +323,15 @@ def preflight(config: BatchConfig) -> list[str]:
 # --- running -----------------------------------------------------------------------------------
 
 
+# The steps the overall bar counts per model (subset and each judge's report ride along).
+BAR_STEPS = ("data", "generate", "transform", "score", "summarize", "report")
+
+
 def _step(result: ModelResult, name: str) -> None:
     result.failed_step = name
+    bar = progress.current()
+    if bar is not None:
+        bar.step(result.name, name)
     print(f"== {result.name}: {name}", flush=True)
 
 
@@ -335,7 +345,7 @@ def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult,
         path = write_ids(run.artifact(SUBSET_IDS), ids, comment=f"stratified subset of {spec.subset} samples")
         generate = pipeline.GenerateSettings.from_mapping({**generate.as_dict(), "ids": str(path)})
     _step(result, "generate")
-    generated = pipeline.generate(run, generate, data=data)
+    generated = pipeline.generate(run, generate, data=data, progress=config.progress)
     result.failed_samples = generated.failed
     _step(result, "transform")
     pipeline.transform(run, data=data)
@@ -343,7 +353,7 @@ def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult,
 
 def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
     _step(result, "score")
-    pipeline.score(run, spec.score, data=data)
+    pipeline.score(run, spec.score, data=data, progress=config.progress)
     _step(result, "summarize")
     pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
     _step(result, "report")
@@ -452,14 +462,17 @@ def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelR
 def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
     from charactereval_lib.engine.generation.engine import GenerationInterrupted
 
-    for spec in config.models:
-        started = time.monotonic()
-        try:
-            outcome.models.append(run_model(spec, config))
-        except (KeyboardInterrupt, GenerationInterrupted):
-            outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
-            outcome.interrupted = True
-            break
+    with progress.overall(len(config.models), BAR_STEPS, config.progress) as bar:
+        for spec in config.models:
+            started = time.monotonic()
+            try:
+                outcome.models.append(run_model(spec, config))
+            except (KeyboardInterrupt, GenerationInterrupted):
+                outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
+                outcome.interrupted = True
+                break
+            finally:
+                bar.model_done()
 
 
 def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:

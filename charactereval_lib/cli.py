@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
@@ -75,7 +77,7 @@ def cmd_data_fetch(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.data import fetch, verify_files
 
     data_dir = locate_data_dir(args.data_dir)
-    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=not args.quiet)
+    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=bars_wanted(args.quiet))
     return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: fetched {len(fetched)} file(s); all verified")
 
 
@@ -150,7 +152,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from charactereval_lib.engine.generation.engine import GenerationInterrupted, exit_code
 
     settings = _settings(pipeline.GenerateSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = bars_wanted(args.quiet)
     try:
         result = pipeline.generate(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run, progress=progress)
     except GenerationInterrupted as exc:
@@ -269,6 +271,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from charactereval_lib.batch import load_config, preflight, run_batch, summary_lines
 
     config = load_config(Path(args.config))
+    # Ray tasks run elsewhere: their bars would only fill the workers' logs.
+    config = dataclasses.replace(config, progress=bars_wanted(args.quiet) and config.engine == "local")
     problems = preflight(config)
     if problems:
         return _report_problems(problems, "")
@@ -293,7 +297,7 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
         outcome = pipeline.judge_score(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run,
-                                       progress=not args.quiet and sys.stderr.isatty())
+                                       progress=bars_wanted(args.quiet))
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -326,7 +330,7 @@ def cmd_battle(args: argparse.Namespace) -> int:
     settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
         outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                  data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+                                  data_dir=args.data_dir, progress=bars_wanted(args.quiet))
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -357,7 +361,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
             raise pipeline.SettingsError("--scorer reward-model needs --rm DIR")
         settings = _settings(pipeline.ScoreSettings, args)
     outcome = pipeline.metaeval(args.labels, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+                                data_dir=args.data_dir, progress=bars_wanted(args.quiet))
     scoring = outcome.scoring
     if args.scorer == "judge":
         print(scoring.summary.line())
@@ -420,7 +424,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.judge_model or args.spec or args.base_url:
         raise pipeline.SettingsError("--judge-model, --spec and --base-url need --scorer judge")
     outcome = pipeline.score(args.run, _settings(pipeline.ScoreSettings, args), data_dir=args.data_dir,
-                             dry_run=args.dry_run, progress=not args.quiet)
+                             dry_run=args.dry_run, progress=bars_wanted(args.quiet))
     run, settings = outcome.run, outcome.settings
     if outcome.dry_run_rows is not None:
         counted = "with token counts" if args.rm else "without token counts (no --rm given)"
@@ -533,7 +537,7 @@ def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
 
 def cmd_coser_data(args: argparse.Namespace) -> int:
     if args.coser_data_command == "fetch":
-        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=not args.quiet)
+        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=bars_wanted(args.quiet))
     else:
         problems = pipeline.coser_data_verify(args.data_dir)
     return _report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
@@ -545,7 +549,7 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(pipeline.coser_dry_run(settings, data_dir=args.data_dir, prices=dict(args.price or []))))
         return 0
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = bars_wanted(args.quiet)
     outcome = pipeline.coser_run(args.run, settings, data_dir=args.data_dir, progress=progress)
     _warn(outcome.warnings)
     for line in outcome.errors:
@@ -571,7 +575,7 @@ def cmd_coser_import(args: argparse.Namespace) -> int:
     models = {f"{role}_model": getattr(args, f"{role}_model") for role in ("env", "nsp", "judge")
               if getattr(args, f"{role}_model")}
     report = pipeline.coser_import(args.file, args.run, protocol=args.protocol, actor_model=args.actor_model,
-                                   models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
+                                   models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=bars_wanted(args.quiet))
     print(report.summary_line())
     for mismatch in report.mismatches[:10]:
         print(f"  not reproduced: {mismatch}", file=sys.stderr)
@@ -617,11 +621,11 @@ def add_coser_parser(subparsers: Any) -> None:
         _coser_data_dir_option(p, "--dir", "--data-dir")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
-            p.add_argument("--quiet", action="store_true")
+            add_quiet_option(p)
         p.set_defaults(func=cmd_coser_data)
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
-    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--preset", choices=["full", "sample", "smoke"], default="smoke",
                    help="full: 200 scenes x 3; sample: 10 id + 10 ood x 1; smoke: 1 id + 1 ood x 1 (default)")
     p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=COSER_DEFAULT_VERSION,
@@ -652,7 +656,7 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("--scene-concurrency", type=int, default=256, help="scenes in flight (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
     p.add_argument("--retry-base-delay", type=float, default=1.0, help="first transport back-off in seconds")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
     p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",
                    help="--dry-run: USD per million input:output tokens of ROLE (repeatable)")
@@ -660,7 +664,7 @@ def add_coser_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_coser_run)
 
     p = sub.add_parser("summarize", help="RUN/coser_summary.json: means, bootstrap intervals, splits, books, spread")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _coser_statistics_options(p)
     p.set_defaults(func=cmd_coser_summarize)
 
@@ -674,7 +678,7 @@ def add_coser_parser(subparsers: Any) -> None:
         p.add_argument(f"--{role}-model", help=f"the {label} model that produced the file (default: the name in "
                                                 "the paper-era experiment; give a dated snapshot if you know it)")
     p.add_argument("--no-metrics", action="store_true", help="skip BLEU/ROUGE-L of the simulation texts")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _coser_data_dir_option(p)
     p.set_defaults(func=cmd_coser_import)
 
@@ -684,7 +688,7 @@ def add_coser_parser(subparsers: Any) -> None:
     ):
         p = sub.add_parser(name, help=text)
         if name == "report":
-            p.add_argument("run", metavar="RUN")
+            p.add_argument("run", metavar="RUN", help=RUN_HELP)
             p.add_argument("--out", metavar="DIR", help="output directory (default: the run directory)")
         else:
             p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
@@ -699,13 +703,25 @@ def add_coser_parser(subparsers: Any) -> None:
 # --- parser ----------------------------------------------------------------------------------
 
 
+RUN_HELP = "run directory (a bare name means outputs/NAME)"
+
+
 class _Parser(argparse.ArgumentParser):
     """No abbreviated flags: ``--batch`` must not silently mean ``--batch-tokens``. Subcommand
     parsers inherit the class, so the rule holds everywhere."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, root: bool = False, **kwargs) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        self.root = root
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        namespace, extras = super().parse_known_args(args, namespace)
+        # A subcommand's unknown argument is its own error, pointing at its own --help (argparse
+        # would hand it up to the top-level parser, whose help does not list it).
+        if extras and not self.root:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
     def error(self, message: str) -> NoReturn:
         # One line, like every other error of the command; the usage is a --help away.
@@ -714,7 +730,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse."
+        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse.", root=True
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({PROTOCOL_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -731,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--with-rm-train", action="store_true", help="also rm_train_data.json")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
-            p.add_argument("--quiet", action="store_true", help="no progress bars")
+            add_quiet_option(p)
         p.set_defaults(func=func)
 
     p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "
@@ -757,7 +773,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("generate", help="generate replies for the test samples (S3, S4)")
-    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
@@ -774,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=["chatglm3"],
                    help="chatglm3: sample with temperature 0.8, top_p 0.8 (ChatGLM3 chat() defaults); flags win")
     p.add_argument("--retry-errors", action="store_true", help="also retry ids whose latest record is an error")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
     g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
@@ -797,7 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("hf backend")
     g.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default cpu; with --engine ray: cuda on a "
                                     "worker given a GPU, else cpu)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="weights' dtype (default auto: the checkpoint's own)")
     g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
     g = p.add_argument_group("hf backend, --engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
@@ -814,13 +831,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("transform", help="generations.jsonl -> rows.jsonl (S5)")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _data_dir_option(p)
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser("score", help="score rows.jsonl with the reward model (S6, S8) -> scores.jsonl, "
                                      "or with an LLM judge -> judge_scores.jsonl")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="reward-model (default, the official scorer) or judge (an LLM through an OpenAI-compatible API)")
     p.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory (optional with --dry-run)")
@@ -843,7 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
     g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
                    help="local (default): score in this process; ray: on the workers of a Ray cluster")
@@ -882,7 +899,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rm_make_tiny)
 
     p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
     _judge_choice_option(p)
@@ -898,7 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         if name == "report":
-            p.add_argument("run", metavar="RUN")
+            p.add_argument("run", metavar="RUN", help=RUN_HELP)
         else:
             p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
             p.add_argument("--out", required=True, metavar="DIR", help="output directory")
@@ -922,27 +939,30 @@ def build_parser() -> argparse.ArgumentParser:
     _judge_options(p, required=True)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _data_dir_option(p)
     p.set_defaults(func=cmd_battle)
 
     p = sub.add_parser("metaeval", help="a scorer against human labels: metascore, kappa, alpha, confusion matrix")
     p.add_argument("labels", metavar="LABELS", help="JSON Lines: id, metric_en, reply, human_score or human_choice")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the rows, scores and summary")
-    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True)
+    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True,
+                   help="whose predictions meet the labels: judge (an LLM through an OpenAI-compatible API: "
+                        "--judge-model, --base-url) or reward-model (--rm DIR)")
     _judge_options(p, required=False)
     g = p.add_argument_group("--scorer reward-model")
     g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
-    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful")
+    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful",
+                   help="faithful (default): batch 1, the official arithmetic; fast: batched")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _data_dir_option(p)
     p.set_defaults(func=cmd_metaeval)
 
     p = sub.add_parser("panel", help="several judges' scores of a run combined: verdicts, means, Krippendorff's alpha")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--judge-model", dest="judge_models", action="append", required=True, metavar="M",
                    help="a judge of the panel (repeat: two or more, each already scored RUN with --scorer judge)")
     p.add_argument("--verdict", choices=["majority", "mean"], default="majority",
@@ -955,16 +975,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")
+    add_quiet_option(p)
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _data_dir_option(p)
     p.set_defaults(func=cmd_import_official)
 
     p = sub.add_parser("export-official", help="a run -> official JSON arrays in RUN/official/")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN/official)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_export_official)

@@ -170,7 +170,7 @@ def test_dry_run_prices_each_role(capsys):
 def smoke(run: Path, url: str, *extra: str) -> None:
     assert cli.main(["coser", "run", str(run), "--preset", "smoke", "--actor-model", "mock-actor", "--base-url", url,
                      "--no-api-key", "--data-dir", str(data_dir()), "--retry-base-delay", "0.01", "--timeout", "5",
-                     "--no-progress", *extra]) == 0
+                     "--quiet", *extra]) == 0
 
 
 @pytest.fixture(scope="module")
