@@ -12,6 +12,7 @@ from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.summary import summary_table_lines
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
@@ -218,19 +219,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir)
     summary = outcome.summary
     counts = summary["counts"]
-    level = round(summary["bootstrap"]["level"] * 100)
     judge = summary["scorer"] == "judge"
-    print(f"{'metric':<22}{'n':>6}{'failed':>8}{'invalid' if judge else '':>8}{'mean':>9}   {level}% CI")
-    for metric in summary["metrics"]:
-        failed = "-" if metric["failed"] is None else metric["failed"]
-        print(
-            f"{metric['metric_en']:<22}{metric['n']:>6}{failed:>8}{metric['invalid'] if judge else '':>8}"
-            f"{_fmt(metric['mean']):>9}   [{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]"
-        )
-    for dim in summary["dimensions"]:
-        print(
-            f"{dim['name'] + ' (avg)':<36}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]"
-        )
+    print("\n".join(summary_table_lines(summary, columns=("n", "failed", "invalid") if judge else ("n", "failed"))))
     scorers = ", ".join(f"{label} ({n} rows)" for label, n in counts["scorers"].items()) or "none"
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
@@ -381,13 +371,7 @@ def cmd_panel(args: argparse.Namespace) -> int:
     settings = _settings(pipeline.PanelSettings, args, judge_models=tuple(args.judge_models))
     outcome = pipeline.panel(args.run, settings, args.out)
     summary = outcome.summary
-    level = round(summary["bootstrap"]["level"] * 100)
-    print(f"{'metric':<22}{'n':>6}{'mean':>9}   {level}% CI")
-    for metric in summary["metrics"]:
-        print(f"{metric['metric_en']:<22}{metric['n']:>6}{_fmt(metric['mean']):>9}   "
-              f"[{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]")
-    for dim in summary["dimensions"]:
-        print(f"{dim['name'] + ' (avg)':<28}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]")
+    print("\n".join(summary_table_lines(summary)))
     alpha, counts = summary["krippendorff_alpha"], summary["counts"]
     print(f"Krippendorff's alpha ({alpha['level']}) {_fmt(alpha['value'])} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
           f"over {alpha['n']} rows of {alpha['n_clusters']} samples")

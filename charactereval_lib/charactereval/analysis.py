@@ -309,26 +309,61 @@ def _named_index(frame: pd.DataFrame) -> bool:
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
     """The settings that produced the run, one row each: section (versions, generation,
-    scoring, transform), setting (nested keys joined by " / ", underscores as spaces) and value;
-    long lists are summarised by their length."""
+    scoring, judge scoring, transform; shown once per block), setting (nested keys joined by
+    " / ", underscores as spaces) and value as text a reader reads (``setting_text``); long
+    lists are summarised by their length, a list of records (judge sessions) by its latest."""
     fields = [("versions", "protocol", manifest.get("protocol_version")),
               ("versions", "package", manifest.get("package_version")),
               ("versions", "git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring", "judge_scoring"):
-        fields += [(section, key, value) for key, value in _flatten(manifest.get(section, {}), "")]
+        if manifest.get(section):
+            fields += [(section.replace("_", " "), key, value) for key, value in _flatten(manifest[section], "")]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
-    # str() of every value (None included): pandas' astype(str) would keep None as a missing value.
-    return pd.DataFrame([(section, key.replace("_", " "), str(value)) for section, key, value in fields],
-                        columns=["section", "setting", "value"])
+    shown = [(section if section != previous else "", key.replace("_", " "), setting_text(value))
+             for (section, key, value), previous in zip(fields, [None, *(f[0] for f in fields)])]
+    return pd.DataFrame(shown, columns=["section", "setting", "value"])
+
+
+def setting_text(value: Any) -> str:
+    """One setting as a reader reads it: – for none, yes/no, numbers rounded (4 significant
+    digits, thousands whole), short lists joined by commas, an empty mapping as –."""
+    if value is None or value == {} or value == []:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, list):
+        return ", ".join(setting_text(item) for item in value)
+    return str(value)
 
 
 def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
+    if _uniform_records(value):
+        # One row per field of many alike records (a judge's spec per metric), not one per record.
+        return [item for key in next(iter(value.values()))
+                for item in _flatten(_same_or_count([inner[key] for inner in value.values()]),
+                                     f"{prefix} / each of {len(value)} / {key}" if prefix else key)]
+    if isinstance(value, dict) and value:
         return [item for key, inner in value.items()
                 for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return _flatten(value[-1], f"{prefix} (latest of {len(value)})")
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
     return [(prefix, value)]
+
+
+def _uniform_records(value: Any) -> bool:
+    records = list(value.values()) if isinstance(value, dict) else []
+    return len(records) >= 3 and all(isinstance(r, dict) and r.keys() == records[0].keys() for r in records)
+
+
+def _same_or_count(values: list[Any]) -> Any:
+    distinct = {repr(v) for v in values}
+    return values[0] if len(distinct) == 1 else f"{len(distinct)} different values"
 
 
 def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
