@@ -547,10 +547,11 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_summarize(args: argparse.Namespace) -> int:
-    import json
+    from charactereval_lib.coser.report import summary_lines
+    from charactereval_lib.coser.run import SUMMARY
 
     outcome = pipeline.coser_summarize(args.run, _settings(pipeline.CoserSummarizeSettings, args))
-    print(json.dumps(outcome.summary, indent=2, ensure_ascii=False))
+    print("\n".join(summary_lines(outcome.summary, outcome.run.artifact(SUMMARY))))
     _warn(outcome.warnings)
     return 0
 

@@ -20,6 +20,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.report import inline_code
 from charactereval_lib import __version__
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
@@ -263,12 +264,8 @@ def warnings_html(warnings: Sequence[str]) -> str:
     if not warnings:
         return ('<div class="ce-warnings ce-none">No warnings: real replies, scored by the configured '
                 "reward model, complete run.</div>")
-    items = "".join(f"<li>{_inline_code(html.escape(w))}</li>" for w in warnings)
+    items = "".join(f"<li>{inline_code(html.escape(w))}</li>" for w in warnings)
     return f'<div class="ce-warnings"><strong>Warnings ({len(warnings)})</strong><ul>{items}</ul></div>'
-
-
-def _inline_code(text: str) -> str:
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
 # --- display tables ----------------------------------------------------------------------------

@@ -123,6 +123,11 @@ nav.ce-toc .ce-toc-title { font-weight: bold; }
 .jp-RenderedHTMLCommon td:first-child, .jp-RenderedHTMLCommon th:first-child { text-align: left; }
 .jp-RenderedImage img, .jp-OutputArea-output img { max-width: 100%; height: auto; }
 """
+def inline_code(text: str) -> str:
+    """Markdown's `code` spans of an already escaped warning as HTML ``<code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
 _HEADING = re.compile(r"<h([23])(\s[^>]*)?>(.*?)</h\1>", re.S)
 
 
