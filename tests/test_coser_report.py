@@ -229,7 +229,8 @@ def test_comparison_shows_both_runs_and_why_they_differ(rendered):
     text = html.unescape(page)
     assert "alias" in text and "paper" in text and "59.95 ± 0.50" in text
     assert "runs not comparable with each other: the runs have different env models" in text
-    assert "alias: not comparable with the paper" in text and "paper: not comparable" not in text
+    assert "alias: the judge model is 'gpt-4o'" in text and "paper: the judge model" not in text
+    assert "alias: not comparable with the paper" not in text  # the box's heading says it once
 
 
 def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, capsys):
@@ -283,7 +284,7 @@ def test_the_comparison_report_has_paired_differences(rendered):
 
 
 def test_book_figure_keeps_markers_whole_titles_full_and_marks_one_scene_books():
-    from charactereval_lib.coser.figures import BOOK_ROW_INCHES, book_figure
+    from charactereval_lib.coser.figures import BOOK_BASE_INCHES, BOOK_ROW_INCHES, book_figure
 
     long_title = "A Very Long Book Title That Goes On And On Well Past Forty-Five Characters"
     by_book = {long_title: {"tag": "id", "scores": {"average": {"mean": 60.0, "low": 55.0, "high": 65.0}}},
@@ -297,7 +298,7 @@ def test_book_figure_keeps_markers_whole_titles_full_and_marks_one_scene_books()
     assert "not clipped" in ax.get_xlabel()
     many = {f"book {k}": {"tag": "id", "scores": {"average": {"mean": float(k), "low": k - 1.0, "high": k + 1.0}}}
             for k in range(100)}
-    assert book_figure(many).get_size_inches()[1] == pytest.approx(1.0 + BOOK_ROW_INCHES * 100)
+    assert book_figure(many).get_size_inches()[1] == pytest.approx(BOOK_BASE_INCHES + BOOK_ROW_INCHES * 100)
 
 
 def test_the_warning_box_states_not_comparable_once_and_renders_code():

@@ -210,7 +210,7 @@ def run_caveats(
         )
     if unscored:
         caveats.append(f"Scoring is incomplete: {unscored} row(s) have no score yet; means use scored rows only.")
-    small = [f"{name} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
+    small = [f"{metric_label(name)} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
     if small and any(metric_n.values()):
         caveats.append(
             f"No interval can be estimated for {', '.join(small)}: fewer than 2 scored rows. "

@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.diagnostics import metric_label
@@ -80,7 +81,7 @@ def agreement_axes(ax: Axes, paired: pd.DataFrame, metric: str | None = None, *,
                color="tab:orange", zorder=2)
     invalid = int(paired[runs.JUDGE].isna().sum() if metric is None else
                   paired.loc[paired["metric_en"] == metric, runs.JUDGE].isna().sum())
-    title = metric or "all metrics"
+    title = metric_label(metric) if metric else ALL_METRICS
     ax.set_title(f"{title} (n={len(rows)}{f', {invalid} invalid' if invalid else ''})", fontsize=8)
     ax.set_xlim(low - 0.5, high + 0.5)
     ax.set_ylim(low - 0.5, high + 0.5)
@@ -156,6 +157,7 @@ def grade_figure(counts: pd.DataFrame) -> Figure:
         other = f", {int(row['other'])} other" if row["other"] else ""
         ax.set_title(f"{metric_label(row['metric_en'])} (n={int(row['n'])}{other})", fontsize=8)
         ax.set_ylim(0, max(1, max(heights)) * 1.18)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in list(axes.flat)[len(per_metric):]:
         ax.set_visible(False)
     fig.supxlabel("judge grade")

@@ -20,6 +20,8 @@ SPLIT_COLORS = {"id": "#1f77b4", "ood": "#d62728"}
 ANCHOR_COLOR = "black"
 # Height per book row: 100 books fit without empty bands, two without squashing.
 BOOK_ROW_INCHES = 0.22
+# Title, axis label and legend: room for them however few the books.
+BOOK_BASE_INCHES = 1.8
 
 
 def _errors(cells: list[dict[str, Any]]) -> np.ndarray:
@@ -62,7 +64,7 @@ def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
     marker labelled n<2. The rows fill the axis with half a row of margin, so no marker is cut."""
     books = sorted(((b, e) for b, e in by_book.items() if e["scores"].get("average", {}).get("mean") is not None),
                    key=lambda item: item[1]["scores"]["average"]["mean"])
-    fig = new_figure(9, 1.0 + BOOK_ROW_INCHES * max(1, len(books)))
+    fig = new_figure(9, BOOK_BASE_INCHES + BOOK_ROW_INCHES * max(1, len(books)))
     ax = fig.add_subplot()
     y = np.arange(len(books), dtype=float)
     for tag, color in SPLIT_COLORS.items():
@@ -86,7 +88,8 @@ def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
     ax.set_xlabel("average of the four dimensions (paper-era scores are not clipped at 100)")
     ax.grid(axis="x", alpha=0.3)
     if books:
-        ax.legend(loc="lower right", fontsize="small")
+        # Below the axis: inside it the legend would cover the best or the worst books.
+        fig.legend(loc="outside lower center", ncol=4, fontsize="small", frameon=False)
     ax.set_title("Per book: average with 95% interval")
     return fig
 

@@ -371,7 +371,7 @@ def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
 def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[str] = ()) -> str:
     problems = compare_problems([a.run for a in analyses])
     reasons = [f"runs not comparable with each other: {p}" for p in problems]
-    reasons += [f"{a.name}: {r}" for a in analyses for r in a.not_comparable()]
+    reasons += [f"{a.name}: {r.removeprefix(f'{NOT_COMPARABLE}: ')}" for a in analyses for r in a.not_comparable()]
     notes = [f"{a.name}: {n}" for a in analyses for n in a.caveats()]
     return warnings_html(reasons, [*notes, *extra])
 
