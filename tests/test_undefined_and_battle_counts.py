@@ -85,3 +85,16 @@ def test_battle_shows_counts_over_valid_battles_and_warns_of_invalid_answers(off
     share = summary["invalid_answers"] / summary["judge_answers"]
     assert "are invalid (no choice could be read), above the 20%" in captured.err and f"({share:.0%})" in captured.err
     assert summary["warnings"] and captured.err.count("warning:") >= 1
+
+
+def test_the_agreement_table_says_n_lt_2_and_undefined():
+    from charactereval_lib.charactereval.judge import agreement_display
+    from charactereval_lib.engine.grading.agreement import agreement_table
+
+    paired = pd.DataFrame({"id": [1, 2, 3, 4], "metric_en": ["Fluency", "Empathy", "Empathy", "Empathy"],
+                           "reward-model": [3.2, 2.0, 3.0, 4.0], "judge": [4.0, 3.0, 3.0, 3.0]})
+    table = agreement_table(paired, "reward-model", "judge", n_boot=20).assign(invalid_left_out=0)
+    shown = agreement_display(table).set_index("metric")
+    assert shown.loc["Fluency", "Pearson"] == "n<2" and shown.loc["Fluency", "quadratic kappa"] == "n<2"
+    # The judge never varies on Empathy: no correlation can be computed.
+    assert shown.loc["Empathy", "Pearson"] == "undefined"

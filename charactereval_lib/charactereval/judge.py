@@ -25,7 +25,7 @@ from charactereval_lib.charactereval import judge_figures
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.analysis import interval_text, show
 from charactereval_lib.charactereval.data import OfficialData
-from charactereval_lib.charactereval.diagnostics import dimension_estimable, estimable, metric_label
+from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
 from charactereval_lib.charactereval.judge_specs import load_default_specs
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
@@ -350,7 +350,7 @@ def scorer_table(comparison: ScorerComparison) -> pd.DataFrame:
 def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
     """``scorer_agreement``'s long table as shown: one row per metric (protocol order, overall
     last) with the rows used, the samples, the invalid answers left out, and each statistic as
-    "value [CI]"."""
+    "value [CI]" (n<2 or undefined where it has no value)."""
     names = {"pearson": "Pearson", "spearman": "Spearman", "kendall_tau_b": "Kendall tau-b",
              "quadratic_kappa": "quadratic kappa", "exact": "exact agreement"}
     order = [m for m in [*METRIC_ORDER, OVERALL] if m in set(table["metric_en"])]
@@ -362,8 +362,9 @@ def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.D
                "samples": int(first["n_clusters"]), "invalid left out": int(first["invalid_left_out"])}
         for statistic, name in names.items():
             estimate = part.loc[statistic]
-            row[name] = _estimate_text(estimate["value"], estimate["low"], estimate["high"],
-                                       bool(np.isfinite(estimate["low"])))
+            undefined = NOT_ESTIMABLE if row["n"] < 2 else "undefined"
+            row[name] = undefined if math.isnan(estimate["value"]) else _estimate_text(
+                estimate["value"], estimate["low"], estimate["high"], bool(np.isfinite(estimate["low"])))
         rows.append(row)
     frame = pd.DataFrame(rows)
     frame.attrs["level"] = level
