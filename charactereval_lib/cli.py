@@ -895,7 +895,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_summarize)
 
     for name, func, text in (
-        ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html"),
+        ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html "
+                               "(a judge's report: RUN/report-judge-MODEL.html)"),
         ("compare", cmd_compare, "execute the comparison notebook -> OUT/comparison.ipynb + OUT/comparison.html"),
     ):
         p = sub.add_parser(name, help=text)

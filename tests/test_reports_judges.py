@@ -140,3 +140,25 @@ def test_agreement_labels_are_readable_and_dots_keep_clear_of_them():
     offsets = judge_figures.dot_offsets(5000, seed=1)
     assert (abs(offsets) >= judge_figures.LABEL_BAND).all() and (abs(offsets) <= judge_figures.DOT_REACH).all()
     assert (offsets > 0).any() and (offsets < 0).any()
+
+
+def test_which_judges_a_report_shows(tmp_path):
+    from charactereval_lib.charactereval.judge import shown_judges
+
+    run = runs.RunDir(tmp_path / "run")
+    run.path.mkdir()
+    runs.write_jsonl_atomic(run.judge_scores, [{"id": 1, "metric_en": "Fluency", "judge_model": m, "status": "ok"}
+                                               for m in ("judge-x", "judge-three")])
+    # The reward model's report: every judge by default, else the ones named.
+    assert shown_judges(run, runs.REWARD_MODEL) == ["judge-x", "judge-three"]
+    assert shown_judges(run, runs.REWARD_MODEL, judges=["judge-three"]) == ["judge-three"]
+    assert shown_judges(run, runs.REWARD_MODEL, "judge-x") == ["judge-x"]
+    with pytest.raises(runs.RunError, match="no records of judge model 'nobody'"):
+        shown_judges(run, runs.REWARD_MODEL, judges=["nobody"])
+    # A judge's report is one judge's: with several, it must be named.
+    assert shown_judges(run, runs.JUDGE, "judge-three") == ["judge-three"]
+    with pytest.raises(runs.RunError, match="choose one with --judge-model"):
+        shown_judges(run, runs.JUDGE)
+    empty = runs.RunDir(tmp_path / "empty")
+    empty.path.mkdir()
+    assert shown_judges(empty, runs.REWARD_MODEL) == [] and shown_judges(empty, runs.JUDGE) == []

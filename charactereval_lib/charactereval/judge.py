@@ -102,7 +102,8 @@ def dry_run(run: runs.RunDir, items: Sequence[JudgeItem], judge_model: str, para
     from charactereval_lib.engine.grading.judging import plan_judging
 
     written = runs.write_jsonl_atomic(run.artifact(JUDGE_REQUESTS), (
-        {**item.key, "spec": item.spec.name, "judge_model": judge_model, "messages": item.messages} for item in items))
+        {**item.key, "spec": item.spec.name, "judge_model": judge_model, "messages": item.messages,
+         **({"refused": item.refused} if item.refused else {})} for item in items))
     plan = plan_judging(run.judge_scores, items, judge_model, params, KEY_FIELDS)
     requests = [GenerationRequest(i, "", item.messages) for i, item in enumerate(plan.pending)]
     estimate = estimate_cost(requests, params.max_tokens, price_in=price_in, price_out=price_out)
