@@ -123,3 +123,36 @@ def test_json_match_on_an_integer_over_the_digit_limit_is_no_match():
     huge = "9" * 5000
     assert sm.json_match(huge, "1") == sm.JsonMatchResult(False, 0.0)
     assert sm.json_match(json.dumps({"a": 1}), '{"a": 1}').correct
+
+
+def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tmp_path):
+    from charactereval_lib import pipeline
+    from charactereval_lib.engine import runs
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+    from charactereval_lib.testing.mockserver import MockServer
+
+    spec = ModelGradedSpec(name="t", prompt="Rate {completion} for {input}.", choice_strings="12345",
+                           choice_scores="from_strings", input_outputs={"input": "completion"},
+                           eval_type="classify")
+    items = [make_item({"id": 1}, spec, {"input": "i", "completion": "c"}),
+             make_item({"id": 2}, spec, {"input": ["not", "a", "chat"], "completion": "c"})]
+    run = runs.RunDir(tmp_path / "run")
+    run.path.mkdir()
+    with MockServer(default_action="judge") as server:
+        settings = pipeline.JudgeSettings(judge_model="j", base_url=server.base_url, api_key_env="",
+                                          max_attempts=1, timeout=30.0)
+        params = settings.decoding()
+        backend = make_backend("openai", "j", params, settings.backend_options())
+        summary = run_judging(run, run.judge_scores, items, backend, judge_model="j", params=params,
+                              key_fields=("id",), manifest_section="judge_scoring", describe={})
+        assert len(server.received) == 1
+    records = {r["id"]: r for r in runs.read_jsonl(run.judge_scores).records}
+    assert records[1]["status"] == "ok" and records[1]["score"] is not None
+    assert records[2]["status"] == "error" and records[2]["score"] is None
+    assert records[2]["error"] == {"class": "refused_sample",
+                                   "message": "sample (id 2): input field 'input' is a list, not text or a list of "
+                                              "chat messages"}
+    assert (summary.graded, dict(summary.errors), summary.pending) == (1, {"refused_sample": 1}, 2)
+    assert "1 sample(s) refused as openai/evals refuses them, not graded (first: sample (id 2)" in summary.line()
+    assert "re-run the same command" not in summary.line()
