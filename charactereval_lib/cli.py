@@ -373,7 +373,7 @@ def cmd_panel(args: argparse.Namespace) -> int:
     summary = outcome.summary
     print("\n".join(summary_table_lines(summary)))
     alpha, counts = summary["krippendorff_alpha"], summary["counts"]
-    print(f"Krippendorff's alpha ({alpha['level']}) {_fmt(alpha['value'])} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
+    print(f"Krippendorff's alpha ({alpha['level']}) {_undefined(alpha)} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
           f"over {alpha['n']} rows of {alpha['n_clusters']} samples")
     tie = f", {counts['ties_settled']} tie(s) settled to the lowest grade" if summary["verdict"] == "majority" else ""
     print(f"verdict {summary['verdict']}: {counts['with_verdict']}/{counts['rows']} rows{tie}; "
