@@ -314,6 +314,7 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
 
 def cmd_battle(args: argparse.Namespace) -> int:
     """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
+    from charactereval_lib.charactereval.battle import battle_lines
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
@@ -328,8 +329,6 @@ def cmd_battle(args: argparse.Namespace) -> int:
     except RunAborted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from charactereval_lib.charactereval.battle import battle_lines
-
     print(outcome.session.line())
     summary = outcome.summary
     print("\n".join(battle_lines(summary, Path(args.run_a).name, Path(args.run_b).name)))

@@ -841,9 +841,8 @@ def report(
     """One run's report: ``RUN/report.ipynb`` (papermill) and ``RUN/report.html``, both written
     only once the notebook ran through. The main sections show ``settings.scorer``'s scores; a
     run that also holds the other scorer's gets both side by side and their agreement."""
-    from charactereval_lib.engine import report as notebooks
-
     from charactereval_lib.charactereval.judge import report_names
+    from charactereval_lib.engine import report as notebooks
 
     run = _analysable(run)
     judge_models, warnings = _report_scorers(run, settings)
@@ -888,13 +887,12 @@ def compare(
     every run also holds the judge's (of the same judge model), the judge's means and each run's
     agreement of the two scorers follow. Refuses runs that cannot be compared unless
     ``allow_mixed``."""
+    from charactereval_lib.charactereval.judge import common_judge
     from charactereval_lib.engine import report as notebooks
 
     if len(run_list) < 2:
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]
-    from charactereval_lib.charactereval.judge import common_judge
-
     # A judge named for the batch that one run lacks is simply not common to the runs.
     judged = [_report_scorers(run, dataclasses.replace(settings, judges=tuple(
         j for j in settings.judges if j in run.judge_models()))) for run in resolved]
