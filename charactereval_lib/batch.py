@@ -23,6 +23,8 @@ arguments)::
     comparison: comparison          # comparison report directory, under output_dir
     data_dir: null                  # official data (default: $CHARACTEREVAL_DATA_DIR, data/official)
     baselines: [GPT-4, ChatGLM3-6B] # paper models overlaid in the reports
+    judges: [judge-a, judge-b]      # judges shown beside the reward model (default: every judge of
+                                    # each run); each one a run holds also gets its own report
     n_boot: 1000                    # bootstrap resamples
     engine: local                   # local (one model after the other) | ray (concurrently)
     ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 0}  # engine ray: per-task requests
@@ -52,18 +54,19 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import progress, runs
 
 # Shorthands allowed at the top of a model entry, beside the full `generate:` / `score:` sections.
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
 SCORE_KEYS = ("device", "mode")
 MODEL_KEYS = {"name", "backend", "model", "rm", "subset", "generate", "score", *GENERATE_KEYS, *SCORE_KEYS}
-TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray"}
+TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray",
+            "judges"}
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
@@ -113,6 +116,9 @@ class BatchConfig:
     models: list[ModelSpec]
     engine: str = "local"
     ray: RayBatch = RayBatch()
+    # Progress bars on stderr (``batch`` without --quiet, on a terminal): the overall bar and
+    # each step's own.
+    progress: bool = False
 
 
 @dataclass
@@ -123,6 +129,8 @@ class ModelResult:
     failed_step: str | None = None
     error: str | None = None
     report: str | None = None
+    # One report per judge named in the config that this run holds.
+    judge_reports: list[str] = field(default_factory=list)
     # Samples whose latest generation is an error (S5 drops them; the summary counts them).
     failed_samples: int | None = None
     seconds: float = 0.0
@@ -179,6 +187,8 @@ def load_config(path: Path | str) -> BatchConfig:
     report_values = {"n_boot": raw.get("n_boot", 1000)}
     if raw.get("baselines") is not None:
         report_values["baselines"] = raw["baselines"]
+    if raw.get("judges") is not None:
+        report_values["judges"] = raw["judges"]
     try:
         report = pipeline.ReportSettings.from_mapping(report_values, f"{path}")
     except pipeline.SettingsError as exc:
@@ -313,8 +323,15 @@ def preflight(config: BatchConfig) -> list[str]:
 # --- running -----------------------------------------------------------------------------------
 
 
+# The steps the overall bar counts per model (subset and each judge's report ride along).
+BAR_STEPS = ("data", "generate", "transform", "score", "summarize", "report")
+
+
 def _step(result: ModelResult, name: str) -> None:
     result.failed_step = name
+    bar = progress.current()
+    if bar is not None:
+        bar.step(result.name, name)
     print(f"== {result.name}: {name}", flush=True)
 
 
@@ -328,7 +345,7 @@ def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult,
         path = write_ids(run.artifact(SUBSET_IDS), ids, comment=f"stratified subset of {spec.subset} samples")
         generate = pipeline.GenerateSettings.from_mapping({**generate.as_dict(), "ids": str(path)})
     _step(result, "generate")
-    generated = pipeline.generate(run, generate, data=data)
+    generated = pipeline.generate(run, generate, data=data, progress=config.progress)
     result.failed_samples = generated.failed
     _step(result, "transform")
     pipeline.transform(run, data=data)
@@ -336,11 +353,21 @@ def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult,
 
 def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
     _step(result, "score")
-    pipeline.score(run, spec.score, data=data)
+    pipeline.score(run, spec.score, data=data, progress=config.progress)
     _step(result, "summarize")
     pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
     _step(result, "report")
-    result.report = str(pipeline.report(run, config.report, data_dir=config.data_dir).html)
+    held = run.judge_models()
+    judges = tuple(j for j in config.report.judges if j in held)
+    if len(judges) < len(config.report.judges):
+        missing = ", ".join(j for j in config.report.judges if j not in held)
+        print(f"   {result.name}: no scores of judge(s) {missing}; the report shows {', '.join(judges) or 'every judge of the run'}",
+              flush=True)
+    result.report = str(pipeline.report(run, replace(config.report, judges=judges), data_dir=config.data_dir).html)
+    for model in judges:
+        _step(result, f"report of judge {model}")
+        judged = replace(config.report, scorer=runs.JUDGE, judge_model=model, judges=())
+        result.judge_reports.append(str(pipeline.report(run, judged, data_dir=config.data_dir).html))
 
 
 # A model's two stages: with engine ray each is a task with its own resource request.
@@ -435,14 +462,17 @@ def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelR
 def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
     from charactereval_lib.engine.generation.engine import GenerationInterrupted
 
-    for spec in config.models:
-        started = time.monotonic()
-        try:
-            outcome.models.append(run_model(spec, config))
-        except (KeyboardInterrupt, GenerationInterrupted):
-            outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
-            outcome.interrupted = True
-            break
+    with progress.overall(len(config.models), BAR_STEPS, config.progress) as bar:
+        for spec in config.models:
+            started = time.monotonic()
+            try:
+                outcome.models.append(run_model(spec, config))
+            except (KeyboardInterrupt, GenerationInterrupted):
+                outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
+                outcome.interrupted = True
+                break
+            finally:
+                bar.model_done()
 
 
 def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
@@ -517,7 +547,8 @@ def summary_lines(outcome: BatchResult) -> list[str]:
     for m in outcome.models:
         failed = f"; {m.failed_samples} sample(s) failed to generate" if m.failed_samples else ""
         if m.status == "ok":
-            lines.append(f"ok      {m.name}: {m.report} ({m.seconds:.0f} s){failed}")
+            judged = "".join(f"; {path}" for path in m.judge_reports)
+            lines.append(f"ok      {m.name}: {m.report}{judged} ({m.seconds:.0f} s){failed}")
         elif m.status == "interrupted":
             lines.append(f"STOPPED {m.name}: {m.error}")
         else:

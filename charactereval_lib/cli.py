@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import runs
+from charactereval_lib.charactereval.summary import summary_table_lines
+from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
 from charactereval_lib.engine.generation.base import ConfigError
@@ -75,7 +78,7 @@ def cmd_data_fetch(args: argparse.Namespace) -> int:
     from charactereval_lib.charactereval.data import fetch, verify_files
 
     data_dir = locate_data_dir(args.data_dir)
-    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=not args.quiet)
+    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=bars_wanted(args.quiet))
     return _report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: fetched {len(fetched)} file(s); all verified")
 
 
@@ -150,7 +153,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from charactereval_lib.engine.generation.engine import GenerationInterrupted, exit_code
 
     settings = _settings(pipeline.GenerateSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = bars_wanted(args.quiet)
     try:
         result = pipeline.generate(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run, progress=progress)
     except GenerationInterrupted as exc:
@@ -205,23 +208,19 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
 
 
+def _undefined(estimate: dict) -> str:
+    """A statistic's value, or why it has none: ``n<2`` (too few rows), ``undefined`` (no variation)."""
+    if estimate["value"] is not None and estimate["value"] == estimate["value"]:
+        return f"{estimate['value']:.3f}"
+    return "n<2" if estimate["n"] < 2 else "undefined"
+
+
 def cmd_summarize(args: argparse.Namespace) -> int:
     outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir)
     summary = outcome.summary
     counts = summary["counts"]
-    level = round(summary["bootstrap"]["level"] * 100)
     judge = summary["scorer"] == "judge"
-    print(f"{'metric':<22}{'n':>6}{'failed':>8}{'invalid' if judge else '':>8}{'mean':>9}   {level}% CI")
-    for metric in summary["metrics"]:
-        failed = "-" if metric["failed"] is None else metric["failed"]
-        print(
-            f"{metric['metric_en']:<22}{metric['n']:>6}{failed:>8}{metric['invalid'] if judge else '':>8}"
-            f"{_fmt(metric['mean']):>9}   [{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]"
-        )
-    for dim in summary["dimensions"]:
-        print(
-            f"{dim['name'] + ' (avg)':<36}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]"
-        )
+    print("\n".join(summary_table_lines(summary, columns=("n", "failed", "invalid") if judge else ("n", "failed"))))
     scorers = ", ".join(f"{label} ({n} rows)" for label, n in counts["scorers"].items()) or "none"
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
@@ -271,6 +270,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from charactereval_lib.batch import load_config, preflight, run_batch, summary_lines
 
     config = load_config(Path(args.config))
+    # Ray tasks run elsewhere: their bars would only fill the workers' logs.
+    config = dataclasses.replace(config, progress=bars_wanted(args.quiet) and config.engine == "local")
     problems = preflight(config)
     if problems:
         return _report_problems(problems, "")
@@ -295,7 +296,7 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
         outcome = pipeline.judge_score(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run,
-                                       progress=not args.quiet and sys.stderr.isatty())
+                                       progress=bars_wanted(args.quiet))
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -322,13 +323,14 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
 
 def cmd_battle(args: argparse.Namespace) -> int:
     """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
+    from charactereval_lib.charactereval.battle import battle_lines
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
     settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
         outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                  data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+                                  data_dir=args.data_dir, progress=bars_wanted(args.quiet))
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -338,12 +340,8 @@ def cmd_battle(args: argparse.Namespace) -> int:
         return 1
     print(outcome.session.line())
     summary = outcome.summary
-    level = round(summary["bootstrap"]["level"] * 100)
-    print(f"{Path(args.run_a).name} vs {Path(args.run_b).name}: {summary['n']} sample(s) judged in both orders, "
-          f"{summary['invalid']} invalid")
-    for name in ("win", "tie", "loss", "position_consistency"):
-        estimate = summary[name]
-        print(f"  {name:<22}{_fmt(estimate['value']):>7}   {level}% CI [{_fmt(estimate['low'])}, {_fmt(estimate['high'])}]")
+    print("\n".join(battle_lines(summary, Path(args.run_a).name, Path(args.run_b).name)))
+    _warn(summary["warnings"])
     print(f"wrote {outcome.out.artifact('battle_summary.json')}")
     return 1 if outcome.session.errors else 0
 
@@ -361,18 +359,18 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
             raise pipeline.SettingsError("--scorer reward-model needs --rm DIR")
         settings = _settings(pipeline.ScoreSettings, args)
     outcome = pipeline.metaeval(args.labels, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+                                data_dir=args.data_dir, progress=bars_wanted(args.quiet))
     scoring = outcome.scoring
     if args.scorer == "judge":
         print(scoring.summary.line())
     summary = outcome.summary
     print(f"{summary['n_labels']} label(s), {summary['unscored']} without a prediction; {summary['scorer']} "
           f"{summary['scorer_model']}")
-    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>8}{'alpha':>8}   (95% CI in "
+    print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>10}{'alpha':>10}   (95% CI in "
           f"{outcome.out.artifact('metaeval_summary.json')})")
     for name, group in summary["groups"].items():
         print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{_fmt(group['metascore']['value']):>11}"
-              f"{_fmt(group['cohen_kappa']['value']):>8}{_fmt(group['krippendorff_alpha']['value']):>8}")
+              f"{_undefined(group['cohen_kappa']):>10}{_undefined(group['krippendorff_alpha']):>10}")
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
 
 
@@ -381,15 +379,9 @@ def cmd_panel(args: argparse.Namespace) -> int:
     settings = _settings(pipeline.PanelSettings, args, judge_models=tuple(args.judge_models))
     outcome = pipeline.panel(args.run, settings, args.out)
     summary = outcome.summary
-    level = round(summary["bootstrap"]["level"] * 100)
-    print(f"{'metric':<22}{'n':>6}{'mean':>9}   {level}% CI")
-    for metric in summary["metrics"]:
-        print(f"{metric['metric_en']:<22}{metric['n']:>6}{_fmt(metric['mean']):>9}   "
-              f"[{_fmt(metric['ci_low'])}, {_fmt(metric['ci_high'])}]")
-    for dim in summary["dimensions"]:
-        print(f"{dim['name'] + ' (avg)':<28}{_fmt(dim['mean']):>9}   [{_fmt(dim['ci_low'])}, {_fmt(dim['ci_high'])}]")
+    print("\n".join(summary_table_lines(summary)))
     alpha, counts = summary["krippendorff_alpha"], summary["counts"]
-    print(f"Krippendorff's alpha ({alpha['level']}) {_fmt(alpha['value'])} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
+    print(f"Krippendorff's alpha ({alpha['level']}) {_undefined(alpha)} [{_fmt(alpha['low'])}, {_fmt(alpha['high'])}] "
           f"over {alpha['n']} rows of {alpha['n_clusters']} samples")
     tie = f", {counts['ties_settled']} tie(s) settled to the lowest grade" if summary["verdict"] == "majority" else ""
     print(f"verdict {summary['verdict']}: {counts['with_verdict']}/{counts['rows']} rows{tie}; "
@@ -424,7 +416,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.judge_model or args.spec or args.base_url:
         raise pipeline.SettingsError("--judge-model, --spec and --base-url need --scorer judge")
     outcome = pipeline.score(args.run, _settings(pipeline.ScoreSettings, args), data_dir=args.data_dir,
-                             dry_run=args.dry_run, progress=not args.quiet)
+                             dry_run=args.dry_run, progress=bars_wanted(args.quiet))
     run, settings = outcome.run, outcome.settings
     if outcome.dry_run_rows is not None:
         counted = "with token counts" if args.rm else "without token counts (no --rm given)"
@@ -537,7 +529,7 @@ def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
 
 def cmd_coser_data(args: argparse.Namespace) -> int:
     if args.coser_data_command == "fetch":
-        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=not args.quiet,
+        problems = pipeline.coser_data_fetch(args.data_dir, mirror=args.mirror, progress=bars_wanted(args.quiet),
                                              with_results=args.with_results)
     else:
         problems = pipeline.coser_data_verify(args.data_dir, with_results=args.with_results)
@@ -550,7 +542,7 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(pipeline.coser_dry_run(settings, data_dir=args.data_dir, prices=dict(args.price or []))))
         return 0
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = bars_wanted(args.quiet)
     outcome = pipeline.coser_run(args.run, settings, data_dir=args.data_dir, progress=progress)
     _warn(outcome.warnings)
     for line in outcome.errors:
@@ -564,10 +556,11 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_summarize(args: argparse.Namespace) -> int:
-    import json
+    from charactereval_lib.coser.report import summary_lines
+    from charactereval_lib.coser.run import SUMMARY
 
     outcome = pipeline.coser_summarize(args.run, _settings(pipeline.CoserSummarizeSettings, args))
-    print(json.dumps(outcome.summary, indent=2, ensure_ascii=False))
+    print("\n".join(summary_lines(outcome.summary, outcome.run.artifact(SUMMARY))))
     _warn(outcome.warnings)
     return 0
 
@@ -576,7 +569,8 @@ def cmd_coser_import(args: argparse.Namespace) -> int:
     models = {f"{role}_model": getattr(args, f"{role}_model") for role in ("env", "nsp", "judge")
               if getattr(args, f"{role}_model")}
     report = pipeline.coser_import(args.file, args.run, protocol=args.protocol, actor_model=args.actor_model,
-                                   score_formula=args.score_formula, models=models, data_dir=args.data_dir, metrics=not args.no_metrics, progress=not args.quiet)
+                                   score_formula=args.score_formula, models=models, data_dir=args.data_dir,
+                                   metrics=not args.no_metrics, progress=bars_wanted(args.quiet))
     print(report.summary_line())
     for mismatch in report.mismatches[:10]:
         print(f"  not reproduced: {mismatch}", file=sys.stderr)
@@ -623,11 +617,11 @@ def add_coser_parser(subparsers: Any) -> None:
         p.add_argument("--with-results", action="store_true", help="also the 12 released evaluation files (rebuttal)")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
-            p.add_argument("--quiet", action="store_true")
+            add_quiet_option(p)
         p.set_defaults(func=cmd_coser_data)
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
-    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--preset", choices=["full", "sample", "smoke"], default="smoke",
                    help="full: 200 scenes x 3; sample: 10 id + 10 ood x 1; smoke: 1 id + 1 ood x 1 (default)")
     p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=COSER_DEFAULT_VERSION,
@@ -658,7 +652,7 @@ def add_coser_parser(subparsers: Any) -> None:
     p.add_argument("--scene-concurrency", type=int, default=256, help="scenes in flight (default 256)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
     p.add_argument("--retry-base-delay", type=float, default=1.0, help="first transport back-off in seconds")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
     p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",
                    help="--dry-run: USD per million input:output tokens of ROLE (repeatable)")
@@ -666,7 +660,7 @@ def add_coser_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_coser_run)
 
     p = sub.add_parser("summarize", help="RUN/coser_summary.json: means, bootstrap intervals, splits, books, spread")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _coser_statistics_options(p)
     p.set_defaults(func=cmd_coser_summarize)
 
@@ -684,7 +678,7 @@ def add_coser_parser(subparsers: Any) -> None:
         p.add_argument(f"--{role}-model", help=f"the {label} model that produced the file (default: the name in "
                                                 "the paper-era experiment; give a dated snapshot if you know it)")
     p.add_argument("--no-metrics", action="store_true", help="skip BLEU/ROUGE-L of the simulation texts")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _coser_data_dir_option(p)
     p.set_defaults(func=cmd_coser_import)
 
@@ -694,7 +688,7 @@ def add_coser_parser(subparsers: Any) -> None:
     ):
         p = sub.add_parser(name, help=text)
         if name == "report":
-            p.add_argument("run", metavar="RUN")
+            p.add_argument("run", metavar="RUN", help=RUN_HELP)
             p.add_argument("--out", metavar="DIR", help="output directory (default: the run directory)")
         else:
             p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
@@ -714,7 +708,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     outcome = reproduce(args.benchmark, args.out, data_dir=args.data_dir, rm=args.rm, device=args.device,
                         metrics=not args.no_metrics, n_boot=args.n_boot, seed=args.seed, show_code=args.show_code,
-                        progress=not args.quiet and sys.stderr.isatty())
+                        progress=bars_wanted(args.quiet))
     decided = [r for r in outcome.document["rows"] if r["within"] is not None]
     print(f"wrote {outcome.out / 'reproduction.json'} and {outcome.html}: {len(outcome.document['rows'])} cells, "
           f"{sum(1 for r in decided if r['within'])}/{len(decided)} within the paper's tolerance")
@@ -735,20 +729,32 @@ def add_reproduce_parser(subparsers: Any) -> None:
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet_option(p)
     p.set_defaults(func=cmd_reproduce)
 
 
 # --- parser ----------------------------------------------------------------------------------
 
 
+RUN_HELP = "run directory (a bare name means outputs/NAME)"
+
+
 class _Parser(argparse.ArgumentParser):
     """No abbreviated flags: ``--batch`` must not silently mean ``--batch-tokens``. Subcommand
     parsers inherit the class, so the rule holds everywhere."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, root: bool = False, **kwargs) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        self.root = root
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        namespace, extras = super().parse_known_args(args, namespace)
+        # A subcommand's unknown argument is its own error, pointing at its own --help (argparse
+        # would hand it up to the top-level parser, whose help does not list it).
+        if extras and not self.root:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
     def error(self, message: str) -> NoReturn:
         # One line, like every other error of the command; the usage is a --help away.
@@ -757,7 +763,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse."
+        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse.", root=True
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({PROTOCOL_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -774,7 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--with-rm-train", action="store_true", help="also rm_train_data.json")
         if name == "fetch":
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
-            p.add_argument("--quiet", action="store_true", help="no progress bars")
+            add_quiet_option(p)
         p.set_defaults(func=func)
 
     p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "
@@ -800,7 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("generate", help="generate replies for the test samples (S3, S4)")
-    p.add_argument("run", metavar="RUN", help="run directory (a bare name means outputs/NAME)")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
@@ -817,7 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=["chatglm3"],
                    help="chatglm3: sample with temperature 0.8, top_p 0.8 (ChatGLM3 chat() defaults); flags win")
     p.add_argument("--retry-errors", action="store_true", help="also retry ids whose latest record is an error")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is not a TTY)")
+    add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
     g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
@@ -840,7 +846,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("hf backend")
     g.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default cpu; with --engine ray: cuda on a "
                                     "worker given a GPU, else cpu)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="weights' dtype (default auto: the checkpoint's own)")
     g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
     g = p.add_argument_group("hf backend, --engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
@@ -857,13 +864,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("transform", help="generations.jsonl -> rows.jsonl (S5)")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _data_dir_option(p)
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser("score", help="score rows.jsonl with the reward model (S6, S8) -> scores.jsonl, "
                                      "or with an LLM judge -> judge_scores.jsonl")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="reward-model (default, the official scorer) or judge (an LLM through an OpenAI-compatible API)")
     p.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory (optional with --dry-run)")
@@ -886,7 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="fast mode: query block for skipping masked attention blocks (0: off; default: 256 on CPU, off elsewhere)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
     g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
                    help="local (default): score in this process; ray: on the workers of a Ray cluster")
@@ -925,7 +932,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rm_make_tiny)
 
     p = sub.add_parser("summarize", help="summary.json + metrics.csv (S9 + bootstrap intervals)")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
     _judge_choice_option(p)
@@ -942,12 +949,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_leaderboard)
 
     for name, func, text in (
-        ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html"),
+        ("report", cmd_report, "execute the analysis notebook for RUN -> RUN/report.ipynb + RUN/report.html "
+                               "(a judge's report: RUN/report-judge-MODEL.html)"),
         ("compare", cmd_compare, "execute the comparison notebook -> OUT/comparison.ipynb + OUT/comparison.html"),
     ):
         p = sub.add_parser(name, help=text)
         if name == "report":
-            p.add_argument("run", metavar="RUN")
+            p.add_argument("run", metavar="RUN", help=RUN_HELP)
         else:
             p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
             p.add_argument("--out", required=True, metavar="DIR", help="output directory")
@@ -971,27 +979,30 @@ def build_parser() -> argparse.ArgumentParser:
     _judge_options(p, required=True)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _data_dir_option(p)
     p.set_defaults(func=cmd_battle)
 
     p = sub.add_parser("metaeval", help="a scorer against human labels: metascore, kappa, alpha, confusion matrix")
     p.add_argument("labels", metavar="LABELS", help="JSON Lines: id, metric_en, reply, human_score or human_choice")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the rows, scores and summary")
-    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True)
+    p.add_argument("--scorer", choices=["judge", "reward-model"], required=True,
+                   help="whose predictions meet the labels: judge (an LLM through an OpenAI-compatible API: "
+                        "--judge-model, --base-url) or reward-model (--rm DIR)")
     _judge_options(p, required=False)
     g = p.add_argument_group("--scorer reward-model")
     g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
-    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful")
+    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful",
+                   help="faithful (default): batch 1, the official arithmetic; fast: batched")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_option(p)
     _data_dir_option(p)
     p.set_defaults(func=cmd_metaeval)
 
     p = sub.add_parser("panel", help="several judges' scores of a run combined: verdicts, means, Krippendorff's alpha")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--judge-model", dest="judge_models", action="append", required=True, metavar="M",
                    help="a judge of the panel (repeat: two or more, each already scored RUN with --scorer judge)")
     p.add_argument("--verdict", choices=["majority", "mean"], default="majority",
@@ -1004,16 +1015,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("batch", help="many models from a YAML config: one report each, then a comparison")
     p.add_argument("config", metavar="CONFIG.yaml")
+    add_quiet_option(p)
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("import-official", help="an official generation(_trans)/evaluation JSON file -> a run")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _data_dir_option(p)
     p.set_defaults(func=cmd_import_official)
 
     p = sub.add_parser("export-official", help="a run -> official JSON arrays in RUN/official/")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN/official)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_export_official)

@@ -352,6 +352,9 @@ class ReportSettings(SummarizeSettings):
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     show_code: bool = False
     verify_data: bool = True
+    # The judges a reward-model report shows beside it (empty: ``judge_model``, else every judge
+    # of the run); ``batch`` also renders each one's own judge report.
+    judges: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -766,18 +769,20 @@ def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWA
     return notes + [_plain(warning) for warning in caveats]
 
 
-def _report_scorers(run: runs.RunDir, settings: ReportSettings) -> tuple[str | None, list[str]]:
-    """The judge a report shows (None: the run holds no judge scores) and the warnings of every
+def _report_scorers(run: runs.RunDir, settings: ReportSettings) -> tuple[list[str], list[str]]:
+    """The judges a report shows (the judge of a judge report; for the reward model's, every
+    judge it shows beside it: ``charactereval.judge.shown_judges``) and the warnings of every
     scorer it shows; each scorer's mixed configurations are refused unless ``allow_mixed``."""
-    judge_model = run.select_judge(settings.judge_model) if (settings.judge_model or run.judge_models()) else None
-    if settings.scorer == runs.JUDGE and judge_model is None:
+    from charactereval_lib.charactereval.judge import shown_judges, side_warnings
+
+    judge_models = shown_judges(run, settings.scorer, settings.judge_model, settings.judges)
+    if settings.scorer == runs.JUDGE and not judge_models:
         raise runs.RunError(f"{run.path}: no judge scores (run `charactereval score RUN --scorer judge` first)")
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
-    other = runs.JUDGE if settings.scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
-    if judge_model is not None and run.latest_scores(scorer=other, judge_model=judge_model):
-        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=other, judge_model=judge_model)
-        warnings = [f"MIXED SCORERS: {problem}" for problem in mixed] + warnings
-    return judge_model, warnings
+    main_judge = judge_models[0] if settings.scorer == runs.JUDGE else None
+    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=main_judge)
+    for model in judge_models:
+        warnings = side_warnings(run, settings.scorer, model, settings.allow_mixed) + warnings
+    return judge_models, warnings
 
 
 def _plain(markdown: str) -> str:
@@ -836,15 +841,18 @@ def report(
     """One run's report: ``RUN/report.ipynb`` (papermill) and ``RUN/report.html``, both written
     only once the notebook ran through. The main sections show ``settings.scorer``'s scores; a
     run that also holds the other scorer's gets both side by side and their agreement."""
+    from charactereval_lib.charactereval.judge import report_names
     from charactereval_lib.engine import report as notebooks
 
     run = _analysable(run)
-    judge_model, warnings = _report_scorers(run, settings)
-    parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model,
-                  **_notebook_parameters(settings, data_dir, run.artifact(FIGURES_DIR))}
-    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, run.artifact(REPORT_NOTEBOOK), run.artifact(REPORT_HTML),
-                                      parameters, show_code=settings.show_code,
-                                      title=f"CharacterEval report: {run.name}")
+    judge_models, warnings = _report_scorers(run, settings)
+    judge_model = judge_models[0] if settings.scorer == runs.JUDGE else None
+    names = report_names(settings.scorer, judge_model)
+    parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model, "judge_models": judge_models,
+                  **_notebook_parameters(settings, data_dir, run.artifact(names.figures))}
+    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, run.artifact(names.notebook), run.artifact(names.html),
+                                      parameters, show_code=settings.show_code, title=f"CharacterEval report: "
+                                      f"{run.name}" + (f" (judge {judge_model})" if judge_model else ""))
     return ReportOutcome(notebook, html, warnings)
 
 
@@ -879,16 +887,18 @@ def compare(
     every run also holds the judge's (of the same judge model), the judge's means and each run's
     agreement of the two scorers follow. Refuses runs that cannot be compared unless
     ``allow_mixed``."""
+    from charactereval_lib.charactereval.judge import common_judge
     from charactereval_lib.engine import report as notebooks
 
     if len(run_list) < 2:
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]
-    judged = [_report_scorers(run, settings) for run in resolved]
-    models = {model for model, _ in judged}
+    # A judge named for the batch that one run lacks is simply not common to the runs.
+    judged = [_report_scorers(run, dataclasses.replace(settings, judges=tuple(
+        j for j in settings.judges if j in run.judge_models()))) for run in resolved]
     # The judge's section needs one judge model in every run.
-    judge_model = models.pop() if len(models) == 1 else None
-    judges_text = ", ".join(f"{r.name}: {m or 'no judge scores'}" for r, (m, _) in zip(resolved, judged))
+    judge_model, judge_note = common_judge([models for models, _ in judged], settings.judge_model)
+    judges_text = ", ".join(f"{r.name}: {', '.join(m) or 'no judge scores'}" for r, (m, _) in zip(resolved, judged))
     if settings.scorer == runs.JUDGE and judge_model is None:
         raise runs.MixedRunError(f"cannot compare: the runs were not judged by one judge model ({judges_text})")
     problems = compare_problems(resolved, settings.scorer, judge_model)
@@ -897,6 +907,8 @@ def compare(
     if problems and not settings.allow_mixed:
         raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
     warnings = [f"NOT COMPARABLE: {p}" for p in problems]
+    if judge_note:
+        warnings.append(judge_note)
     if judge_model is None and any(m for m, _ in judged):
         warnings.append(f"the judge's section is left out: the runs were not judged by one judge model ({judges_text})")
     for run, (_, run_notes) in zip(resolved, judged):

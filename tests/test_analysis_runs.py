@@ -57,9 +57,28 @@ def test_run_info_is_a_readable_table_of_sections_and_settings():
     assert list(info.columns) == ["section", "setting", "value"]
     value = info.set_index(["section", "setting"])["value"]
     assert value["versions", "protocol"] == "charactereval-1.0"
-    assert value["generation", "parameters / max tokens"] == "512"
-    assert value["generation", "parameters / temperature"] == "None"
-    assert value["scoring", "checkpoint / sha256"] == "abc" and value["scoring", "ids"] == "[20 items]"
+    assert value["generation", "backend"] == "openai" and value["", "parameters / max tokens"] == "512"
+    assert value["", "parameters / temperature"] == "–"  # a section is named once, on its first row
+    assert value["scoring", "checkpoint / sha256"] == "abc" and value["", "ids"] == "[20 items]"
+
+
+def test_run_settings_read_as_text_not_python():
+    manifest = {"scoring": {"elapsed_s": 63.508456294999974, "rows": 123456, "verify": None, "fast": False,
+                            "options": {}, "devices": ["cpu", "cuda:0"]},
+                "judge_scoring": {"judges": {"j": {"sessions": [{"graded": 1}, {"graded": 5, "elapsed_s": 2.0}]}}}}
+    info = analysis.run_info(manifest)
+    shown = dict(zip(info["setting"], info["value"]))
+    assert shown["elapsed s"] == "63.51" and shown["rows"] == "123,456" and shown["verify"] == "–"
+    assert shown["fast"] == "no" and shown["options"] == "–" and shown["devices"] == "cpu, cuda:0"
+    # Several judge sessions: the latest one, once.
+    assert shown["judges / j / sessions (latest of 2) / graded"] == "5"
+    assert not any("{" in v or "None" in v for v in info["value"])
+    assert list(info["section"]) == ["versions", "", "", "scoring", *[""] * 5, "judge scoring", ""]
+    # A spec per metric: one row per field, not twelve.
+    specs = {m: {"parser": "evals", "sha256": m} for m in ("Fluency", "Coherence", "Empathy")}
+    shown = dict(zip(*analysis.run_info({"judge_scoring": {"specs": specs}})[["setting", "value"]].T.values))
+    assert shown == {"protocol": "–", "package": "–", "git commit": "–", "specs / each of 3 / parser": "evals",
+                     "specs / each of 3 / sha256": "3 different values"}
 
 
 def test_load_run_and_displayed_tables(tmp_path):

@@ -170,7 +170,7 @@ def test_dry_run_prices_each_role(capsys):
 def smoke(run: Path, url: str, *extra: str) -> None:
     assert cli.main(["coser", "run", str(run), "--preset", "smoke", "--actor-model", "mock-actor", "--base-url", url,
                      "--no-api-key", "--data-dir", str(data_dir()), "--retry-base-delay", "0.01", "--timeout", "5",
-                     "--no-progress", *extra]) == 0
+                     "--quiet", *extra]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -229,10 +229,82 @@ def test_comparison_shows_both_runs_and_why_they_differ(rendered):
     text = html.unescape(page)
     assert "alias" in text and "paper" in text and "59.95 ± 0.50" in text
     assert "runs not comparable with each other: the runs have different env models" in text
-    assert "alias: not comparable with the paper" in text and "paper: not comparable" not in text
+    assert "alias: the judge model is 'gpt-4o'" in text and "paper: the judge model" not in text
+    assert "alias: not comparable with the paper" not in text  # the box's heading says it once
 
 
 def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, capsys):
     root = rendered["root"]
     assert cli.main(["coser", "compare", str(root / "alias"), str(root / "paper"), "--out", str(tmp_path)]) == 2
     assert "cannot compare: the runs have different env models" in capsys.readouterr().err
+
+
+# --- the analyst's view (issue 19, items 12 and 13) ---------------------------------------------
+
+
+def test_coser_summarize_prints_a_table_and_says_what_it_wrote(hand_run, capsys):
+    assert cli.main(["coser", "summarize", str(hand_run.path), "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    summary = json.loads((hand_run.path / SUMMARY).read_text())
+    assert "{" not in out and len(lines) == 1 + 5 + 3
+    assert lines[0].split() == ["score", "mean", "95%", "interval", "id", "books", "ood", "books"]
+    average = summary["overall"]["average"]
+    assert lines[5].startswith("average") and f"{average['mean']:.2f}" in lines[5] and interval(average) in lines[5]
+    assert lines[1].split()[-1] == "–"  # the ood split's only scene failed: no score
+    assert "not clipped, so a dimension can exceed 100" in lines[6]
+    assert lines[-1].startswith(f"wrote {hand_run.path / SUMMARY}")
+
+
+def test_coser_paired_differences_match_a_hand_computation(hand_run, tmp_path):
+    from charactereval_lib.coser.report import load_analysis, paired_differences
+
+    other = RunDir(tmp_path / "other")
+    other.path.mkdir()
+    (other.path / "run.json").write_bytes((hand_run.path / "run.json").read_bytes())
+    records = json.loads("[" + ",".join((hand_run.path / JUDGEMENTS).read_text().splitlines()) + "]")
+    for record in records:
+        if record.get("kind") == "dimension" and record["scene"] == "a1" and record["scores"]:
+            record["scores"] = {**record["scores"], "score": record["scores"]["score"] + 5}
+    write_jsonl_atomic(other.artifact(JUDGEMENTS), records)
+    for name in (SCENES, TURNS):
+        (other.path / name).write_bytes((hand_run.path / name).read_bytes())
+    analyses = [load_analysis(run, n_boot=100, seed=0) for run in (hand_run, other)]
+    table = paired_differences(analyses, n_boot=100, seed=0).set_index("score")
+    # Scenes a1 (+5 on every dimension) and a2 (unchanged); b1 lost a dimension, so it is out.
+    assert list(table.index) == [*DIMENSIONS, "average"] and set(table["scenes"]) == {2}
+    assert set(table["A − B"]) == {"2.50"} and set(table["95% interval"]) == {"[0.00, 5.00]"}
+    assert table.loc["average", "comparison"] == "other − hand"
+    assert float(table.loc["average", "mean A"]) - float(table.loc["average", "mean B"]) == pytest.approx(2.5, abs=0.01)
+
+
+def test_the_comparison_report_has_paired_differences(rendered):
+    _, page = rendered["compare"]
+    assert "Paired differences" in page and "paper − alias" in html.unescape(page)
+
+
+def test_book_figure_keeps_markers_whole_titles_full_and_marks_one_scene_books():
+    from charactereval_lib.coser.figures import BOOK_BASE_INCHES, BOOK_ROW_INCHES, book_figure
+
+    long_title = "A Very Long Book Title That Goes On And On Well Past Forty-Five Characters"
+    by_book = {long_title: {"tag": "id", "scores": {"average": {"mean": 60.0, "low": 55.0, "high": 65.0}}},
+               "Short": {"tag": "ood", "scores": {"average": {"mean": 112.0, "low": None, "high": None}}}}
+    fig = book_figure(by_book)
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert low <= -0.5 and high >= 1.5  # half a row of room around both markers
+    assert [t.get_text() for t in ax.get_yticklabels()] == [long_title, "Short"]
+    assert [t.get_text() for t in ax.texts] == ["n<2"]
+    assert "not clipped" in ax.get_xlabel()
+    many = {f"book {k}": {"tag": "id", "scores": {"average": {"mean": float(k), "low": k - 1.0, "high": k + 1.0}}}
+            for k in range(100)}
+    assert book_figure(many).get_size_inches()[1] == pytest.approx(BOOK_BASE_INCHES + BOOK_ROW_INCHES * 100)
+
+
+def test_the_warning_box_states_not_comparable_once_and_renders_code():
+    from charactereval_lib.coser.report import warnings_html
+
+    box = warnings_html([f"{NOT_COMPARABLE}: the judge model is 'gpt-4o'"], ["install a CJK font (`fc-list :lang=zh`)"])
+    assert box.count("NOT COMPARABLE WITH THE PAPER") == 1 and f"{NOT_COMPARABLE}:" not in box
+    assert "<li>the judge model is &#x27;gpt-4o&#x27;</li>" in box
+    assert "<code>fc-list :lang=zh</code>" in box and "`" not in box

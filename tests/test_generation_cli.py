@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def generate_cmd(run: Path, official_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "charactereval_lib.cli", "generate", str(run), "--model", "m", "--no-progress",
+    return [sys.executable, "-m", "charactereval_lib.cli", "generate", str(run), "--model", "m", "--quiet",
             "--data-dir", str(official_dir), *extra]
 
 

@@ -100,7 +100,6 @@ def test_a_chat_prompt_gets_the_suffix_on_its_last_message(tmp_path):
 @pytest.mark.parametrize(
     ("edit", "field", "problem"),
     [
-        (lambda s: s + "colour: red\n", "colour", "unknown field"),
         (lambda s: s.replace("eval_type: cot_classify", "eval_type: judge"), "eval_type", "is not one of"),
         (lambda s: s.replace('"12345"', '["1", "2."]'), "choice_strings", "punctuation"),
         (lambda s: s.replace("from_strings", "{'1': 1, '2': 2}"), "choice_scores", "no score for choice"),

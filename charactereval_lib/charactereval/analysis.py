@@ -20,6 +20,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.report import inline_code
 from charactereval_lib import __version__
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
@@ -209,7 +210,7 @@ def run_caveats(
         )
     if unscored:
         caveats.append(f"Scoring is incomplete: {unscored} row(s) have no score yet; means use scored rows only.")
-    small = [f"{name} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
+    small = [f"{metric_label(name)} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
     if small and any(metric_n.values()):
         caveats.append(
             f"No interval can be estimated for {', '.join(small)}: fewer than 2 scored rows. "
@@ -263,12 +264,8 @@ def warnings_html(warnings: Sequence[str]) -> str:
     if not warnings:
         return ('<div class="ce-warnings ce-none">No warnings: real replies, scored by the configured '
                 "reward model, complete run.</div>")
-    items = "".join(f"<li>{_inline_code(html.escape(w))}</li>" for w in warnings)
+    items = "".join(f"<li>{inline_code(html.escape(w))}</li>" for w in warnings)
     return f'<div class="ce-warnings"><strong>Warnings ({len(warnings)})</strong><ul>{items}</ul></div>'
-
-
-def _inline_code(text: str) -> str:
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
 # --- display tables ----------------------------------------------------------------------------
@@ -309,26 +306,61 @@ def _named_index(frame: pd.DataFrame) -> bool:
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
     """The settings that produced the run, one row each: section (versions, generation,
-    scoring, transform), setting (nested keys joined by " / ", underscores as spaces) and value;
-    long lists are summarised by their length."""
+    scoring, judge scoring, transform; shown once per block), setting (nested keys joined by
+    " / ", underscores as spaces) and value as text a reader reads (``setting_text``); long
+    lists are summarised by their length, a list of records (judge sessions) by its latest."""
     fields = [("versions", "protocol", manifest.get("protocol_version")),
               ("versions", "package", manifest.get("package_version")),
               ("versions", "git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring", "judge_scoring"):
-        fields += [(section, key, value) for key, value in _flatten(manifest.get(section, {}), "")]
+        if manifest.get(section):
+            fields += [(section.replace("_", " "), key, value) for key, value in _flatten(manifest[section], "")]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
-    # str() of every value (None included): pandas' astype(str) would keep None as a missing value.
-    return pd.DataFrame([(section, key.replace("_", " "), str(value)) for section, key, value in fields],
-                        columns=["section", "setting", "value"])
+    shown = [(section if section != previous else "", key.replace("_", " "), setting_text(value))
+             for (section, key, value), previous in zip(fields, [None, *(f[0] for f in fields)])]
+    return pd.DataFrame(shown, columns=["section", "setting", "value"])
+
+
+def setting_text(value: Any) -> str:
+    """One setting as a reader reads it: – for none, yes/no, numbers rounded (4 significant
+    digits, thousands whole), short lists joined by commas, an empty mapping as –."""
+    if value is None or value == {} or value == []:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, list):
+        return ", ".join(setting_text(item) for item in value)
+    return str(value)
 
 
 def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
+    if _uniform_records(value):
+        # One row per field of many alike records (a judge's spec per metric), not one per record.
+        return [item for key in next(iter(value.values()))
+                for item in _flatten(_same_or_count([inner[key] for inner in value.values()]),
+                                     f"{prefix} / each of {len(value)} / {key}" if prefix else key)]
+    if isinstance(value, dict) and value:
         return [item for key, inner in value.items()
                 for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return _flatten(value[-1], f"{prefix} (latest of {len(value)})")
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
     return [(prefix, value)]
+
+
+def _uniform_records(value: Any) -> bool:
+    records = list(value.values()) if isinstance(value, dict) else []
+    return len(records) >= 3 and all(isinstance(r, dict) and r.keys() == records[0].keys() for r in records)
+
+
+def _same_or_count(values: list[Any]) -> Any:
+    distinct = {repr(v) for v in values}
+    return values[0] if len(distinct) == 1 else f"{len(distinct)} different values"
 
 
 def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:

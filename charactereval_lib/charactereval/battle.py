@@ -19,12 +19,14 @@ from charactereval_lib.charactereval.summary import nan_to_none
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.battles import (
     ORDERS,
+    OUTCOMES,
     battle_requests,
     battle_summary,
     combine_orders,
     preferred_reply,
     spec_verdicts,
 )
+from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.judging import JudgeItem
 from charactereval_lib.engine.grading.spec import ModelGradedSpec
 
@@ -90,6 +92,9 @@ def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1
     """Win / tie / loss rates of run A and the position-consistency rate with cluster-bootstrap
     intervals by sample, written to ``OUT/battle_summary.json`` and returned."""
     outcomes = battle_outcomes(out, spec)
+    answers = [r for r in runs.latest_by_key(
+        (r for r in runs.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"), *KEY_FIELDS).values()]
+    invalid_answers = sum(r["choice"] == INVALID for r in answers)
     estimates = battle_summary([o["outcome"] for o in outcomes], [o["id"] for o in outcomes],
                                [o["consistent"] for o in outcomes], n_boot=n_boot, seed=seed, confidence=confidence)
     manifest = out.manifest().get(MANIFEST_SECTION) or {}
@@ -97,7 +102,49 @@ def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1
         "run_a": manifest.get("run_a"), "run_b": manifest.get("run_b"), "judge_model": manifest.get("judge_model"),
         "spec": spec.name, "bootstrap": {"n_boot": n_boot, "seed": seed, "level": confidence},
         **{name: (value.__dict__ if hasattr(value, "__dict__") else value) for name, value in estimates.items()},
+        "counts": {**{name: sum(o["outcome"] == name for o in outcomes) for name in (*OUTCOMES, "invalid")},
+                   "position_consistency": sum(o["consistent"] is True for o in outcomes)},
+        "judge_answers": len(answers), "invalid_answers": invalid_answers,
         "created_at": runs.utc_now(),
     }
+    summary["warnings"] = battle_warnings(summary)
     runs.write_json_atomic(out.artifact(SUMMARY), nan_to_none(summary))
     return summary
+
+
+# Above this share of invalid judge answers the rates rest on a minority of the battles and say
+# more about the judge's answer format than about the replies.
+INVALID_WARN_SHARE = 0.2
+
+
+def battle_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """What a reader must know before the rates: a judge whose answers are invalid more often
+    than ``INVALID_WARN_SHARE``, and battles that are all invalid."""
+    warnings = []
+    answers, invalid = summary["judge_answers"], summary["invalid_answers"]
+    if answers and invalid / answers > INVALID_WARN_SHARE:
+        warnings.append(f"{invalid} of the judge's {answers} answers ({invalid / answers:.0%}) are invalid (no choice "
+                        f"could be read), above the {INVALID_WARN_SHARE:.0%} this workbench warns at: the rates use "
+                        f"only the {summary['n'] - summary['invalid']} of {summary['n']} battles with both answers "
+                        "valid; check the judge's answer format (battle_judgements.jsonl keeps every reply)")
+    if summary["n"] and summary["invalid"] == summary["n"]:
+        warnings.append("every battle has an invalid answer: no rate can be estimated")
+    return warnings
+
+
+def battle_lines(summary: Mapping[str, Any], name_a: str, name_b: str) -> list[str]:
+    """The terminal lines of a battle: the battles counted, each rate with its count out of the
+    valid battles and its interval, position consistency likewise."""
+    level = round(summary["bootstrap"]["level"] * 100)
+    n, invalid = summary["n"], summary["invalid"]
+    valid = n - invalid
+    share = f"{invalid / n:.0%}" if n else "-"
+    lines = [f"{name_a} vs {name_b}: {n} sample(s) judged in both orders; {valid} valid battle(s), {invalid} "
+             f"invalid ({share}); judge answers invalid: {summary['invalid_answers']}/{summary['judge_answers']}"]
+    for name in (*OUTCOMES, "position_consistency"):
+        estimate, count = summary[name], summary["counts"][name]
+        value = "-" if estimate["value"] is None or estimate["value"] != estimate["value"] else f"{estimate['value']:.3f}"
+        interval = ("n<2" if estimate["low"] is None or estimate["low"] != estimate["low"]
+                    else f"[{estimate['low']:.3f}, {estimate['high']:.3f}]")
+        lines.append(f"  {name:<22}{count:>5}/{valid:<5}{value:>7}   {level}% CI {interval}")
+    return lines

@@ -272,6 +272,8 @@ def failure_figure(breakdown: pd.DataFrame) -> Figure:
     ``role：`` marker as the tables spell it (full-width colon)."""
     if breakdown.empty:
         return message_figure("No generations or rows to inspect.")
+    if not breakdown["count"].any():
+        return message_figure(f"No failures and no warning signs: all {len(breakdown)} checks are at 0.")
     labels = breakdown["category"] + ": " + breakdown["detail"]
     fig = new_figure(10, 0.45 * len(breakdown) + 1.5)
     ax = fig.add_subplot()

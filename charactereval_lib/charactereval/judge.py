@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from charactereval_lib.charactereval import judge_figures
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.analysis import interval_text, show
 from charactereval_lib.charactereval.data import OfficialData
-from charactereval_lib.charactereval.diagnostics import dimension_estimable, estimable, metric_label
+from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
 from charactereval_lib.charactereval.judge_specs import load_default_specs
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
@@ -35,12 +36,8 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.engine.grading.agreement import OVERALL, agreement_table
-from charactereval_lib.engine.grading.judging import JudgeItem
-from charactereval_lib.engine.grading.spec import (
-    ModelGradedSpec,
-    build_judge_messages,
-    load_spec,
-)
+from charactereval_lib.engine.grading.judging import JudgeItem, make_item
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, load_spec
 from charactereval_lib.engine.plots import keep
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
@@ -80,9 +77,7 @@ def judge_items(run: runs.RunDir, data: OfficialData, specs: Mapping[str, ModelG
         sample = samples[row["id"]]
         fields = {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context,
                   "response": row["model_output"], "metric_en": row["metric_en"], "metric_zh": row["metric_zh"]}
-        spec = specs[row["metric_en"]]
-        items.append(JudgeItem({"id": row["id"], "metric_en": row["metric_en"]}, spec,
-                               build_judge_messages(spec, fields)))
+        items.append(make_item({"id": row["id"], "metric_en": row["metric_en"]}, specs[row["metric_en"]], fields))
     return items
 
 
@@ -107,7 +102,8 @@ def dry_run(run: runs.RunDir, items: Sequence[JudgeItem], judge_model: str, para
     from charactereval_lib.engine.grading.judging import plan_judging
 
     written = runs.write_jsonl_atomic(run.artifact(JUDGE_REQUESTS), (
-        {**item.key, "spec": item.spec.name, "judge_model": judge_model, "messages": item.messages} for item in items))
+        {**item.key, "spec": item.spec.name, "judge_model": judge_model, "messages": item.messages,
+         **({"refused": item.refused} if item.refused else {})} for item in items))
     plan = plan_judging(run.judge_scores, items, judge_model, params, KEY_FIELDS)
     requests = [GenerationRequest(i, "", item.messages) for i, item in enumerate(plan.pending)]
     estimate = estimate_cost(requests, params.max_tokens, price_in=price_in, price_out=price_out)
@@ -129,9 +125,105 @@ def describe(backend_description: Mapping[str, Any], specs: Mapping[str, ModelGr
         **backend_description,
         "judge_model": backend_description.get("model"),
         "specs": {m: {"name": s.name, "source": s.source, "sha256": digests[m], "parser": s.parser,
-                      "eval_type": s.eval_type, "invalid_score": s.invalid_score} for m, s in specs.items()},
+                      "eval_type": s.eval_type, "invalid_score": s.invalid_score,
+                      "ignored_fields": list(s.ignored_fields)} for m, s in specs.items()},
         "data_sha256": generation_task(data).data_sha256,
     }
+
+
+# --- which judges a report shows, and its file names ----------------------------------------------
+
+
+class ReportNames(NamedTuple):
+    """A run's report files for one scorer, relative to the run directory."""
+
+    notebook: str
+    html: str
+    figures: str
+
+
+def report_names(scorer: str, judge_model: str | None = None) -> ReportNames:
+    """The reward model's report is ``report.html`` with ``figures/``; each judge's report has
+    its own names (``report-judge-<model>.html``, ``figures-judge-<model>/``), so that no report
+    replaces another. Characters of the model name a file name cannot hold become ``_``."""
+    if scorer == runs.REWARD_MODEL:
+        return ReportNames("report.ipynb", "report.html", "figures")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", judge_model or "").strip("._") or "judge"
+    return ReportNames(f"report-judge-{slug}.ipynb", f"report-judge-{slug}.html", f"figures-judge-{slug}")
+
+
+def shown_judges(run: str | Path | runs.RunDir, scorer: str, judge_model: str | None = None,
+                 judges: Sequence[str] = ()) -> list[str]:
+    """The judges a report of ``scorer`` shows: a judge report shows its one judge
+    (``RunDir.select_judge``: a run holding several needs ``judge_model``); a reward-model report
+    shows beside it the ``judges`` named, else ``judge_model``, else every judge of the run
+    (each named one must have records here)."""
+    run = runs.RunDir.resolve(run)
+    if scorer == runs.JUDGE:
+        chosen = run.select_judge(judge_model)
+        return [chosen] if chosen else []
+    named = list(judges) or ([judge_model] if judge_model else [])
+    return [run.select_judge(model) for model in named] if named else run.judge_models()
+
+
+def common_judge(judges_per_run: Sequence[Sequence[str]], judge_model: str | None = None) -> tuple[str | None, str | None]:
+    """The one judge a comparison shows beside the main scorer: ``judge_model``, else the judge
+    every run holds (the first of them, with a note naming the others, when they share several);
+    None when no judge is common to every run."""
+    if judge_model is not None:
+        return judge_model, None
+    common = [m for m in (judges_per_run[0] if judges_per_run else []) if all(m in js for js in judges_per_run)]
+    if len(common) > 1:
+        return common[0], (f"the comparison shows the judge {common[0]}; the runs also share "
+                           f"{', '.join(common[1:])} (choose with --judge-model)")
+    return (common[0] if common else None), None
+
+
+def side_caveats(run: str | runs.RunDir, scorer: str, shown: Sequence[str]) -> list[str]:
+    """The warnings of the reward model shown beside a judge's grades (a judge report of a run
+    the reward model also scored; a tiny reward model, for one), each once."""
+    from charactereval_lib.charactereval.analysis import run_warnings
+
+    run = runs.RunDir.resolve(run)
+    if scorer != runs.JUDGE or not shown or not run.latest_scores():
+        return []
+    main = set(run_warnings(run.path, runs.JUDGE, shown[0]))
+    return [f"Reward model (shown beside the judge): {w}" for w in run_warnings(run.path) if w not in main]
+
+
+def side_warnings(run: runs.RunDir, scorer: str, judge_model: str, allow_mixed: bool) -> list[str]:
+    """What the CLI says of the scorer shown beside ``scorer``'s scores: its mixed
+    configurations (refused unless ``allow_mixed``) and, in a judge report, the reward model's
+    caveats (``side_caveats``)."""
+    other = runs.JUDGE if scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
+    notes = []
+    if run.latest_scores(scorer=other, judge_model=judge_model):
+        mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=other, judge_model=judge_model)
+        notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
+    return notes + [w.replace("**", "") for w in side_caveats(run, scorer, [judge_model])]
+
+
+def scale_items(scores: pd.DataFrame, scorer: str, figures_dir: str | Path | None = None) -> list[Any]:
+    """The report section on the main scorer's score scale: for the reward model the bf16 score
+    grid (its scores are ``bf16 sigmoid x 4 + 1``); for a judge a count per grade 1-5, the scale
+    its grades live on."""
+    from IPython.display import Markdown
+
+    from charactereval_lib.charactereval import figures
+    from charactereval_lib.charactereval.diagnostics import grid_check
+
+    if scorer == runs.REWARD_MODEL:
+        return [Markdown(
+            "## Score grid (bf16)\n\nThe official reward model computes its sigmoid in bfloat16, so every faithful "
+            "score is `bf16 sigmoid x 4 + 1`: steps of 0.015625 above 3, finer below. Scores off that grid did not "
+            "come from a faithful scorer."), show(grid_check(scores)),
+            keep(figures.score_grid_histograms(scores), "score_grid", figures_dir)]
+    counts = judge_figures.grade_counts(scores)
+    return [Markdown(
+        "## Grades\n\nThe judge answers with a grade 1-5: rows per grade and metric (`n`: scored rows; invalid "
+        "answers a spec scores count under the grade they were given, see the invalid column of the section "
+        "below; `other`: a score that is not a whole grade)."), show(counts),
+        keep(judge_figures.grade_figure(counts), "grades", figures_dir)]
 
 
 # --- both scorers side by side -------------------------------------------------------------------
@@ -259,7 +351,7 @@ def scorer_table(comparison: ScorerComparison) -> pd.DataFrame:
 def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
     """``scorer_agreement``'s long table as shown: one row per metric (protocol order, overall
     last) with the rows used, the samples, the invalid answers left out, and each statistic as
-    "value [CI]"."""
+    "value [CI]" (n<2 or undefined where it has no value)."""
     names = {"pearson": "Pearson", "spearman": "Spearman", "kendall_tau_b": "Kendall tau-b",
              "quadratic_kappa": "quadratic kappa", "exact": "exact agreement"}
     order = [m for m in [*METRIC_ORDER, OVERALL] if m in set(table["metric_en"])]
@@ -271,37 +363,43 @@ def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.D
                "samples": int(first["n_clusters"]), "invalid left out": int(first["invalid_left_out"])}
         for statistic, name in names.items():
             estimate = part.loc[statistic]
-            row[name] = _estimate_text(estimate["value"], estimate["low"], estimate["high"],
-                                       bool(np.isfinite(estimate["low"])))
+            undefined = NOT_ESTIMABLE if row["n"] < 2 else "undefined"
+            row[name] = undefined if math.isnan(estimate["value"]) else _estimate_text(
+                estimate["value"], estimate["low"], estimate["high"], bool(np.isfinite(estimate["low"])))
         rows.append(row)
     frame = pd.DataFrame(rows)
     frame.attrs["level"] = level
     return frame
 
 
-def report_items(comparison: ScorerComparison | None, figures_dir: str | Path | None = None) -> list[Any]:
+def report_items(comparison: ScorerComparison | None, figures_dir: str | Path | None = None, *,
+                 several: bool = False) -> list[Any]:
     """What a report shows of the two scorers, in order (headings, tables, the agreement grid),
     for the notebook to display; nothing for a run without judge scores, so its report is the
-    reward model's alone."""
+    reward model's alone. ``several``: the report shows several judges, so each one's headings
+    and grid file carry its name."""
     from IPython.display import Markdown
 
     if comparison is None:
         return []
     pct = round(next(iter(comparison.stats.values())).level * 100)
+    suffix = f": {comparison.judge_model}" if several else ""
+    grid_name = "agreement" + (report_names(runs.JUDGE, comparison.judge_model).figures[len("figures"):]
+                               if several else "")
     items: list[Any] = [Markdown(
-        f"## Reward model and LLM judge\n\nThe judge **{comparison.judge_model}** graded the same (sample, metric) "
+        f"## Reward model and LLM judge{suffix}\n\nThe judge **{comparison.judge_model}** graded the same (sample, metric) "
         "rows. Per scorer: the rows it scored (`n`), the mean with its cluster-bootstrap interval and, for the judge, "
         "its invalid answers (no grade could be read: counted here, left out of the means when their spec says "
         "so). Dimension averages are unweighted means of the metric means."), show(scorer_table(comparison))]
     if comparison.both:
         items += [Markdown(
-            f"### Agreement of the two scorers\n\nOn the rows both scored (rows with an unscored invalid judge answer "
+            f"### Agreement of the two scorers{suffix}\n\nOn the rows both scored (rows with an unscored invalid judge answer "
             f"left out and counted): Pearson, Spearman and Kendall tau-b on the raw scores; quadratic-weighted kappa "
             f"and exact agreement on scores rounded half up to grades 1-5. Each with a {pct}% cluster-bootstrap "
             "interval (sample ids resampled). The grid shows, per metric, the rounded reward-model score against "
             "the judge's grade (counts in the cells, the diagonal is exact agreement) with every row's raw score "
             "scattered over it."), show(agreement_display(comparison.agreement, pct / 100)),
-            keep(judge_figures.agreement_grid(comparison.paired), "agreement", figures_dir)]
+            keep(judge_figures.agreement_grid(comparison.paired), grid_name, figures_dir)]
     else:
         missing = "reward model" if runs.REWARD_MODEL not in comparison.stats else "judge"
         items.append(Markdown(f"No agreement can be shown: the {missing} has not scored this run."))

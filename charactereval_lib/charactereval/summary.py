@@ -153,3 +153,28 @@ def nan_to_none(obj: Any) -> Any:
     if isinstance(obj, list):
         return [nan_to_none(v) for v in obj]
     return obj
+
+
+def summary_table_lines(summary: Mapping[str, Any], *, columns: Sequence[str] = ("n",)) -> list[str]:
+    """A summary's metric means and dimension averages as terminal lines (``summarize``,
+    ``panel``): metrics named as the reports name them, each dimension average on an "(avg)" row
+    in the same columns, ``columns`` (of each metric record: n, failed, invalid) before the mean,
+    and the interval (n<2 where there is none)."""
+    from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, metric_label
+    from charactereval_lib.engine.texttable import text_table
+
+    def number(value: Any) -> str:
+        return "-" if value is None or value != value else f"{value:.3f}"
+
+    def interval(record: Mapping[str, Any]) -> str:
+        low, high = record.get("ci_low"), record.get("ci_high")
+        if low is None or low != low:
+            return NOT_ESTIMABLE if record.get("mean") is not None else "-"
+        return f"[{number(low)}, {number(high)}]"
+
+    level = round(summary["bootstrap"]["level"] * 100)
+    rows = [[metric_label(m["metric_en"]), *("-" if m.get(c) is None else m[c] for c in columns), number(m["mean"]),
+             interval(m)] for m in summary["metrics"]]
+    rows += [[f"{d['name']} (avg)", *([""] * len(columns)), number(d["mean"]), interval(d)]
+             for d in summary["dimensions"]]
+    return text_table(["metric", *columns, "mean", f"{level}% CI"], rows)

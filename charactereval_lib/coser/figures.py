@@ -18,7 +18,10 @@ from charactereval_lib.engine.plots import RUN_PALETTE, count_axis, new_figure, 
 SCORES = (*DIMENSIONS, "average")
 SPLIT_COLORS = {"id": "#1f77b4", "ood": "#d62728"}
 ANCHOR_COLOR = "black"
-BOOK_LABEL_CHARS = 45
+# Height per book row: 100 books fit without empty bands, two without squashing.
+BOOK_ROW_INCHES = 0.22
+# Title, axis label and legend: room for them however few the books.
+BOOK_BASE_INCHES = 1.8
 
 
 def _errors(cells: list[dict[str, Any]]) -> np.ndarray:
@@ -56,25 +59,37 @@ def scores_figure(tables: Mapping[str, Mapping[str, Any]], anchor: Mapping[str, 
 
 @with_cjk_font
 def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Each book's average score with its 95% interval (over the book's own scenes; a dot alone
-    where the book has one scene), sorted, coloured by split."""
+    """Each book's average score with its 95% interval (over the book's own scenes), sorted,
+    coloured by split, its full title on the axis. A book of one scene has no interval: a hollow
+    marker labelled n<2. The rows fill the axis with half a row of margin, so no marker is cut."""
     books = sorted(((b, e) for b, e in by_book.items() if e["scores"].get("average", {}).get("mean") is not None),
                    key=lambda item: item[1]["scores"]["average"]["mean"])
-    fig = new_figure(8, 1.2 + 0.24 * max(1, len(books)))
+    fig = new_figure(9, BOOK_BASE_INCHES + BOOK_ROW_INCHES * max(1, len(books)))
     ax = fig.add_subplot()
     y = np.arange(len(books), dtype=float)
     for tag, color in SPLIT_COLORS.items():
         chosen = [i for i, (_, e) in enumerate(books) if e["tag"] == tag]
         cells = [books[i][1]["scores"]["average"] for i in chosen]
-        if chosen:
-            ax.errorbar([c["mean"] for c in cells], y[chosen], xerr=_errors(cells), fmt="o", capsize=2,
-                        color=color, markersize=4, label=f"{tag} books")
-    labels = [b if len(b) <= BOOK_LABEL_CHARS else b[: BOOK_LABEL_CHARS - 1] + "…" for b, _ in books]
-    ax.set_yticks(y, labels, fontsize="small")
-    ax.set_xlabel("average of the four dimensions")
+        with_interval = [k for k, c in enumerate(cells) if c.get("low") is not None]
+        alone = [k for k, c in enumerate(cells) if c.get("low") is None]
+        if with_interval:
+            ax.errorbar([cells[k]["mean"] for k in with_interval], y[[chosen[k] for k in with_interval]],
+                        xerr=_errors([cells[k] for k in with_interval]), fmt="o", capsize=2, color=color,
+                        markersize=4, label=f"{tag} books")
+        if alone:
+            ax.plot([cells[k]["mean"] for k in alone], y[[chosen[k] for k in alone]], "o", markersize=4,
+                    markerfacecolor="white", color=color, label=f"{tag} books, one scene (n<2)")
+            for k in alone:
+                ax.annotate("n<2", (cells[k]["mean"], y[chosen[k]]), xytext=(5, 0), textcoords="offset points",
+                            va="center", fontsize="x-small", color="grey")
+    ax.set_yticks(y, [b for b, _ in books], fontsize="small")
+    ax.set_ylim(-0.6, max(0.6, len(books) - 0.4))
+    ax.margins(x=0.08)
+    ax.set_xlabel("average of the four dimensions (paper-era scores are not clipped at 100)")
     ax.grid(axis="x", alpha=0.3)
     if books:
-        ax.legend(loc="lower right", fontsize="small")
+        # Below the axis: inside it the legend would cover the best or the worst books.
+        fig.legend(loc="outside lower center", ncol=4, fontsize="small", frameon=False)
     ax.set_title("Per book: average with 95% interval")
     return fig
 

@@ -29,6 +29,7 @@ from charactereval_lib import __version__
 from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.report import inline_code
 from charactereval_lib.engine.resources import resource_path
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
@@ -166,7 +167,8 @@ def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
     (a quiet line saying the run is comparable instead), then the caveats, if any."""
     parts = []
     if reasons:
-        items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        # The box's heading says "not comparable" once; its bullets give only the reasons.
+        items = "".join(f"<li>{inline_code(html.escape(r.removeprefix(f'{NOT_COMPARABLE}: ')))}</li>" for r in reasons)
         parts.append('<div class="ce-warnings"><strong>NOT COMPARABLE WITH THE PAPER</strong>: settings '
                      "that change the scores differ from the paper's, so its anchor is shown for orientation only."
                      f"<ul>{items}</ul></div>")
@@ -174,7 +176,7 @@ def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
         parts.append('<div class="ce-warnings ce-none">Comparable with the paper\'s anchor: judge and environment '
                      "are the paper's model, protocol coser-paper, no given lines, inner thoughts kept.</div>")
     if notes:
-        items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        items = "".join(f"<li>{inline_code(html.escape(n))}</li>" for n in notes)
         parts.append(f'<div class="ce-warnings"><strong>Caveats ({len(notes)})</strong><ul>{items}</ul></div>')
     return "".join(parts)
 
@@ -369,7 +371,7 @@ def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
 def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[str] = ()) -> str:
     problems = compare_problems([a.run for a in analyses])
     reasons = [f"runs not comparable with each other: {p}" for p in problems]
-    reasons += [f"{a.name}: {r}" for a in analyses for r in a.not_comparable()]
+    reasons += [f"{a.name}: {r.removeprefix(f'{NOT_COMPARABLE}: ')}" for a in analyses for r in a.not_comparable()]
     notes = [f"{a.name}: {n}" for a in analyses for n in a.caveats()]
     return warnings_html(reasons, [*notes, *extra])
 
@@ -395,8 +397,65 @@ def comparison_figure(analyses: Sequence[CoserAnalysis]) -> Any:
     return scores_figure({a.name: a.summary["overall"] for a in analyses}, analyses[0].anchor)
 
 
+def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: int) -> pd.DataFrame:
+    """Each later run minus the first (the reference) on the scenes both judged, as ``compare``
+    does for CharacterEval: per score the two means over those scenes (repeats averaged per
+    scene), the difference with a paired 95% interval (the shared scenes resampled whole) and a
+    two-sided Wilcoxon signed-rank p over the per-scene differences (– where undefined)."""
+    from charactereval_lib.coser.run import interval_table, judged_scores
+    from charactereval_lib.engine.stats import wilcoxon_p
+
+    def per_scene(analysis: CoserAnalysis) -> pd.DataFrame:
+        return judged_scores(analysis.run).groupby(["scene", "dimension"], as_index=False)["score"].mean()
+
+    reference = per_scene(analyses[0])
+    rows = []
+    for other in analyses[1:]:
+        both = per_scene(other).merge(reference, on=["scene", "dimension"], suffixes=("_a", "_b"))
+        both = both[both.groupby("scene")["dimension"].transform("size") == len(DIMENSIONS)]
+        diffs = both.assign(score=both["score_a"] - both["score_b"])
+        table = interval_table(diffs, n_boot, seed)
+        scene_average = diffs.groupby("scene")["score"].mean()
+        for name in SCORES:
+            part = diffs if name == AVERAGE else diffs[diffs.dimension == name]
+            values = scene_average if name == AVERAGE else part["score"]
+            cell = table.get(name, {})
+            p = wilcoxon_p(values.to_numpy()) if len(values) else float("nan")
+            rows.append({"comparison": f"{other.name} − {analyses[0].name}", "score": name,
+                         "scenes": int(part["scene"].nunique()),
+                         "mean A": fmt(None if part.empty else part["score_a"].mean()),
+                         "mean B": fmt(None if part.empty else part["score_b"].mean()),
+                         "A − B": fmt(cell.get("mean")), "95% interval": interval(cell),
+                         "Wilcoxon p": "–" if p != p else f"{p:.3g}"})
+    return pd.DataFrame(rows, columns=["comparison", "score", "scenes", "mean A", "mean B", "A − B", "95% interval",
+                                       "Wilcoxon p"])
+
+
 def stacked(analyses: Sequence[CoserAnalysis], table: str) -> pd.DataFrame:
     """One table of several runs: ``CoserAnalysis.<table>()`` of each, with a leading run column."""
     frames = [getattr(a, table)().assign(run=a.name) for a in analyses]
     combined = pd.concat(frames, ignore_index=True)
     return combined[["run", *[c for c in combined.columns if c != "run"]]]
+
+
+def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
+    """``coser summarize`` on the terminal, like ``summarize``: per score (the four dimensions and
+    their average) the mean and 95% interval, overall and per split, then the scenes, sessions,
+    endings and judge failures, and where the whole summary was written."""
+    from charactereval_lib.engine.texttable import text_table
+
+    def cell(table: dict[str, Any], name: str) -> str:
+        entry = table.get(name, {})
+        return "–" if entry.get("mean") is None else f"{fmt(entry['mean'])} {interval(entry)}"
+
+    rows = [[name, fmt(summary["overall"].get(name, {}).get("mean")), interval(summary["overall"].get(name, {})),
+             *(cell(summary["by_split"][tag], name) for tag in ("id", "ood"))] for name in SCORES]
+    counts, ended = summary["counts"], summary["ended_by"]
+    lines = text_table(["score", "mean", "95% interval", "id books", "ood books"], rows)
+    lines.append(f"scores {summary['score_variant']}: paper-era scores are not clipped, so a dimension can exceed "
+                 "100")
+    lines.append(f"{counts['scenes']} scene(s), {counts['sessions']}/{counts['sessions_expected']} session(s) judged; "
+                 + ", ".join(f"{ENDING_LABELS[k]} {ended[k]}" for k in ENDINGS)
+                 + f"; judge failures {summary['judge_failures']}, refused turns {summary['refused_turns']['total']}")
+    lines.append(f"wrote {path} (every statistic: per book, per repeat, rounds, BLEU/ROUGE-L)")
+    return lines

@@ -353,6 +353,14 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
     }
 
 
+def judged_scores(run_dir: RunDir) -> Any:
+    """The run's ``judged_frame`` (one row per judged repeat, scene and dimension, in its
+    version's score variant), for statistics across runs."""
+    clip = ((run_dir.manifest().get("coser") or {}).get("identity", {}).get("protocol", {})
+            .get("score_upper_clip", False))
+    return judged_frame(_latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records), clip)
+
+
 def _latest_dimensions(judgements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     latest = {(r["repeat"], r["scene"], r["dimension"]): r for r in judgements if r.get("kind") == "dimension"}
     return list(latest.values())

@@ -113,16 +113,21 @@ REPORT_CSS = """
 .ce-warnings li { margin: 0.25em 0; }
 .ce-warnings.ce-none { border-color: #7f8c8d; background: #f4f6f6; }
 nav.ce-toc { border: 1px solid #d0d7de; border-radius: 6px; padding: 0.5em 1em; margin: 1em 0;
-  display: inline-block; }
+  display: inline-block; font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 0.9em; }
 nav.ce-toc ol { margin: 0.2em 0; padding-left: 1.4em; }
 nav.ce-toc .ce-toc-title { font-weight: bold; }
 .jp-RenderedHTMLCommon table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em 0; }
 .jp-RenderedHTMLCommon th, .jp-RenderedHTMLCommon td { padding: 0.25em 0.6em; border-bottom: 1px solid #e1e4e8;
   text-align: right; }
-.jp-RenderedHTMLCommon th { background: #f6f8fa; }
+.jp-RenderedHTMLCommon th { background: #f6f8fa; white-space: nowrap; }
 .jp-RenderedHTMLCommon td:first-child, .jp-RenderedHTMLCommon th:first-child { text-align: left; }
 .jp-RenderedImage img, .jp-OutputArea-output img { max-width: 100%; height: auto; }
 """
+def inline_code(text: str) -> str:
+    """Markdown's `code` spans of an already escaped warning as HTML ``<code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
 _HEADING = re.compile(r"<h([23])(\s[^>]*)?>(.*?)</h\1>", re.S)
 
 

@@ -243,9 +243,11 @@ def krippendorff_alpha(data: np.ndarray, level: str = "ordinal") -> float:
     if level not in ALPHA_LEVELS:
         raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}, not {level!r}")
     data = np.asarray(data, dtype=float)
-    if len(np.unique(data[~np.isnan(data)])) < 2:
-        # Alpha is undefined when every rating is the same value (no disagreement is possible);
-        # the package raises then, but a small group (one metric's labels) can be like that.
+    pairable_units = int(((~np.isnan(data)).sum(axis=0) >= 2).sum())
+    if len(np.unique(data[~np.isnan(data)])) < 2 or pairable_units < 2:
+        # Alpha is undefined when every rating is the same value (no disagreement is possible;
+        # the package raises then) or fewer than two units carry a pair of ratings (one unit's
+        # pair would read as 0, a number that means nothing); one metric's labels can be either.
         return float("nan")
     return float(
         krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level)
@@ -258,9 +260,10 @@ def krippendorff_alpha(data: np.ndarray, level: str = "ordinal") -> float:
 def percentile_estimate(
     point: float, replicates: np.ndarray, confidence: float, n: int, n_clusters: int
 ) -> Estimate:
-    """`point` with the percentile interval of its finite bootstrap `replicates`."""
+    """`point` with the percentile interval of its finite bootstrap `replicates`; no interval
+    (NaN) from fewer than two clusters, whose replicates all repeat the point."""
     finite = replicates[np.isfinite(replicates)]
-    if len(finite) == 0 or not np.isfinite(point):
+    if len(finite) == 0 or not np.isfinite(point) or n_clusters < 2:
         return Estimate(float(point), float("nan"), float("nan"), n, n_clusters)
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(finite, [tail, 100.0 - tail])
@@ -307,9 +310,12 @@ def scorer_agreement(
         ),
         "exact": lambda w: weighted_exact(rx, ry, w),
     }
+    # A correlation or kappa of fewer than two rows is undefined (one row's kappa would read 0).
+    defined = {name: len(x) >= 2 or name == "exact" for name in functions}
     return {
         name: percentile_estimate(
-            function(ones)[0], over_replicates(function, replicates), confidence, len(x), n_clusters
+            function(ones)[0] if defined[name] else float("nan"), over_replicates(function, replicates),
+            confidence, len(x), n_clusters,
         )
         for name, function in functions.items()
     }
@@ -412,9 +418,12 @@ def label_agreement(
         return weighted_krippendorff_alpha(data, w, alpha_level)
 
     ones = np.ones(n)
+    # Against fewer than two labels, or labels that never vary, a chance-corrected agreement is
+    # 0 or 0/0 whatever the scorer says: undefined (NaN, null in JSON), never a number.
+    kappa_point = kappa(ones)[0] if n >= 2 and len(set(human)) >= 2 else float("nan")
     return LabelAgreement(
         with_interval(exact, exact(ones)[0]),
-        with_interval(kappa, kappa(ones)[0]),
+        with_interval(kappa, kappa_point),
         with_interval(alpha, krippendorff_alpha(data, alpha_level)),
         confusion_matrix(human, predicted, labels),
     )

@@ -64,3 +64,10 @@ class EmptyIdealsError(GradingError, ValueError):
 
 class SpecError(GradingError, ValueError):
     """A model-graded spec file is malformed. The message is one line naming file and field."""
+
+
+class SampleRefusedError(GradingError, ValueError):
+    """A sample evals cannot fill a prompt from (evals crashes with AttributeError, KeyError or
+    TypeError): an input field that is neither text nor a chat prompt, a chat message without
+    content, a field named like a parameter of evals' formatting functions, a value its template
+    field cannot format. The message is one line naming the field."""

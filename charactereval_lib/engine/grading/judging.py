@@ -11,7 +11,9 @@ made from exactly the same payload (judge model, messages, decoding parameters).
 or judge model therefore re-judges; a changed grading rule that is not in the request (parser,
 choice scores, invalid rule) re-grades the stored reply without a call; a failed call (status
 error, no score) is retried by the next run. Invalid answers are ok records with
-``invalid: true``: kept, counted, never re-asked.
+``invalid: true``: kept, counted, never re-asked. A sample evals refuses to fill a prompt from
+(``SampleRefusedError``) is never sent: ``make_item`` marks it, and it gets a failed record
+(error class ``refused_sample``, the reason naming sample and field), counted as not graded.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from charactereval_lib.engine.generation.base import (
     request_sha256,
 )
 from charactereval_lib.engine.generation.engine import drive, run_closing
-from charactereval_lib.engine.grading.spec import ModelGradedSpec, grade_reply
+from charactereval_lib.engine.grading.errors import SampleRefusedError
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
 
 SCORER = "judge"
 # Judges grade: the same answer for the same question unless asked otherwise.
@@ -51,6 +54,19 @@ class JudgeItem:
     key: Mapping[str, Any]
     spec: ModelGradedSpec
     messages: list[dict[str, str]]
+    # Why the sample cannot be filled into the spec's prompt (nothing is sent), else None.
+    refused: str | None = None
+
+
+def make_item(key: Mapping[str, Any], spec: ModelGradedSpec, sample: Mapping[str, Any], **fill: Any) -> JudgeItem:
+    """The item of one sample: its judge messages (``build_judge_messages`` with ``fill``), or,
+    when evals would refuse the sample, no messages and the one-line reason naming the sample
+    (``key``) and the field."""
+    try:
+        return JudgeItem(key, spec, build_judge_messages(spec, sample, **fill))
+    except SampleRefusedError as error:
+        where = ", ".join(f"{name} {value}" for name, value in key.items())
+        return JudgeItem(key, spec, [], f"sample ({where}): {error}")
 
 
 class JudgeInterrupted(Exception):
@@ -119,6 +135,13 @@ def judge_record(item: JudgeItem, result: GenerationResult, judge_model: str) ->
     return {**item.key, "scorer": SCORER, "judge_model": judge_model, **grade, **record}
 
 
+def refused_record(item: JudgeItem, judge_model: str) -> dict[str, Any]:
+    """The failed record of a refused item: no call, no grade, the reason as its error."""
+    result = GenerationResult(0, "error", None, "", attempts=0,
+                              error={"class": "refused_sample", "message": item.refused})
+    return judge_record(item, result, judge_model)
+
+
 @dataclass
 class JudgeSummary:
     """What one judge session did; ``line`` is what the CLI prints."""
@@ -137,6 +160,8 @@ class JudgeSummary:
     interrupted: bool = False
     aborted: str | None = None
     concurrency: dict[str, Any] | None = None
+    # The reason of each refused sample (never sent, counted among the failures).
+    refused: list[str] = field(default_factory=list)
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Count one written record."""
@@ -144,7 +169,10 @@ class JudgeSummary:
             self.graded += 1
             self.invalid += bool(record["invalid"])
         else:
-            self.errors[(record.get("error") or {}).get("class", "unknown")] += 1
+            error = record.get("error") or {}
+            self.errors[error.get("class", "unknown")] += 1
+            if error.get("class") == "refused_sample":
+                self.refused.append(error.get("message", ""))
         self.refusals += bool(record.get("refusal"))
         usage = record.get("usage") or {}
         self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -168,7 +196,10 @@ class JudgeSummary:
         )
         if self.regraded:
             text += f" ({self.regraded} of them re-graded from their stored reply: the spec's grading changed)"
-        if errors:
+        if self.refused:
+            text += (f"; {len(self.refused)} sample(s) refused as openai/evals refuses them, not graded "
+                     f"(first: {self.refused[0]})")
+        if errors > len(self.refused):
             text += "; re-run the same command to retry the failed calls"
         return text
 
@@ -180,7 +211,7 @@ class JudgeSummary:
             "graded": self.graded, "invalid": self.invalid, "errors": dict(self.errors), "refusals": self.refusals,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "elapsed_s": round(self.elapsed_s, 3), "interrupted": self.interrupted, "aborted": self.aborted,
-            "concurrency": self.concurrency,
+            "concurrency": self.concurrency, "refused": self.refused,
         }
 
 
@@ -213,7 +244,14 @@ async def judge_async(
                     appender.write(record)
         started_at = runs.utc_now()
         record_session(run, manifest_section, manifest_key, {**describe, "status": "running", "started_at": started_at})
-        pending = plan.pending
+        refused = [item for item in plan.pending if item.refused]
+        if refused:
+            with runs.JsonlAppender(output) as appender:
+                for item in refused:
+                    record = refused_record(item, judge_model)
+                    summary.add(record)
+                    appender.write(record)
+        pending = [item for item in plan.pending if not item.refused]
         requests = [GenerationRequest(index, "", item.messages) for index, item in enumerate(pending)]
 
         def to_record(result: GenerationResult) -> dict[str, Any]:

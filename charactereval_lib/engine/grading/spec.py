@@ -17,6 +17,10 @@ invalid_score: min               # evals: an invalid reply scores the map's mini
 name: ..., description: ..., metadata: {...}   # free documentation
 ```
 
+A field the list above does not know is ignored, as evals ignores it (its spec class drops
+unknown fields: the registry's `humor_out_message` carries `format_type: out_message`); the spec
+names such fields in `ignored_fields`, so a typo is still visible.
+
 Semantics follow openai/evals: the answer suffix comes from the *eval-level* eval type (by
 default the spec's own when `answer_prompt` is true), while parsing uses the spec's eval type
 and falls back to the eval-level one.
@@ -85,6 +89,7 @@ class ModelGradedSpec:
     description: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<spec>"
+    ignored_fields: tuple[str, ...] = ()
 
     def choices(self, n: int | None = None) -> list[str]:
         """The resolved choice strings (`n` is needed only for the from_n family)."""
@@ -98,17 +103,16 @@ def _fail(source: str, name: str, problem: str) -> SpecError:
 def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None) -> ModelGradedSpec:
     """Validate a parsed spec document and build the spec.
 
-    Any problem raises `SpecError` with one line `SOURCE: FIELD: problem`. Checks: known and
-    required fields and their types; choices resolvable and free of ASCII punctuation (evals
+    Any problem raises `SpecError` with one line `SOURCE: FIELD: problem`. Checks: required
+    fields and the types of known ones (unknown fields are kept in `ignored_fields`, as evals
+    ignores them); choices resolvable and free of ASCII punctuation (evals
     rule); a score map that scores every choice (stricter than evals, which fails only when the
     unscored choice is parsed); known eval type, match function, parser; a template whose
     braces parse.
     """
     if not isinstance(data, Mapping):
         raise _fail(source, "(document)", f"expected a mapping of fields, got {type(data).__name__}")
-    unknown = sorted(set(data) - _FIELDS)
-    if unknown:
-        raise _fail(source, unknown[0], f"unknown field; known: {', '.join(sorted(_FIELDS))}")
+    unknown = tuple(sorted(str(key) for key in set(data) - _FIELDS))
     for required in _REQUIRED:
         if data.get(required) is None:
             raise _fail(source, required, "missing (required)")
@@ -180,6 +184,7 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
         description=description,
         metadata=dict(metadata),
         source=source,
+        ignored_fields=unknown,
     )
     _check_choices_and_scores(spec, source)
     return spec

@@ -71,12 +71,12 @@ def match(sampled: str, ideal: str | Sequence[str]) -> MatchResult:
 def includes(sampled: str, ideal: str | Sequence[str], ignore_case: bool = False) -> IncludesResult:
     """evals `Includes`: correct when any ideal is a substring of the sample. With
     `ignore_case` both sides go through Python `lower()` (not casefold). Per ideal, the part
-    of the sample where it was found (the sample's own spelling), else None."""
+    of the sample at its *last* occurrence (the sample's own spelling there), else None."""
     haystack = sampled.lower() if ignore_case else sampled
     found = []
     for needle in _ideal_list(ideal):
         needle = needle.lower() if ignore_case else needle
-        start = haystack.find(needle)
+        start = haystack.rfind(needle)
         found.append(None if start < 0 else sampled[start : start + len(needle)])
     return IncludesResult(any(answer is not None for answer in found), found)
 
@@ -137,16 +137,18 @@ def json_match(sampled: str, ideal: str | Sequence[str]) -> JsonMatchResult:
     """evals `JsonMatch`: the sample is parsed as JSON (unparseable never matches) and compared
     with each ideal: a null on either side never matches, objects compare over the union of
     their keys, lists by length and order, scalars with Python `==` (1 == 1.0 == true, NaN
-    never equal). An ideal that is not JSON raises `InvalidIdealError`."""
+    never equal). An ideal that is not JSON raises `InvalidIdealError`. A sample Python cannot
+    parse for any reason, an integer over its 4,300-digit conversion limit included, never
+    matches (evals catches every ValueError there)."""
     parsed_ideals = []
     for candidate in _ideal_list(ideal):
         try:
             parsed_ideals.append(json.loads(candidate))
-        except json.JSONDecodeError as error:
-            raise InvalidIdealError(f"ideal {candidate!r} is not JSON: {error}") from None
+        except ValueError as error:
+            raise InvalidIdealError(f"ideal {candidate[:80]!r} is not JSON: {error}") from None
     try:
         parsed = json.loads(sampled)
-    except json.JSONDecodeError:
+    except ValueError:
         return JsonMatchResult(False, 0.0)
     correct = any(_json_equal(parsed, candidate) for candidate in parsed_ideals)
     return JsonMatchResult(correct, float(correct))
