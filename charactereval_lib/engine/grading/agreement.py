@@ -243,9 +243,11 @@ def krippendorff_alpha(data: np.ndarray, level: str = "ordinal") -> float:
     if level not in ALPHA_LEVELS:
         raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}, not {level!r}")
     data = np.asarray(data, dtype=float)
-    if len(np.unique(data[~np.isnan(data)])) < 2:
-        # Alpha is undefined when every rating is the same value (no disagreement is possible);
-        # the package raises then, but a small group (one metric's labels) can be like that.
+    pairable = (np.sum(~np.isnan(data), axis=0) >= 2).any() if data.size else False
+    if len(np.unique(data[~np.isnan(data)])) < 2 or not pairable:
+        # Alpha is undefined when every rating is the same value (no disagreement is possible)
+        # or no unit has two ratings (a judge whose calls all failed); the package raises then,
+        # but a small group (one metric's labels) can be like that.
         return float("nan")
     return float(
         krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level)
