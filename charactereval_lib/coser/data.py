@@ -81,6 +81,8 @@ def read_verified(data_dir: Path, name: str) -> bytes:
 def verify(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Check every pinned file; one problem line per bad file (empty list = all good)."""
     root = locate_data_dir(data_dir)
+    if not root.is_dir():
+        return [f"{root}: no such CoSER data directory (run `charactereval coser data fetch` or set {DATA_DIR_ENV})"]
     problems = []
     for spec in manifest().files:
         try:

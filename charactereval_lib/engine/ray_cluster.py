@@ -96,9 +96,6 @@ def cluster(address: str | None, cpus_needed: float = 1.0, *, log_to_driver: boo
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        if address:
-            # Ray itself can wait for minutes on a wrong address: one line within seconds instead.
-            faults.check_ray_address(address)
         try:
             if address:
                 ray.init(address=address, log_to_driver=log_to_driver)
@@ -142,6 +139,9 @@ class ActorPool:
         on_result: Callable[[list[WorkerInfo], int], None] | None = None,
     ) -> None:
         self.ray = import_ray()  # fails here, in one line, when Ray is not installed
+        if settings.address:
+            # Before any work, and within seconds: Ray itself can wait for minutes on a wrong address.
+            faults.check_ray_address(settings.address)
         self.settings = settings
         self.what = what
         self.fatal = fatal
