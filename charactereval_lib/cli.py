@@ -976,16 +976,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: object) -> None:
+    # One line, whatever the message (a library's can span several).
+    print("error: " + " ".join(line.strip() for line in str(message).splitlines() if line.strip()), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with faults.sigterm_interrupts():
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except (RunAborted, faults.Unreachable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -997,7 +1002,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except OSError as exc:
         # An output location that cannot be written (read-only, not a directory) or a full disk.
-        print(f"error: {faults.os_error_line(exc)}", file=sys.stderr)
+        _error(faults.os_error_line(exc))
         return faults.os_error_status(exc)
 
 

@@ -100,8 +100,16 @@ def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, 
     for directory in dict.fromkeys((notebook.parent, html_path.parent)):
         faults.check_writable(directory, "report directory")
     partial = notebook.with_name(f".{notebook.stem}.partial.ipynb")
-    execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
-    staged = to_html(partial, html_path.with_name(f".{html_path.name}.partial"), show_code=show_code, title=title)
+    staged = html_path.with_name(f".{html_path.name}.partial")
+    try:
+        execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
+        to_html(partial, staged, show_code=show_code, title=title)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: nothing half-written stays behind (a failed cell's notebook is kept
+        # on purpose, by execute).
+        for path in (partial, staged):
+            path.unlink(missing_ok=True)
+        raise
     os.replace(partial, notebook)
     os.replace(staged, html_path)
     return notebook, html_path
