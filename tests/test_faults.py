@@ -334,12 +334,21 @@ def test_read_only_output_locations_are_one_line_each(workspace, official_dir, t
         ["data", "subset", "10", "--out", str(ro / "ids.txt"), *data],
         ["export-official", run, *data],
     ]
+    # An analyst's report on a run they cannot write to: into a directory of their own.
+    mine = tmp_path / "mine"
+    readable = [["summarize", run, "--n-boot", "10", "--out", str(mine)],
+                ["report", run, "--n-boot", "10", "--out", str(mine), *data]]
     before = snapshot(ro)
-    child = subprocess.run([*runner, sys.executable, "-c", READ_ONLY_CHILD, str(ro), json.dumps(cases)],
+    child = subprocess.run([*runner, sys.executable, "-c", READ_ONLY_CHILD, str(ro), json.dumps(cases + readable)],
                            capture_output=True, text=True, cwd=tmp_path, timeout=600,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert child.returncode == 0, child.stderr[-3000:]
-    for argv, status, err, seconds in json.loads(child.stdout.splitlines()[-1]):
+    results = json.loads(child.stdout.splitlines()[-1])
+    for argv, status, err, _ in results[len(cases):]:
+        assert status == 0 and "Traceback" not in err, (argv, err)
+    assert {"summary.json", "metrics.csv", "report.ipynb", "report.html"} <= {p.name for p in mine.iterdir()}
+    assert (mine / "figures").is_dir()
+    for argv, status, err, seconds in results[:len(cases)]:
         lines = [line for line in err.splitlines() if line.strip()]
         assert status in (1, 2) and "Traceback" not in err, (argv, status, err)
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, err)

@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import re
+import signal
 import socket
 import threading
 from collections import deque
@@ -96,6 +97,9 @@ def cluster(address: str | None, cpus_needed: float = 1.0, *, log_to_driver: boo
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
+        # Ray's driver puts its own SIGTERM handler in place when it connects: the caller's
+        # (the command's: stop like Ctrl-C, exit 130) goes back on top.
+        previous = signal.getsignal(signal.SIGTERM)
         try:
             if address:
                 ray.init(address=address, log_to_driver=log_to_driver)
@@ -111,6 +115,8 @@ def cluster(address: str | None, cpus_needed: float = 1.0, *, log_to_driver: boo
             where = f"--address {address}" if address else "a local Ray cluster"
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise faults.Unreachable(f"{where}: Ray could not connect ({first})") from None
+        with contextlib.suppress(ValueError, TypeError):  # not the main thread; a handler set outside Python
+            signal.signal(signal.SIGTERM, previous)
     try:
         yield ray
     finally:
