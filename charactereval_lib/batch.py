@@ -412,8 +412,8 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
     from charactereval_lib.engine.ray_cluster import WAIT_S, cause, cluster, cluster_size
 
     settings = config.ray
-    # Ray's driver replaces the SIGTERM handler when it connects: ours again, on top of it.
-    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray, faults.sigterm_interrupts():
+    # cluster() puts run_batch's SIGTERM handler back once Ray's driver has connected.
+    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray:
         available = cluster_size(ray)
         wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in STAGES)
         if wanted > available["gpus"]:

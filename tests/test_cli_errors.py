@@ -32,10 +32,10 @@ def bad_inputs(data: str, tmp: str) -> list[tuple[list[str], int, str]]:
         (["export-official", f"{tmp}/missing", *flags], 2, "no generations to export"),
         (["import-official", f"{tmp}/none.json", f"{tmp}/imp", *flags], 2, "none.json"),
         (["batch", f"{tmp}/none.yaml"], 2, "batch config missing"),
-        (["data", "verify", "--dir", f"{tmp}/nodata"], 1, "missing"),
+        (["data", "verify", "--dir", f"{tmp}/nodata"], 1, "nodata: no such data directory"),
         (["doctor", "--data-dir", f"{tmp}/nodata"], 1, "missing"),
         (["rm", "check", f"{tmp}/norm"], 1, "missing"),
-        (["coser", "data", "verify", "--dir", f"{tmp}/nodata"], 1, "missing"),
+        (["coser", "data", "verify", "--dir", f"{tmp}/nodata"], 1, "nodata: no such CoSER data directory"),
         (["nosuchcommand"], 2, "invalid choice: 'nosuchcommand'"),
     ]
 

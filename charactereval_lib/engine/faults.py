@@ -1,7 +1,7 @@
 """Faults a command meets outside its own logic, turned into one line before anything is written:
 an output location that cannot be written, a service that cannot be reached, SIGTERM.
 
-Standard library only: the command line imports this module on every start.
+Light (the standard library and engine.runs): the command line imports it on every start.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import errno
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -96,7 +96,7 @@ def endpoint_problem(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str
     return f"{base_url}: {problem}" if problem else None
 
 
-def check_endpoints(base_urls: Iterator[str | None] | list[str | None], what: str) -> None:
+def check_endpoints(base_urls: Iterable[str | None], what: str) -> None:
     """Every distinct endpoint answers, else one line naming the first that does not."""
     for base_url in dict.fromkeys(u for u in base_urls if u):
         problem = endpoint_problem(base_url)
