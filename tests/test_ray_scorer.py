@@ -155,6 +155,7 @@ def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
     assert not runs.read_jsonl(run_dir / runs.SCORES).records
 
 
+@pytest.mark.slow
 def test_a_refused_ray_run_leaves_run_json_as_it_was(cluster, setup, rm_dir, tmp_path):
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
