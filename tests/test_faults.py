@@ -198,15 +198,21 @@ def test_a_sweep_of_bad_inputs_gives_one_line_each(workspace, official_dir, tmp_
         not_ray.close()
 
 
-def test_a_panel_whose_judge_failed_every_call_says_alpha_is_undefined(workspace, tmp_path, capsys):
-    run = tmp_path / "run"
-    shutil.copytree(workspace / "run", run)
+def write_judge_records(run: Path) -> list[dict]:
+    """Judge ``good`` graded every row; every call of judge ``failed`` failed. Returns the rows."""
     rows = runs.read_jsonl(run / runs.ROWS).records
     records = [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "good",
                 "parser": "evals", "status": "ok", "score": 1 + k % 5, "invalid": False} for k, r in enumerate(rows)]
     records += [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "failed",
                  "parser": "evals", "status": "error", "score": None} for r in rows]
     runs.write_jsonl_atomic(run / runs.JUDGE_SCORES, records)
+    return rows
+
+
+def test_a_panel_whose_judge_failed_every_call_says_alpha_is_undefined(workspace, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(workspace / "run", run)
+    rows = write_judge_records(run)
     status, out, err, _ = run_cli(["panel", str(run), "--judge-model", "good", "--judge-model", "failed",
                                    "--n-boot", "20"], capsys)
     assert status == 0 and "Traceback" not in err, err
@@ -319,6 +325,8 @@ def test_read_only_output_locations_are_one_line_each(workspace, official_dir, t
         pytest.skip("needs unshare -Urm (user namespaces) to make a read-only file system")
     ro = tmp_path / "ro"
     shutil.copytree(workspace, ro)
+    shutil.copytree(ro / "run", ro / "judged")
+    write_judge_records(ro / "judged")
     run, data = str(ro / "run"), ["--data-dir", str(official_dir)]
     cases = [
         ["summarize", run, "--n-boot", "10"],
@@ -330,6 +338,9 @@ def test_read_only_output_locations_are_one_line_each(workspace, official_dir, t
         ["battle", run, run + "2", "--out", str(ro / "battle"), "--judge-model", "j"],
         ["coser", "run", str(ro / "coser"), "--actor-model", "a", "--backend", "offline"],
         ["coser", "report", str(ro / "coser-run"), "--out", str(ro / "coser-report")],
+        ["coser", "summarize", str(ro / "coser-run")],
+        ["panel", str(ro / "judged"), "--judge-model", "good", "--judge-model", "failed"],
+        ["panel", str(ro / "judged"), "--judge-model", "good", "--judge-model", "failed", "--out", str(ro / "panel")],
         ["rm", "make-tiny", str(ro / "tiny")],
         ["data", "subset", "10", "--out", str(ro / "ids.txt"), *data],
         ["export-official", run, *data],
