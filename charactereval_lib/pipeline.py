@@ -514,6 +514,8 @@ def generate(
                                  model=settings.model, base_url=settings.base_url, retry_errors=settings.retry_errors,
                                  price_in=settings.price_in, price_out=settings.price_out)
         return GenerateResult(run, dry_run=planned, backend=settings.backend)
+    if settings.backend == "openai":
+        faults.check_endpoints([settings.base_url], "generate")
     if settings.engine == "ray":
         from charactereval_lib.engine.generation.ray_hf import RayHFBackend
 
@@ -629,6 +631,7 @@ def judge_score(
         planned = judge.dry_run(run, items, settings.judge_model, params, price_in=settings.price_in,
                                 price_out=settings.price_out)
         return JudgeOutcome(run, dry_run=planned, judge_model=settings.judge_model)
+    faults.check_endpoints([settings.base_url], "judge")
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
     summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
                           key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
@@ -668,6 +671,7 @@ def battle(
     spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
     items = battles.battle_items(run_a, run_b, data, spec)
     params = settings.decoding()
+    faults.check_endpoints([settings.base_url], "judge")
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
     describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
     session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,

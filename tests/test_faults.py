@@ -153,6 +153,10 @@ def sweep_cases(ws: Path, data: str, not_ray: int) -> list[tuple[list[str], int,
         # Services that do not answer, and a scene shorter than the lines to give.
         (["coser", "run", str(ws / "c"), "--actor-model", "a", "--base-url", "http://127.0.0.1:9/v1", "--no-api-key"],
          1, "http://127.0.0.1:9/v1: connection refused"),
+        (["generate", str(ws / "g"), "--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+          "--no-api-key", "--limit", "1", *flags], 1, "generate: http://127.0.0.1:9/v1: connection refused"),
+        (["score", run, "--scorer", "judge", "--judge-model", "j", "--base-url", "http://127.0.0.1:9/v1", *flags], 1,
+         "judge: http://127.0.0.1:9/v1: connection refused"),
         (["coser", "run", str(ws / "c"), "--actor-model", "a", "--backend", "offline", "--continue-from", "999"], 2,
          "continue_from 999 (--continue-from): scene"),
         # Ray addresses: checked before Ray gets them, within seconds.
