@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo
+.PHONY: setup test test-fast demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ setup: $(STAMP)
 # fixtures (a Ray cluster, rendered notebooks) are built once: 5.8 min instead of 8 on 2 cores.
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The edit-test loop: the same without the tests marked slow (Ray, notebook executions, signalled
+# and killed children). `make test` stays the whole suite, the one CI runs.
+test-fast: setup
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
 
 # The demo's tiny model has its tokenizer trained on the official data's text (a tiny model made
 # otherwise is replaced). One trained on synthetic text split the demo's RM inputs into 2.9x more

@@ -46,20 +46,15 @@ A bare list of models is accepted too.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import socket
 import time
-import urllib.parse
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import progress, runs
+from charactereval_lib.engine import faults, progress, runs
 
 # Shorthands allowed at the top of a model entry, beside the full `generate:` / `score:` sections.
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
@@ -71,7 +66,6 @@ BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-ENDPOINT_TIMEOUT_S = 5.0
 # How long Ray tasks get to save their records after Ctrl-C before the cluster goes down.
 CANCEL_WAIT_S = 30.0
 
@@ -159,7 +153,7 @@ def load_config(path: Path | str) -> BatchConfig:
     if not path.exists():
         raise BatchError(f"{path}: batch config missing")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(runs.read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -269,26 +263,6 @@ def _model_spec(path: Path, index: int, entry: Any) -> ModelSpec:
 # --- pre-flight ----------------------------------------------------------------------------------
 
 
-def endpoint_problem(base_url: str, timeout_s: float = ENDPOINT_TIMEOUT_S) -> str | None:
-    """Why ``base_url`` cannot be reached (a name that does not resolve, a refused or timed-out
-    TCP connection), or None. Only connects; sends nothing."""
-    parsed = urllib.parse.urlsplit(base_url)
-    if not parsed.hostname:
-        return f"{base_url}: not a URL with a host"
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout_s):
-            return None
-    except socket.gaierror:
-        return f"{base_url}: the host name {parsed.hostname!r} does not resolve"
-    except ConnectionRefusedError:
-        return f"{base_url}: connection refused (is the server running on port {port}?)"
-    except TimeoutError:
-        return f"{base_url}: no answer within {timeout_s:g} s"
-    except OSError as exc:
-        return f"{base_url}: unreachable ({exc.strerror or exc})"
-
-
 def preflight(config: BatchConfig) -> list[str]:
     """Everything that can be checked before hours of generation: the official data, every
     model's reward-model directory, API key variables and endpoints. One line per problem."""
@@ -300,6 +274,11 @@ def preflight(config: BatchConfig) -> list[str]:
         load_official_data(config.data_dir)
     except DataError as exc:
         problems.append(f"data: {exc}")
+    if config.engine == "ray" and config.ray.address:
+        try:
+            faults.check_ray_address(config.ray.address)
+        except (faults.Unreachable, runs.RunError) as exc:
+            problems.append(f"{config.path}: ray: {exc}")
     checked: dict[str, list[str]] = {}
     for spec in config.models:
         where = f"{config.path}: model {spec.name!r}"
@@ -314,7 +293,7 @@ def preflight(config: BatchConfig) -> list[str]:
         if settings.base_url is None and not os.environ.get(settings.api_key_env):
             problems.append(f"{where}: the API key variable {settings.api_key_env} is not set")
         if settings.base_url is not None:
-            problem = endpoint_problem(settings.base_url)
+            problem = faults.endpoint_problem(settings.base_url)
             if problem:
                 problems.append(f"{where}: {problem}")
     return problems
@@ -410,30 +389,12 @@ def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
     return run_stages(spec, config, _new_result(spec, config), (GENERATION, SCORING))
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops the batch like Ctrl-C (records are flushed as they arrive either way)."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals to the caller
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_batch(config: BatchConfig) -> BatchResult:
     """Every model (in turn, or with ``engine: ray`` concurrently), then the comparison of those
     that finished; writes the summary. Ctrl-C or SIGTERM stops the batch: the models in progress
     are marked interrupted, the rest are not started, and the summary says so."""
     outcome = BatchResult()
-    with _sigterm_interrupts():
+    with faults.sigterm_interrupts():
         if config.engine == "ray":
             _run_on_ray(config, outcome)
         else:
@@ -481,8 +442,8 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
     from charactereval_lib.engine.ray_cluster import WAIT_S, cause, cluster, cluster_size
 
     settings = config.ray
-    # Ray's driver replaces the SIGTERM handler when it connects: ours again, on top of it.
-    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray, _sigterm_interrupts():
+    # cluster() puts run_batch's SIGTERM handler back once Ray's driver has connected.
+    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray:
         available = cluster_size(ray)
         wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in STAGES)
         if wanted > available["gpus"]:

@@ -11,12 +11,12 @@ from typing import Any, NoReturn
 from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import faults, runs
 from charactereval_lib.charactereval.summary import summary_table_lines
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
-from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
 from charactereval_lib.charactereval.prompts import ProtocolError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
@@ -34,9 +34,11 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _data_dir_option(parser: argparse.ArgumentParser, flag: str = "--data-dir") -> None:
+def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    # Both spellings on every command: the hints and the README use either.
     parser.add_argument(
-        flag,
+        "--data-dir",
+        "--dir",
         dest="data_dir",
         metavar="DIR",
         help="official data directory (default: $CHARACTEREVAL_DATA_DIR, else data/official/)",
@@ -216,7 +218,8 @@ def _undefined(estimate: dict) -> str:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir)
+    outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir,
+                                 out=args.out)
     summary = outcome.summary
     counts = summary["counts"]
     judge = summary["scorer"] == "judge"
@@ -231,7 +234,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
               "by their spec, the rest scored as the spec says)")
     _warn(outcome.warnings)
     scorer = summary["scorer"]
-    print(f"wrote {outcome.run.summary_file(scorer)} and {outcome.run.metrics_csv_file(scorer)}")
+    out = Path(args.out) if args.out else outcome.run.path
+    print(f"wrote {out / outcome.run.summary_file(scorer).name} and {out / outcome.run.metrics_csv_file(scorer).name}")
     return 0
 
 
@@ -244,7 +248,7 @@ def _report_settings(args: argparse.Namespace) -> pipeline.ReportSettings:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    outcome = pipeline.report(args.run, _report_settings(args), data_dir=args.data_dir)
+    outcome = pipeline.report(args.run, _report_settings(args), data_dir=args.data_dir, out=args.out)
     _warn(outcome.warnings)
     print(f"wrote {outcome.notebook} and {outcome.html}")
     return 0
@@ -291,8 +295,10 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
-    if args.rm or args.shard or args.verify:
-        raise pipeline.SettingsError("--rm, --shard and --verify belong to the reward model, not --scorer judge")
+    if (args.rm or args.shard or args.verify or args.device or args.mode != "faithful" or args.engine != "local"
+            or args.address or args.workers != 1 or args.gpus_per_worker):
+        raise pipeline.SettingsError("--rm, --shard, --verify, --device, --mode and the --engine options belong to the "
+                                     "reward model, not --scorer judge")
     settings = _settings(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
         outcome = pipeline.judge_score(args.run, settings, data_dir=args.data_dir, dry_run=args.dry_run,
@@ -520,10 +526,10 @@ def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
         prices = (float(price_in), float(price_out))
     except ValueError:
         prices = None
-    if role not in pipeline.COSER_ROLES or prices is None:
+    if role not in pipeline.COSER_ROLES or prices is None or min(prices) < 0:
         raise argparse.ArgumentTypeError(
             f"{value!r}: expected ROLE=IN:OUT with ROLE one of {', '.join(pipeline.COSER_ROLES)} "
-            "and two prices in USD per million tokens")
+            "and two prices (at least 0) in USD per million tokens")
     return role, prices
 
 
@@ -594,7 +600,7 @@ def cmd_coser_compare(args: argparse.Namespace) -> int:
 
 
 def _coser_data_dir_option(parser: argparse.ArgumentParser, *flags: str) -> None:
-    parser.add_argument(*(flags or ("--data-dir",)), dest="data_dir", metavar="DIR",
+    parser.add_argument(*(flags or ("--data-dir", "--dir")), dest="data_dir", metavar="DIR",
                         help="CoSER data directory (default: $COSER_DATA_DIR, else data/coser/)")
 
 
@@ -775,7 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", cmd_data_verify, "check the files against the pinned digests"),
     ):
         p = data_sub.add_parser(name, help=text)
-        _data_dir_option(p, "--dir")
+        _data_dir_option(p)
         p.add_argument("--with-results", action="store_true", help="also the five released generation_trans files")
         p.add_argument("--with-rm-train", action="store_true", help="also rm_train_data.json")
         if name == "fetch":
@@ -792,13 +798,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--field", dest="fields", action="append", metavar="NAME=KEY",
                    help="the key of field NAME (id, metric, reply, label) in the records, when it is not the "
                         "default (id; metric_en or metric_zh; model_output; label); repeatable")
-    _data_dir_option(p, "--dir")
+    _data_dir_option(p)
     p.set_defaults(func=cmd_data_convert_rm_train)
 
     p = data_sub.add_parser("subset", help="a deterministic metric-stratified subset of sample ids")
     p.add_argument("size", type=int, metavar="N", help="number of samples")
     p.add_argument("--out", metavar="FILE", help="write the ids here (one per line) instead of printing them")
-    _data_dir_option(p, "--dir")
+    _data_dir_option(p)
     p.set_defaults(func=cmd_data_subset)
 
     p = sub.add_parser("doctor", help="protocol self-check on the full official data")
@@ -939,6 +945,7 @@ def build_parser() -> argparse.ArgumentParser:
     _allow_mixed_option(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--out", metavar="DIR", help="write the summary here (default: the run directory)")
     _data_dir_option(p)
     p.set_defaults(func=cmd_summarize)
 
@@ -956,6 +963,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         if name == "report":
             p.add_argument("run", metavar="RUN", help=RUN_HELP)
+            p.add_argument("--out", metavar="DIR", help="output directory (default: the run directory)")
         else:
             p.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs; the first is the reference")
             p.add_argument("--out", required=True, metavar="DIR", help="output directory")
@@ -1035,13 +1043,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: object) -> None:
+    # One line, whatever the message (a library's can span several).
+    print("error: " + " ".join(line.strip() for line in str(message).splitlines() if line.strip()), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with faults.sigterm_interrupts():
+            return int(args.func(args) or 0)
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
+    except (RunAborted, faults.Unreachable) as exc:
+        _error(exc)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -1050,6 +1067,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout from raising again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        # An output location that cannot be written (read-only, not a directory) or a full disk.
+        _error(faults.os_error_line(exc))
+        return faults.os_error_status(exc)
 
 
 if __name__ == "__main__":

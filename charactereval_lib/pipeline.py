@@ -29,7 +29,7 @@ import pandas as pd
 
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import faults, runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
@@ -106,6 +106,11 @@ def _positive(name: str, value: int | float | None) -> None:
         raise SettingsError(f"{name} must be a positive number, got {value}")
 
 
+def _not_negative(name: str, value: int | float | None) -> None:
+    if value is not None and value < 0:
+        raise SettingsError(f"{name} must not be negative, got {value}")
+
+
 def _check_engine(settings: GenerateSettings | ScoreSettings) -> None:
     """The engine and its Ray options (``engine``, ``address``, ``workers``, ``gpus_per_worker``)."""
     _positive("workers", settings.workers)
@@ -173,6 +178,10 @@ class GenerateSettings(_Settings):
         for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout", "max_context",
                      "same_answer_limit"):
             _positive(name, getattr(self, name))
+        for name in ("price_in", "price_out", "offline_latency", "retry_base_delay", "retry_max_delay"):
+            _not_negative(name, getattr(self, name))
+        if not 0 <= self.offline_fault_rate <= 1:
+            raise SettingsError(f"offline_fault_rate must be a probability from 0 to 1, got {self.offline_fault_rate}")
         _check_engine(self)
         if self.engine == "ray" and self.backend != "hf":
             raise SettingsError(f"engine ray runs the hf backend's batches on workers; backend {self.backend!r} "
@@ -280,6 +289,8 @@ class JudgeSettings(_Settings):
             raise SettingsError("judge_model is required (--judge-model)")
         for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
             _positive(name, getattr(self, name))
+        for name in ("price_in", "price_out", "retry_base_delay", "retry_max_delay"):
+            _not_negative(name, getattr(self, name))
         self.decoding()
 
     def decoding(self):
@@ -495,6 +506,7 @@ def generate(
     from charactereval_lib.engine.generation.base import RunAborted
 
     run = runs.RunDir.resolve(run)
+    faults.check_writable(run.path, "run directory")
     data = _data(data_dir, data)
     ids = read_ids_file(Path(settings.ids)) if settings.ids else None
     samples = select_samples(data, limit=settings.limit, ids=ids)
@@ -505,6 +517,8 @@ def generate(
                                  model=settings.model, base_url=settings.base_url, retry_errors=settings.retry_errors,
                                  price_in=settings.price_in, price_out=settings.price_out)
         return GenerateResult(run, dry_run=planned, backend=settings.backend)
+    if settings.backend == "openai":
+        faults.check_endpoints([settings.base_url], "generate")
     if settings.engine == "ray":
         from charactereval_lib.engine.generation.ray_hf import RayHFBackend
 
@@ -541,6 +555,7 @@ def transform(
 
     run = runs.RunDir.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
+    faults.check_writable(run.path, "run directory")
     result = transform_run(run.path, _data(data_dir, data))
     return TransformOutcome(run, result, list(result.warnings))
 
@@ -560,6 +575,7 @@ def score(
 
     run = runs.RunDir.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
+    faults.check_writable(run.path, "run directory")
     scorer_settings = settings.scorer_settings(dry_run=dry_run, progress=progress)
     engine = None
     if settings.engine == "ray" and not dry_run:
@@ -606,9 +622,10 @@ def judge_score(
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
 
-    run = runs.RunDir.resolve(run)
+    run = runs.RunDir.resolve(run).require_benchmark("charactereval")
     run.require(run.rows, "generate and transform the run first")
     run.check_protocol(PROTOCOL_VERSION)
+    faults.check_writable(run.path, "run directory")
     data = _data(data_dir, data)
     specs = judge.load_specs(settings.spec)
     items = judge.judge_items(run, data, specs)
@@ -617,6 +634,7 @@ def judge_score(
         planned = judge.dry_run(run, items, settings.judge_model, params, price_in=settings.price_in,
                                 price_out=settings.price_out)
         return JudgeOutcome(run, dry_run=planned, judge_model=settings.judge_model)
+    faults.check_endpoints([settings.base_url], "judge")
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
     summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
                           key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
@@ -647,13 +665,16 @@ def battle(
     from charactereval_lib.engine.grading.judging import run_judging
     from charactereval_lib.engine.grading.spec import load_spec
 
-    run_a, run_b = runs.RunDir.resolve(run_a), runs.RunDir.resolve(run_b)
+    _positive("n_boot", n_boot)
+    run_a, run_b = (runs.RunDir.resolve(r).require_benchmark("charactereval") for r in (run_a, run_b))
     out_dir = runs.RunDir(Path(out))
+    faults.check_writable(out_dir.path, "battle directory")
     pair = battles.check_pair(out_dir, run_a, run_b)
     data = _data(data_dir, data)
     spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
     items = battles.battle_items(run_a, run_b, data, spec)
     params = settings.decoding()
+    faults.check_endpoints([settings.base_url], "judge")
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
     describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
     session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,
@@ -680,6 +701,8 @@ def metaeval(
     Krippendorff's alpha and the confusion matrix with intervals in ``OUT/metaeval_summary.json``."""
     from charactereval_lib.charactereval import metaeval as meta
 
+    _positive("n_boot", n_boot)
+    faults.check_writable(out, "metaeval directory")
     data = _data(data_dir, data)
     records = meta.read_labels(labels, data)
     out_run = runs.RunDir(Path(out))
@@ -718,9 +741,10 @@ def panel(
                                      judge_model=run.select_judge(model))
         warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
     out_dir = Path(out) if out is not None else run.artifact(panels.DEFAULT_DIR)
+    faults.check_writable(out_dir, "panel directory")
     summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
                                      seed=settings.seed, level=settings.level, warnings=warnings)
-    return PanelOutcome(out_dir, summary, warnings)
+    return PanelOutcome(out_dir, summary, summary["warnings"])
 
 
 def convert_rm_train(
@@ -738,6 +762,7 @@ def convert_rm_train(
     from charactereval_lib.charactereval import metaeval as meta
     from charactereval_lib.charactereval.data import load_rm_train
 
+    faults.check_writable(Path(out).parent, "labels directory")
     data = _data(data_dir, data)
     path, document = load_rm_train(data_dir, source)
     labels = meta.rm_train_labels(document, path, data, dict(keys or {}))
@@ -794,13 +819,16 @@ def summarize(
     settings: SummarizeSettings = SummarizeSettings(),
     *,
     data_dir: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> SummaryOutcome:
     """S9 with intervals of one scorer's scores: ``summary.json`` and ``metrics.csv`` for the
-    reward model (default), ``judge_summary.json`` and ``judge_metrics.csv`` for the judge;
-    refuses a run that mixes scorer configurations unless ``settings.allow_mixed``."""
+    reward model (default), ``judge_summary.json`` and ``judge_metrics.csv`` for the judge, in
+    the run directory or ``out``; refuses a run that mixes scorer configurations unless
+    ``settings.allow_mixed``."""
     from charactereval_lib.charactereval.summary import summarize_run
 
-    run = runs.RunDir.resolve(run).require_dir()
+    run = runs.RunDir.resolve(run).require_dir().require_benchmark("charactereval")
+    faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
     data, note = _optional_data(data_dir)
@@ -808,12 +836,12 @@ def summarize(
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
                             seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer,
-                            judge_model=judge_model)
+                            judge_model=judge_model, out=Path(out) if out else None)
     return SummaryOutcome(run, summary, warnings)
 
 
 def _analysable(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
-    run = runs.RunDir.resolve(run).require_dir()
+    run = runs.RunDir.resolve(run).require_dir().require_benchmark("charactereval")
     run.require(run.rows, "generate and transform the run first")
     return run
 
@@ -837,10 +865,12 @@ def report(
     settings: ReportSettings = ReportSettings(),
     *,
     data_dir: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> ReportOutcome:
-    """One run's report: ``RUN/report.ipynb`` (papermill) and ``RUN/report.html``, both written
-    only once the notebook ran through. The main sections show ``settings.scorer``'s scores; a
-    run that also holds the other scorer's gets both side by side and their agreement."""
+    """One run's report: ``OUT/report.ipynb`` (papermill) and ``OUT/report.html`` (OUT: the run
+    directory unless given; a judge's report has its own names, see ``report_names``), both
+    written only once the notebook ran through. The main sections show ``settings.scorer``'s
+    scores; a run that also holds the other scorer's gets both side by side and their agreement."""
     from charactereval_lib.charactereval.judge import report_names
     from charactereval_lib.engine import report as notebooks
 
@@ -848,9 +878,10 @@ def report(
     judge_models, warnings = _report_scorers(run, settings)
     judge_model = judge_models[0] if settings.scorer == runs.JUDGE else None
     names = report_names(settings.scorer, judge_model)
+    out_dir = Path(out) if out else run.path
     parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model, "judge_models": judge_models,
-                  **_notebook_parameters(settings, data_dir, run.artifact(names.figures))}
-    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, run.artifact(names.notebook), run.artifact(names.html),
+                  **_notebook_parameters(settings, data_dir, out_dir / names.figures)}
+    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, out_dir / names.notebook, out_dir / names.html,
                                       parameters, show_code=settings.show_code, title=f"CharacterEval report: "
                                       f"{run.name}" + (f" (judge {judge_model})" if judge_model else ""))
     return ReportOutcome(notebook, html, warnings)
@@ -1099,6 +1130,10 @@ def _coser_scenes(settings: CoserRunSettings, data_dir: str | os.PathLike[str] |
     scenes = select_scenes(load_test_set(located), settings.preset_settings())
     if settings.limit:
         scenes = scenes[: settings.limit]
+    shortest = min(scenes, key=lambda scene: len(scene.raw["dialogues"]), default=None)
+    if shortest is not None and settings.continue_from > len(shortest.raw["dialogues"]):
+        raise SettingsError(f"continue_from {settings.continue_from} (--continue-from): scene {shortest.key!r} has "
+                            f"only {len(shortest.raw['dialogues'])} original lines")
     return located, scenes, load_critic_prompts(located)
 
 
@@ -1142,7 +1177,7 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
     call continues a run; other settings are refused), under the run's writer lock; ``progress``
     shows a bar of finished scene runs."""
     from charactereval_lib.coser.run import LOCK, run_coser, start_run
-    from charactereval_lib.coser.simulation import RoleClients
+    from charactereval_lib.coser.simulation import ROLES, RoleClients
     from charactereval_lib.engine.generation.engine import run_closing
     from charactereval_lib.engine.generation.retry import RetryPolicy
 
@@ -1150,6 +1185,9 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
     preset = settings.preset_settings()
     located, scenes, critic = _coser_scenes(settings, data_dir)
     run = runs.RunDir.resolve(run)
+    if settings.backend == "openai":
+        faults.check_endpoints([simulation.role(name).base_url for name in ROLES], "coser run")
+    faults.check_writable(run.path, "run directory")
     run.path.mkdir(parents=True, exist_ok=True)
     with run.writer_lock(LOCK, "CoSER run"):
         start_run(run, simulation, preset, scenes, str(located))
@@ -1184,7 +1222,7 @@ def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | run
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
     from charactereval_lib.coser.run import JUDGEMENTS
 
-    run = runs.RunDir.resolve(run).require_dir()
+    run = runs.RunDir.resolve(run).require_dir().require_benchmark("coser")
     run.require(run.artifact(JUDGEMENTS), "run `charactereval coser run` first")
     return run
 
@@ -1197,6 +1235,7 @@ def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
     from charactereval_lib.coser.run import summarize
 
     run = _coser_run_dir(run)
+    faults.check_writable(run.path, "run directory")
     summary = summarize(run, n_boot=settings.n_boot, seed=settings.seed)
     return SummaryOutcome(run, summary, comparability(run.manifest()))
 

@@ -1,25 +1,126 @@
-"""What the Ray test files share: one local cluster per module."""
+"""What the Ray test files share: one local cluster for the whole test session.
+
+Starting a Ray node takes from seconds to minutes on a busy machine, and several starting at once
+(one per test module, per killed driver, per xdist worker) time out ("node timed out during
+startup"). So the first test process that needs Ray starts one head node (``ray start --head
+--block``, two CPUs) under a file lock in a folder every xdist worker of the session shares, and
+waits for it with a generous deadline; every other test process, driver and child connects to it
+by address. It has ``CPUS`` logical CPUs: enough for two test files' workers at once. The controller process stops it when the session ends (``stop_shared_cluster``, from
+conftest), by the process id it started.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Set by the controller (conftest) before xdist starts its workers, who inherit it.
+SESSION_DIR_ENV = "CHARACTEREVAL_TEST_RAY_DIR"
+# How long a head node may take to start on a busy machine before the tests give up.
+START_DEADLINE_S = 600.0
+# Logical CPUs: the two-worker pools of two test files at once (xdist runs two), so that neither
+# waits forever for a CPU the other holds.
+CPUS = 4
+
+
+def _ray_cli() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def shared_cluster_address() -> str:
+    """The address of the session's cluster, started here if no test process has yet. Ray's
+own start-up is bounded by ``START_DEADLINE_S``; the lock waits for whoever is starting it."""
+    pytest.importorskip("ray")
+    from charactereval_lib.engine import faults
+
+    root = Path(os.environ.get(SESSION_DIR_ENV) or tempfile.gettempdir()) / "ray-cluster"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process starting it: wait for its address
+        address_file = root / "address"
+        if address_file.exists():
+            return address_file.read_text()
+        # Short: Ray's socket paths under it must fit in 107 bytes.
+        temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        (root / "temp").write_text(str(temp))
+        env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(root / "cache"),
+               # Drivers of the tests connect without a token.
+               "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        with open(root / "head.log", "w") as log:
+            head = subprocess.Popen(
+                [_ray_cli(), "start", "--head", "--block", f"--num-cpus={CPUS}", "--num-gpus=0",
+                 "--include-dashboard=false", "--disable-usage-stats", "--port=0", f"--temp-dir={temp}"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (root / "head.pid").write_text(str(head.pid))
+        current = temp / "ray_current_cluster"
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            if head.poll() is not None:
+                pytest.fail(f"the test Ray cluster did not start: {(root / 'head.log').read_text()[-3000:]}")
+            address = current.read_text().strip() if current.exists() else ""
+            if address:
+                try:
+                    faults.check_ray_address(address)
+                    break
+                except faults.Unreachable:
+                    pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the test Ray cluster did not answer within {START_DEADLINE_S:g} s")
+            time.sleep(0.2)
+        address_file.write_text(address)
+        return address
+
+
+def stop_shared_cluster(session_dir: Path) -> None:
+    """End the session's head node (and the processes it started) and remove its files."""
+    root = session_dir / "ray-cluster"
+    pid_file = root / "head.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)  # `ray start --block` stops its node's processes
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.2)
+            os.killpg(pid, signal.SIGKILL)  # whatever of its session is left
+        except ProcessLookupError:
+            pass
+    temp = root / "temp"
+    if temp.exists():
+        shutil.rmtree(temp.read_text(), ignore_errors=True)
+    shutil.rmtree(session_dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child (a worker started it): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return finished == 0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One local cluster for the module: two CPUs (the machine's), no dashboard; workers import
-    this checkout and keep checkpoint digests in a private cache."""
-    ray = pytest.importorskip("ray")
+def cluster(ray_address, tmp_path_factory):
+    """This module's connection to the session's cluster; workers import this checkout and keep
+    checkpoint digests in a private cache."""
+    import ray
+
     cache = tmp_path_factory.mktemp("ray-cache")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}},
-    )
+    ray.init(address=ray_address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}})
     yield ray
     ray.shutdown()

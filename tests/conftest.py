@@ -28,6 +28,33 @@ def real_data_dir() -> Path | None:
     return None
 
 
+def pytest_configure(config) -> None:
+    """The controller (the only process without xdist) names the folder its workers share for
+    the session's Ray cluster (``_ray_support``); workers inherit it with the environment."""
+    import tempfile
+
+    from _ray_support import SESSION_DIR_ENV
+
+    if not hasattr(config, "workerinput") and not os.environ.get(SESSION_DIR_ENV):
+        os.environ[SESSION_DIR_ENV] = tempfile.mkdtemp(prefix="charactereval-tests-")
+
+
+def pytest_unconfigure(config) -> None:
+    """The controller ends the session's Ray cluster once every worker is done."""
+    from _ray_support import SESSION_DIR_ENV, stop_shared_cluster
+
+    if not hasattr(config, "workerinput") and os.environ.get(SESSION_DIR_ENV):
+        stop_shared_cluster(Path(os.environ.pop(SESSION_DIR_ENV)))
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> str:
+    """The session's one local Ray cluster, started by the first test that needs it."""
+    from _ray_support import shared_cluster_address
+
+    return shared_cluster_address()
+
+
 @pytest.fixture(scope="session")
 def official_dir() -> Path:
     path = real_data_dir()

@@ -116,7 +116,7 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_ray_batch(official_dir, tiny_rm, tmp_path):
+def test_sigterm_stops_a_ray_batch(ray_address, official_dir, tiny_rm, tmp_path):
     out = tmp_path / "out"
     config = tmp_path / "batch.yaml"
     config.write_text(
@@ -124,6 +124,7 @@ def test_sigterm_stops_a_ray_batch(official_dir, tiny_rm, tmp_path):
 output_dir: {out}
 data_dir: {official_dir}
 engine: ray
+ray: {{address: "{ray_address}"}}
 defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, limit: 40,
             generate: {{offline_latency: 0.25, concurrency: 2}}}}
 models:

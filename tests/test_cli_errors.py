@@ -34,10 +34,10 @@ def bad_inputs(data: str, tmp: str) -> list[tuple[list[str], int, str]]:
         (["batch", f"{tmp}/none.yaml"], 2, "batch config missing"),
         (["leaderboard", f"{tmp}/missing", "--out", f"{tmp}/lb"], 2, "no such run or folder"),
         (["leaderboard", f"{tmp}/r", "--out", f"{tmp}/lb"], 2, "no run.json in it or below it"),
-        (["data", "verify", "--dir", f"{tmp}/nodata"], 1, "missing"),
+        (["data", "verify", "--dir", f"{tmp}/nodata"], 1, "nodata: no such data directory"),
         (["doctor", "--data-dir", f"{tmp}/nodata"], 1, "missing"),
         (["rm", "check", f"{tmp}/norm"], 1, "missing"),
-        (["coser", "data", "verify", "--dir", f"{tmp}/nodata"], 1, "missing"),
+        (["coser", "data", "verify", "--dir", f"{tmp}/nodata"], 1, "nodata: no such CoSER data directory"),
         (["nosuchcommand"], 2, "invalid choice: 'nosuchcommand'"),
     ]
 

@@ -71,6 +71,7 @@ def official_files(directory: Path) -> dict[str, Path]:
     return files
 
 
+@pytest.mark.slow
 def test_the_7_official_files_import_with_every_recorded_score_reproduced(tmp_path):
     files = official_files(tmp_path)
     assert len(files) == 7
@@ -203,6 +204,7 @@ def test_a_failure_while_writing_leaves_nothing_and_a_used_directory_is_refused(
     assert (runs_dir / "empty" / SCENES).exists() and len(list(runs_dir.iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_cli_import_then_summarize_and_report_an_imported_run(tmp_path, capsys):
     """``coser import`` wires the import; an imported run (no turn records, profiles unknown)
     summarizes and renders its report, which names the import and its source file."""

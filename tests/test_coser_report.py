@@ -194,6 +194,7 @@ def rendered(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_report_shows_the_anchor_and_the_summarys_numbers(rendered):
     summary, page = rendered["alias"]
     text = html.unescape(page)
@@ -216,6 +217,7 @@ def test_report_shows_the_anchor_and_the_summarys_numbers(rendered):
     assert text.count("<img") >= 3 and "Contents" in text
 
 
+@pytest.mark.slow
 def test_not_comparable_label_follows_the_judge_and_environment(rendered):
     _, alias_page = rendered["alias"]
     _, paper_page = rendered["paper"]
@@ -224,6 +226,7 @@ def test_not_comparable_label_follows_the_judge_and_environment(rendered):
     assert "Comparable with the paper's anchor" in html.unescape(paper_page)
 
 
+@pytest.mark.slow
 def test_comparison_shows_both_runs_and_why_they_differ(rendered):
     _, page = rendered["compare"]
     text = html.unescape(page)
@@ -233,6 +236,7 @@ def test_comparison_shows_both_runs_and_why_they_differ(rendered):
     assert "alias: not comparable with the paper" not in text  # the box's heading says it once
 
 
+@pytest.mark.slow
 def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, capsys):
     root = rendered["root"]
     assert cli.main(["coser", "compare", str(root / "alias"), str(root / "paper"), "--out", str(tmp_path)]) == 2

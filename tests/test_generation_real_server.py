@@ -111,6 +111,7 @@ def replies(run: Path) -> dict[int, dict]:
     return {key[0]: record for key, record in latest.items()}
 
 
+@pytest.mark.slow
 def test_transformers_serve_interop_kill_restart_resume_and_hf_equality(served, model_dir, tmp_path):
     data = synthetic_data(SAMPLES)
     model = str(model_dir)  # the served model id, as GET /v1/models lists it

@@ -54,6 +54,7 @@ def judged(tmp_path_factory):
     return data_dir, data, a, b, only
 
 
+@pytest.mark.slow
 def test_report_shows_both_scorers_and_their_agreement(judged):
     data_dir, _, a, _, _ = judged
     outcome = pipeline.report(a, pipeline.ReportSettings(verify_data=False, n_boot=50, judge_model="judge-x"),
@@ -79,6 +80,7 @@ def test_report_shows_both_scorers_and_their_agreement(judged):
     assert "not of CharacterEval's reward model" not in html
 
 
+@pytest.mark.slow
 def test_a_run_scored_only_by_the_judge_is_reported_with_scorer_judge(judged, capsys):
     data_dir, _, _, _, only = judged
     with pytest.raises(runs.RunError, match="no judge scores"):
@@ -160,6 +162,7 @@ def test_mixed_judge_configurations_are_refused_per_scorer(judged, tmp_path):
         pipeline.compare([b, strict], tmp_path / "cmp", settings, data_dir=str(data_dir))
 
 
+@pytest.mark.slow
 def test_compare_shows_the_judge_beside_the_reward_model(judged, tmp_path):
     data_dir, _, a, b, _ = judged
     settings = pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=50, judge_model="judge-x")

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from _ray_support import cluster  # noqa: E402, F401 - cluster is a fixture
+from _ray_support import CPUS, cluster  # noqa: E402, F401 - cluster is a fixture
 from charactereval_lib import pipeline  # noqa: E402
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
 from charactereval_lib.cli import main  # noqa: E402
@@ -74,7 +74,7 @@ def test_two_workers_generate_the_records_of_one_process(cluster, model_dir, ref
     assert records(run) == reference
     generation = runs.load_manifest(run)["generation"]
     assert generation["engine"] == "ray" and generation["status"] == "complete"
-    assert generation["ray"]["workers"] == 2 and generation["ray"]["cluster"]["cpus"] == 2
+    assert generation["ray"]["workers"] == 2 and generation["ray"]["cluster"]["cpus"] == CPUS
     assert len(generation["ray"]["worker_devices"]) == 2 and all(d.endswith(":cpu") for d in generation["ray"]["worker_devices"])
     # What a resume checks is the same, so either engine can resume the other's run.
     assert generation["identity"] == runs.load_manifest(reference_run)["generation"]["identity"]
@@ -115,17 +115,17 @@ DRIVER = textwrap.dedent(
         time.sleep(0.3)  # widen the window in which the parent kills us
     runs.JsonlAppender.write = slow_write
     settings = pipeline.GenerateSettings(backend="hf", model=sys.argv[2], max_tokens=6, batch_size=2, dtype="float32",
-                                         engine="ray", workers=2)
+                                         engine="ray", workers=2, address=sys.argv[4])
     pipeline.generate(sys.argv[1], settings, data=synthetic_data(int(sys.argv[3])))
     """
 )
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_without_duplicates(model_dir, reference, tmp_path, request):
+def test_a_killed_driver_resumes_without_duplicates(ray_address, model_dir, reference, tmp_path, request):
     run = tmp_path / "run"
     generations = run / runs.GENERATIONS
-    kill_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES)], generations, tmp_path)
+    kill_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES), ray_address], generations, tmp_path)
     before = len(runs.read_jsonl(generations).records)
     assert 3 <= before < SAMPLES, "the kill must land mid-run"
 

@@ -24,7 +24,7 @@ from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import kill_mid_run
-from _ray_support import cluster  # noqa: F401 - cluster is a fixture
+from _ray_support import CPUS, cluster  # noqa: F401 - cluster is a fixture
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:
@@ -62,7 +62,7 @@ def test_two_workers_score_bitwise_like_one_process(cluster, setup, rm_dir, mode
     assert {(r["id"], r["metric_en"]): r for r in records} == expected
     manifest = runs.load_manifest(run_dir)["scoring"]
     assert manifest["engine"] == "ray" and manifest["ray"]["workers"] == 2
-    assert manifest["ray"]["cluster"]["cpus"] == 2 and len(manifest["ray"]["worker_devices"]) == 2
+    assert manifest["ray"]["cluster"]["cpus"] == CPUS and len(manifest["ray"]["worker_devices"]) == 2
     assert all(d.endswith(":cpu") for d in manifest["ray"]["worker_devices"])
 
 
@@ -101,18 +101,18 @@ DRIVER = textwrap.dedent(
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
     data = load_official_data(sys.argv[1], verify=False)
-    score_run(Path(sys.argv[2]), Path(sys.argv[3]), data, ScorerSettings(progress=False), RayEngine(RaySettings(workers=2)))
+    score_run(Path(sys.argv[2]), Path(sys.argv[3]), data, ScorerSettings(progress=False), RayEngine(RaySettings(workers=2, address=sys.argv[4])))
     """
 )
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_without_duplicates(cluster, setup, rm_dir, tmp_path, request):
+def test_a_killed_driver_resumes_without_duplicates(cluster, ray_address, setup, rm_dir, tmp_path, request):
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
     data, data_dir, run_dir, rows = setup
     scores = run_dir / runs.SCORES
-    kill_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir)], scores, tmp_path,
+    kill_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir), ray_address], scores, tmp_path,
                         env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     before = runs.read_jsonl(scores).records
     assert 3 <= len(before) < len(rows), "the kill must land mid-run"
@@ -153,3 +153,18 @@ def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
     with pytest.raises(runs.RunError, match=r"^a Ray worker could not start: --device cuda: CUDA is not available"):
         scorer.score_run(run_dir, rm_dir, data, cuda, RayEngine(RaySettings(workers=1)))
     assert not runs.read_jsonl(run_dir / runs.SCORES).records
+
+
+@pytest.mark.slow
+def test_a_refused_ray_run_leaves_run_json_as_it_was(cluster, setup, rm_dir, tmp_path):
+    from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
+
+    data, data_dir, _, _ = setup
+    run_dir = tmp_path / "run"
+    write_rows(run_dir, data_dir)
+    scorer.score_run(run_dir, rm_dir, data, settings())
+    before = (run_dir / runs.MANIFEST).read_bytes()
+    with pytest.raises(runs.RunError, match=r"--gpus-per-worker 4: the cluster has 0 GPU\(s\)$"):
+        scorer.score_run(run_dir, rm_dir, data, settings("fast"), RayEngine(RaySettings(gpus_per_worker=4)))
+    # Refused before any work: the manifest still says how the scores were made.
+    assert (run_dir / runs.MANIFEST).read_bytes() == before

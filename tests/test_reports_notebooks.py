@@ -65,6 +65,7 @@ def test_notebooks_are_clean_and_thin(name):
             assert not re.search(r"^\s*(def|class) ", cell.source, re.M), f"{name}: defines code"
 
 
+@pytest.mark.slow
 def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch):
     data_dir, run_a, _ = synthetic_runs
     # From another directory, the kernel must still import this package (not another install).
@@ -98,6 +99,7 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     assert all((run_a / "figures" / n).read_bytes().startswith(b"\x89PNG") for n in ("score_grid.png", "failures.png"))
 
 
+@pytest.mark.slow
 def test_report_reads_like_a_paper(synthetic_runs):
     data_dir, run_a, _ = synthetic_runs
     html_path = run_a / "report.html"
@@ -121,6 +123,7 @@ def test_report_reads_like_a_paper(synthetic_runs):
     assert re.search(r"<th[^>]*>section</th>\s*<th[^>]*>setting</th>\s*<th[^>]*>value</th>", sections(html)["Run settings"])
 
 
+@pytest.mark.slow
 def test_report_of_an_imported_evaluation_says_its_scorer_is_unknown(synthetic_runs, tmp_path):
     data_dir, run_a, _ = synthetic_runs
     data = load_official_data(data_dir, verify=False)
@@ -134,6 +137,7 @@ def test_report_of_an_imported_evaluation_says_its_scorer_is_unknown(synthetic_r
     assert "ce-warnings" in head and "the scorer is unknown" in head
 
 
+@pytest.mark.slow
 def test_report_can_show_code(synthetic_runs, tmp_path):
     data_dir, run_a, _ = synthetic_runs
     notebook = run_a / "report.ipynb"
@@ -143,6 +147,7 @@ def test_report_can_show_code(synthetic_runs, tmp_path):
     assert "load_run" in html
 
 
+@pytest.mark.slow
 def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     data_dir, run_a, run_b = synthetic_runs
     outcome = pipeline.compare([run_a, run_b], tmp_path / "cmp", pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=200), data_dir=str(data_dir))
@@ -167,6 +172,7 @@ def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     assert "not reproduced" in html
 
 
+@pytest.mark.slow
 def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
     data_dir, _, _ = synthetic_runs
     data = load_official_data(data_dir, verify=False)
@@ -205,6 +211,7 @@ def test_unknown_baseline_is_refused_before_anything_runs(synthetic_runs):
         pipeline.ReportSettings(baselines=("GPT-9",))
 
 
+@pytest.mark.slow
 def test_failed_cell_is_reported_in_one_line_and_replaces_nothing(synthetic_runs, tmp_path):
     data_dir, run_a, _ = synthetic_runs
     notebook, html = tmp_path / "report.ipynb", tmp_path / "report.html"
@@ -217,6 +224,7 @@ def test_failed_cell_is_reported_in_one_line_and_replaces_nothing(synthetic_runs
     assert not [p.name for p in tmp_path.iterdir() if ".partial" in p.name]
 
 
+@pytest.mark.slow
 def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
     run = tmp_path / "dry"
     output = tmp_path / "generate.ipynb"
@@ -228,6 +236,7 @@ def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
     assert re.search(r"requests\.jsonl \(dry run payloads\)\s+3", text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["offline", "openai"])
 def test_generate_notebook_generates_under_papermill(backend, official_dir, tmp_path, monkeypatch):
     """A kernel already runs an event loop; generation must work there all the same, with the

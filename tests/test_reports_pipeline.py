@@ -27,6 +27,7 @@ def tiny_rm(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_batch_finishes_the_other_models_when_one_fails(official_dir, tiny_rm, tmp_path, capsys):
     out = tmp_path / "out"
     config = tmp_path / "batch.yaml"
@@ -77,6 +78,7 @@ def test_example_configs_hold_valid_settings():
         assert batch.load_config(Path(__file__).resolve().parent.parent / "configs" / name).models
 
 
+@pytest.mark.slow
 def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
     run = tmp_path / "run"
     pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="offline-n", limit=6), data_dir=official_dir)

@@ -48,6 +48,7 @@ def test_tokenizer_matches_official_ids(tokenizer, case):
     assert truncated == case["truncated"]
 
 
+@pytest.mark.slow
 def test_faithful_forward_matches_official_sigmoid_and_score(tokenizer, model):
     mismatches = []
     for case in SCORED:
@@ -64,6 +65,7 @@ def test_golden_scores_lie_on_the_bf16_grid():
         assert case["score"] == case["sigmoid"] * 4 + 1
 
 
+@pytest.mark.slow
 def test_fast_mode_on_golden_inputs(tokenizer, model):
     """Fast mode over the golden inputs, batched, and again with each input expanded into
     three 'metrics' that share a prefix (reuse on): equality with the official numbers."""

@@ -63,6 +63,8 @@ def check_pair(out: runs.RunDir, run_a: runs.RunDir, run_b: runs.RunDir) -> dict
     """The pair recorded in OUT's run.json; another pair in the same OUT is refused, since its
     records would be mixed with this one's."""
     pair = {"run_a": str(run_a.path.resolve()), "run_b": str(run_b.path.resolve())}
+    if pair["run_a"] == pair["run_b"]:
+        raise runs.RunError(f"{run_a.path}: a battle needs two different runs, this one is given twice")
     recorded = out.manifest().get(MANIFEST_SECTION) or {}
     if recorded.get("run_a") and (recorded.get("run_a"), recorded.get("run_b")) != (pair["run_a"], pair["run_b"]):
         raise runs.RunError(f"{out.path}: holds the battle {recorded['run_a']} vs {recorded['run_b']}; use another --out")

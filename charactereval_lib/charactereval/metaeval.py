@@ -127,7 +127,7 @@ def read_labels(path: str | Path, data: OfficialData) -> list[dict[str, Any]]:
     labels: list[dict[str, Any]] = []
     seen: dict[tuple[int, str], int] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = runs.read_text(path).splitlines()
     except OSError as exc:
         raise LabelsError(f"{path}: cannot read ({exc.strerror or exc})") from None
     for number, text in enumerate(lines, start=1):

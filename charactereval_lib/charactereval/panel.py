@@ -90,6 +90,9 @@ def summarize_panel(run: runs.RunDir, judge_models: Sequence[str], verdict: str,
     decided = verdicts.dropna(subset=["panel"]).rename(columns={"panel": "score"})
     stats = metric_statistics(decided[["id", "metric_en", "score"]], n_boot=n_boot, seed=seed, level=level)
     alpha = inter_judge_alpha(grades, value="grade", level=ALPHA_LEVEL, n_boot=n_boot, confidence=level, seed=seed)
+    if not math.isfinite(alpha.value):
+        warnings = [*warnings, "Krippendorff's alpha is undefined: no row was graded by two judges, or every "
+                               "grade is the same (see each judge's invalid and not judged rows)"]
     judges = {}
     for model, part in grades.groupby("judge_model", sort=False):
         judges[model] = {"graded": int(part["grade"].notna().sum()), "invalid": int(part["invalid"].sum()),

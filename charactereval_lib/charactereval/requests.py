@@ -24,6 +24,8 @@ def read_ids_file(path: Path) -> list[int]:
             ids.append(int(text))
         except ValueError:
             raise DataError(f"{path}:{number}: not a sample id: {text!r}") from None
+    if not ids:
+        raise DataError(f"{path}: no sample ids (one per line expected)")
     return ids
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -70,6 +71,7 @@ def summarize_run(
     warnings: Sequence[str] = (),
     scorer: str = runs.REWARD_MODEL,
     judge_model: str | None = None,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     """S9 for a run directory with intervals of one scorer's scores: writes ``summary.json`` and
     ``metrics.csv`` (the judge's: ``judge_summary.json``, ``judge_metrics.csv``, of one judge
@@ -115,8 +117,12 @@ def summarize_run(
         recorded = judge_manifest(manifest, counts["judge_model"])
         summary["judge"] = {"judge_model": counts["judge_model"],
                             **{k: recorded.get(k) for k in ("base_url", "status")}}
-    runs.write_json_atomic(run.summary_file(scorer), nan_to_none(summary))
-    runs.write_text_atomic(run.metrics_csv_file(scorer), metrics_table(means, stats.dimensions).to_csv(index=False))
+    # ``out``: another directory than the run's (a colleague's run, read-only to us).
+    out = run.path if out is None else Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.write_json_atomic(out / run.summary_file(scorer).name, nan_to_none(summary))
+    runs.write_text_atomic(out / run.metrics_csv_file(scorer).name,
+                           metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary
 
 

@@ -91,6 +91,8 @@ def verify(data_dir: str | os.PathLike[str] | None = None, *, with_results: bool
     """Check every pinned file (the released results too when asked); one problem line per bad
     file (empty list = all good)."""
     root = locate_data_dir(data_dir)
+    if not root.is_dir():
+        return [f"{root}: no such CoSER data directory (run `charactereval coser data fetch` or set {DATA_DIR_ENV})"]
     groups = {GROUP, RESULTS_GROUP} if with_results else {GROUP}
     problems = []
     for spec in manifest().files:

@@ -88,6 +88,9 @@ def read_bytes(path: Path, missing_hint: str) -> bytes:
 def verify_files(data_dir: Path, groups: Iterable[str], upstream: Upstream, *, missing_hint: str) -> list[str]:
     """Check every file of the given groups; returns one problem line per bad file (empty = OK)."""
     wanted = set(groups)
+    if not Path(data_dir).is_dir():
+        # One line for the directory, not one per file it would hold.
+        return [f"{data_dir}: no such data directory ({missing_hint})"]
     problems = []
     for spec in upstream.files:
         if spec.group not in wanted:

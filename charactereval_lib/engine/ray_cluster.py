@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import re
+import signal
 import socket
 import threading
 from collections import deque
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import faults, runs
 
 INSTALL_HINT = "--engine ray needs Ray, an optional extra: pip install 'charactereval-workbench[ray]' (or pip install ray)"
 # Device placeholder for workers: each resolves it itself (cuda when Ray gave it a GPU).
@@ -96,16 +97,26 @@ def cluster(address: str | None, cpus_needed: float = 1.0, *, log_to_driver: boo
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        if address:
-            ray.init(address=address, log_to_driver=log_to_driver)
-        else:
-            import charactereval_lib
+        # Ray's driver puts its own SIGTERM handler in place when it connects: the caller's
+        # (the command's: stop like Ctrl-C, exit 130) goes back on top.
+        previous = signal.getsignal(signal.SIGTERM)
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=log_to_driver)
+            else:
+                import charactereval_lib
 
-            # Workers of a local cluster import this package from where the driver does.
-            package_root = str(Path(charactereval_lib.__file__).resolve().parent.parent)
-            path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)), include_dashboard=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=log_to_driver)
+                # Workers of a local cluster import this package from where the driver does.
+                package_root = str(Path(charactereval_lib.__file__).resolve().parent.parent)
+                path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+                ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)), include_dashboard=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=log_to_driver)
+        except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+            where = f"--address {address}" if address else "a local Ray cluster"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise faults.Unreachable(f"{where}: Ray could not connect ({first})") from None
+        with contextlib.suppress(ValueError, TypeError):  # not the main thread; a handler set outside Python
+            signal.signal(signal.SIGTERM, previous)
     try:
         yield ray
     finally:
@@ -134,6 +145,9 @@ class ActorPool:
         on_result: Callable[[list[WorkerInfo], int], None] | None = None,
     ) -> None:
         self.ray = import_ray()  # fails here, in one line, when Ray is not installed
+        if settings.address:
+            # Before any work, and within seconds: Ray itself can wait for minutes on a wrong address.
+            faults.check_ray_address(settings.address)
         self.settings = settings
         self.what = what
         self.fatal = fatal

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import faults, runs
 from charactereval_lib.engine.resources import package_parent, resource_path
 
 KERNEL_NAME = "python3"
@@ -96,9 +96,20 @@ def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, 
     once the notebook ran through. A failed execution is kept as ``*.failed.ipynb`` for
     inspection and leaves the previous notebook and HTML as they were."""
     notebook, html_path = Path(notebook), Path(html_path)
+    # Before the notebook runs (for minutes), not when its results are saved.
+    for directory in dict.fromkeys((notebook.parent, html_path.parent)):
+        faults.check_writable(directory, "report directory")
     partial = notebook.with_name(f".{notebook.stem}.partial.ipynb")
-    execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
-    staged = to_html(partial, html_path.with_name(f".{html_path.name}.partial"), show_code=show_code, title=title)
+    staged = html_path.with_name(f".{html_path.name}.partial")
+    try:
+        execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
+        to_html(partial, staged, show_code=show_code, title=title)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: nothing half-written stays behind (a failed cell's notebook is kept
+        # on purpose, by execute).
+        for path in (partial, staged):
+            path.unlink(missing_ok=True)
+        raise
     os.replace(partial, notebook)
     os.replace(staged, html_path)
     return notebook, html_path

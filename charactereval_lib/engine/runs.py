@@ -143,6 +143,8 @@ class JsonlRead:
     torn_line: int | None = None
     torn_text: str = ""
     warnings: list[str] = field(default_factory=list)
+    # The 1-based line number of each record, for errors that name where a record is.
+    lines: list[int] = field(default_factory=list)
 
 
 def read_jsonl(path: Path) -> JsonlRead:
@@ -163,10 +165,12 @@ def read_jsonl(path: Path) -> JsonlRead:
             result.records.append(json.loads(raw.decode("utf-8")))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RunError(f"{path}:{number}: not a JSON record ({exc})") from None
+        result.lines.append(number)
     if tail.strip():
         number = len(lines) + 1
         try:
             result.records.append(json.loads(tail.decode("utf-8")))
+            result.lines.append(number)
             # Parsable but unterminated: keep it; the appender adds the missing newline.
         except (UnicodeDecodeError, json.JSONDecodeError):
             result.torn_line = number
@@ -235,6 +239,27 @@ class JsonlAppender:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_score_record(record: Any, where: str) -> None:
+    """A score record that analysis can use: an object with an integer ``id``, a string
+    ``metric_en`` and a numeric (or null: not scored) ``score``; else RunError naming ``where``
+    and the field, since a damaged artifact must not reach the statistics."""
+    if not isinstance(record, dict):
+        raise RunError(f"{where}: not a JSON object")
+    for name, kinds in (("id", int), ("metric_en", str), ("score", (int, float, type(None)))):
+        value = record.get(name)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise RunError(f"{where}: field {name!r} must be {'a number or null' if name == 'score' else kinds.__name__}"
+                           f", got {value!r}")
+
+
+def read_text(path: Path) -> str:
+    """A text file read as UTF-8, or RunError naming the file and the first byte that is not."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
 
 
 def latest_by_key(records: Iterable[dict[str, Any]], *keys: str) -> dict[tuple, dict[str, Any]]:
@@ -311,6 +336,39 @@ def _scorer_files(scorer: str) -> tuple[str, str, str]:
 
 
 # --- the run directory ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, busy: str) -> Iterator[None]:
+    """Hold the lock file ``path`` (flock) while the block runs, or raise RunError(``busy``) at
+    once when another process holds it. The file is removed when the holder leaves; one left by
+    a killed holder is taken over, since the OS drops a lock when its process dies, even by
+    SIGKILL. A process that opened the file just before the holder removed it finds the path
+    gone or replaced after locking, and locks the path afresh."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise RunError(busy) from None
+        try:
+            current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        handle.close()
+    try:
+        yield
+    finally:
+        # Removed while still locked, so that no one locks the file being removed.
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        handle.close()
 
 
 class MixedRunError(RunError):
@@ -416,6 +474,18 @@ class RunDir:
             raise RunError(f"{self.path}: no such run directory")
         return self
 
+    def require_benchmark(self, benchmark: str) -> RunDir:
+        """Refuse a run of the other benchmark (``charactereval`` or ``coser``), naming the
+        commands that read it: "run ... first" would send the user the wrong way."""
+        coser = self.manifest().get("benchmark") == "coser"
+        if coser and benchmark != "coser":
+            raise RunError(f"{self.path}: a CoSER run, not a CharacterEval one; `charactereval coser summarize`, "
+                           "`coser report` and `coser compare` read it")
+        if benchmark == "coser" and not coser and (self.manifest_path.exists() or self.generations.exists()):
+            raise RunError(f"{self.path}: a CharacterEval run, not a CoSER one; `charactereval summarize`, "
+                           "`report`, `compare`, `battle` and `panel` read it")
+        return self
+
     def require(self, path: Path, hint: str) -> Path:
         """``path`` if it exists, else a one-line error saying what to run first."""
         if not path.exists():
@@ -477,7 +547,10 @@ class RunDir:
         Judge records of failed calls (status error) hold no score and are left out; judge
         records are those of one judge model (``select_judge``)."""
         path = path or self.score_file(scorer)
-        records = [r for r in read_jsonl(path).records if r.get("status", "ok") == "ok"]
+        read = read_jsonl(path)
+        for number, record in zip(read.lines, read.records):
+            check_score_record(record, f"{path}:{number}")
+        records = [r for r in read.records if r.get("status", "ok") == "ok"]
         if scorer == JUDGE:
             chosen = self.select_judge(judge_model, path)
             records = [r for r in records if r.get("judge_model") == chosen]
@@ -521,21 +594,7 @@ class RunDir:
             )
         return problems
 
-    @contextlib.contextmanager
-    def writer_lock(self, name: str, what: str) -> Iterator[None]:
+    def writer_lock(self, name: str, what: str) -> contextlib.AbstractContextManager[None]:
         """One writer per artifact stream: a second process on the same run stops at once
-        instead of interleaving records. The OS drops the lock when the process dies, even by
-        SIGKILL."""
-        import fcntl
-
-        path = self.path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise RunError(f"{self.path}: another {what} is writing this run") from None
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        instead of interleaving records (see ``exclusive_lock``)."""
+        return exclusive_lock(self.path / name, f"{self.path}: another {what} is writing this run")

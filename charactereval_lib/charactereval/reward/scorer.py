@@ -224,22 +224,12 @@ def merge_shards(run_dir: Path, warnings: list[str]) -> int:
 # --- scoring --------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def writer_lock(path: Path):
+def writer_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     """One writer per scores file: two scorers appending to the same file would both score
-    the same rows. The lock is released when the process ends, however it ends."""
-    import fcntl
-
+    the same rows (``runs.exclusive_lock``)."""
     lock_path = path.with_name(path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise runs.RunError(
-                f"{path}: another scorer is writing it (lock {lock_path.name}); wait for it, or split the work with --shard"
-            ) from None
-        yield
+    return runs.exclusive_lock(
+        lock_path, f"{path}: another scorer is writing it (lock {lock_path.name}); wait for it, or split the work with --shard")
 
 
 @dataclass(frozen=True)
@@ -361,6 +351,10 @@ def resolve_device(device: str | None) -> str:
     import torch
 
     if device:
+        try:
+            torch.device(device)
+        except RuntimeError:
+            raise runs.RunError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise runs.RunError(f"--device {device}: CUDA is not available in this torch build/machine")
         return device
@@ -444,9 +438,11 @@ def _score_locked(
         "checkpoint": {"path": str(rm_dir), "sha256": ckpt_sha, "format": identity["format"], "label": label},
         "fast": asdict(settings.fast_options()) if settings.mode == FAST else None,
     }
-    _record_manifest(run_dir, settings, {**parameters, **engine.describe(), "started_at": runs.utc_now(), "rows": len(inputs)})
     if pending:
         with engine.session(rm_dir, settings, ckpt_sha) as score, runs.JsonlAppender(out_path) as out:
+            # Once the engine has passed its checks (GPUs, workers): a refused run leaves run.json as it was.
+            _record_manifest(run_dir, settings, {**parameters, **engine.describe(), "started_at": runs.utc_now(),
+                                                 "rows": len(inputs)})
             if out.repair_message:
                 report.warnings.append(out.repair_message)
 

@@ -195,6 +195,12 @@ def make_tiny(
     tokenizer_lines: list[str] | None = None,
 ) -> Path:
     """Write a tiny random checkpoint to ``out_dir`` and return it."""
+    sizes = {"layers": layers, "hidden": hidden, "heads": heads, "vocab": vocab_size, "shards": shards}
+    for name, value in sizes.items():
+        if value < 1:
+            raise CheckpointError(f"--{name} must be at least 1, got {value}")
+    if hidden % heads:
+        raise CheckpointError(f"--hidden {hidden} must be a multiple of --heads {heads}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer_lines is not None:

@@ -85,6 +85,11 @@ class DecodingParams:
         base = PRESETS[preset] if preset else {}
         if max_tokens is not None and max_tokens < 1:
             raise ConfigError(f"max_tokens must be at least 1, got {max_tokens}")
+        # The OpenAI API's ranges; a value outside them is a typo, refused before any call.
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise ConfigError(f"temperature must be from 0 to 2, got {temperature}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ConfigError(f"top_p must be above 0 and at most 1, got {top_p}")
         return cls(
             max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
             temperature=temperature if temperature is not None else base.get("temperature"),

@@ -329,11 +329,19 @@ def _cancel_on_sigterm() -> Any:
     function that removes the handler; a no-op where handlers cannot be installed (threads)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
+    previous = signal.getsignal(signal.SIGTERM)
     try:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
     except (RuntimeError, NotImplementedError, ValueError):
         return lambda: None
-    return lambda: loop.remove_signal_handler(signal.SIGTERM)
+
+    def remove() -> None:
+        # The loop puts back the default (death by the signal): the caller's handler (the
+        # command's, a batch's) must stop what comes after this run too.
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return remove
 
 
 def _finish_manifest(run_dir: Path, task: GenerationTask, summary: SessionSummary, started_at: str) -> None:
