@@ -43,7 +43,7 @@ def hand_run(tmp_path):
     dimension failed); scene b2 failed in its simulation; scene b3 of the preset never ran."""
     run = RunDir(tmp_path / "hand")
     run.path.mkdir()
-    run.update_manifest(protocol_version="coser-paper", coser={
+    run.update_manifest(protocol_version="coser-paper", benchmark="coser", coser={
         "preset": "sample", "repeats": 2, "scenes": ["a1", "a2", "b1", "b2", "b3"],
         "models": {"actor": "m", "env": PAPER_MODEL, "nsp": "CoSER-70B", "judge": PAPER_MODEL, "repair": "r"},
         "identity": {"protocol": {"score_upper_clip": False}, "continue_from": 0, "thoughtless": False}})

@@ -221,7 +221,7 @@ def test_a_panel_whose_judge_failed_every_call_says_alpha_is_undefined(workspace
                                    "--n-boot", "20"], capsys)
     assert status == 0 and "Traceback" not in err, err
     assert "warning: Krippendorff's alpha is undefined: no row was graded by two judges" in err
-    assert "Krippendorff's alpha (ordinal) -" in out
+    assert "Krippendorff's alpha (ordinal) undefined [-, -]" in out
     summary = json.loads((run / "panel" / "panel_summary.json").read_text())
     assert summary["krippendorff_alpha"]["value"] is None
     # Its failed calls are counted: every row not judged, none graded.
