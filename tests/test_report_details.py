@@ -48,6 +48,6 @@ def test_the_failures_figure_says_no_failures_when_every_count_is_0():
 
 
 def test_report_css_keeps_headers_whole_and_the_contents_box_sans_serif():
-    REPORT_CSS = (TEMPLATE_DIR / "report.css").read_text(encoding="utf-8")
-    assert re.search(r"th \{[^}]*white-space: nowrap", REPORT_CSS)
-    assert re.search(r"nav\.ce-toc \{[^}]*font-family: [^;]*sans-serif", REPORT_CSS)
+    css = (TEMPLATE_DIR / "report.css").read_text(encoding="utf-8")
+    assert re.search(r"th \{[^}]*white-space: nowrap", css)
+    assert re.search(r"nav\.ce-toc \{[^}]*font-family: [^;]*sans-serif", css)
