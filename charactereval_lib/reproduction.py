@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.reportkit import rendered_by
 
 BENCHMARKS = ("coser", "charactereval")
 DOCUMENT = "reproduction.json"
@@ -110,8 +111,6 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def header_markdown(document: dict[str, Any]) -> str:
-    from charactereval_lib.coser.report import rendered_by
-
     benchmark = document["benchmark"]
     decided = [r for r in document["rows"] if r["within"] is not None]
     inside = sum(1 for r in decided if r["within"])

@@ -11,7 +11,7 @@ import pandas as pd
 from charactereval_lib.charactereval import figures
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.cli import main
-from charactereval_lib.engine.report import REPORT_CSS
+from charactereval_lib.engine.reportkit import TEMPLATE_DIR
 from charactereval_lib.engine.texttable import text_table
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
@@ -48,5 +48,6 @@ def test_the_failures_figure_says_no_failures_when_every_count_is_0():
 
 
 def test_report_css_keeps_headers_whole_and_the_contents_box_sans_serif():
-    assert re.search(r"th \{[^}]*white-space: nowrap", REPORT_CSS)
-    assert re.search(r"nav\.ce-toc \{[^}]*font-family: [^;]*sans-serif", REPORT_CSS)
+    css = (TEMPLATE_DIR / "report.css").read_text(encoding="utf-8")
+    assert re.search(r"th \{[^}]*white-space: nowrap", css)
+    assert re.search(r"nav\.ce-toc \{[^}]*font-family: [^;]*sans-serif", css)

@@ -7,10 +7,8 @@ directory (analysis only reads artifacts). Display tables round numbers only whe
 
 from __future__ import annotations
 
-import html
 import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,8 @@ import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.report import inline_code
-from charactereval_lib import __version__
+from charactereval_lib.engine import reportkit, runs
+from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
@@ -252,20 +249,11 @@ def checkpoint_labels(scoring: dict[str, Any]) -> list[str]:
     return [str(label) for label in labels if label]
 
 
-def rendered_by() -> str:
-    """Which workbench rendered the report (its version and git commit, when known)."""
-    commit = runs.git_commit()
-    return f"Rendered by charactereval {__version__}" + (f" at commit `{commit}`." if commit else ".")
-
-
 def warnings_html(warnings: Sequence[str]) -> str:
-    """The warning box at the top of a report: one bullet per warning (`code` spans kept), or a
-    quiet line saying there is nothing to warn about."""
-    if not warnings:
-        return ('<div class="ce-warnings ce-none">No warnings: real replies, scored by the configured '
-                "reward model, complete run.</div>")
-    items = "".join(f"<li>{inline_code(html.escape(w))}</li>" for w in warnings)
-    return f'<div class="ce-warnings"><strong>Warnings ({len(warnings)})</strong><ul>{items}</ul></div>'
+    """The warning box at the top of a report: one bullet per warning, or a quiet line saying
+    there is nothing to warn about."""
+    return reportkit.warnings_box(warnings, "Warnings",
+                                  empty="No warnings: real replies, scored by the configured reward model, complete run.")
 
 
 # --- display tables ----------------------------------------------------------------------------
@@ -278,30 +266,12 @@ COLUMN_LABELS = {
     "role": "character",
 }
 _DIMENSION_NAMES = {d.key: d.name for d in DIMENSIONS}
-# Text that reads as a number (signed, scientific, an interval, or a marker in a column of
-# numbers): aligned right with the numbers.
-_NUMBER_LIKE = re.compile(r"(?:[-+−–\d.,e\[\] ]|n<2|n/a)*")
 
 
 def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
-    """A table as the reports show it: readable column names and metric names (no
-    underscores), dimension names instead of keys, no index column, text left and numbers
-    right, floats rounded to ``digits`` for display only."""
-    shown = frame.reset_index(drop=not _named_index(frame))
-    shown = shown.rename(columns=lambda c: COLUMN_LABELS.get(str(c), str(c).replace("_", " ")))
-    if "dimension" in shown.columns:
-        shown["dimension"] = shown["dimension"].map(lambda v: _DIMENSION_NAMES.get(v, v))
-    if "metric_en" in frame.columns:
-        shown["metric"] = shown["metric"].map(metric_label)
-    text = [c for c in shown.columns if not pd.api.types.is_numeric_dtype(shown[c])
-            and not shown[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
-    headers = [{"selector": f"th.col{shown.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
-    return (shown.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None)
-            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
-
-
-def _named_index(frame: pd.DataFrame) -> bool:
-    return any(name is not None for name in frame.index.names)
+    """The kit's ``show`` in CharacterEval's words: metric and dimension names instead of keys."""
+    return reportkit.show(frame, digits=digits, columns=COLUMN_LABELS,
+                          values={"metric_en": metric_label, "dimension": lambda v: _DIMENSION_NAMES.get(v, v)})
 
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
@@ -527,13 +497,6 @@ def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str =
     if data_note:
         lines += ["", data_note]
     return "\n".join(lines)
-
-
-def stacked(analyses: Sequence[RunAnalysis], table: Callable[[RunAnalysis], pd.DataFrame]) -> pd.DataFrame:
-    """One tidy table of several runs: ``table(run)`` for each run, with a leading ``run`` column."""
-    frames = [table(run).assign(run=run.name) for run in analyses]
-    combined = pd.concat(frames, ignore_index=True)
-    return combined[["run"] + [c for c in combined.columns if c != "run"]]
 
 
 # --- characters and novels ---------------------------------------------------------------------

@@ -14,22 +14,18 @@ Nothing here writes to the run directory; tables round numbers for display only.
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pandas.io.formats.style import Styler
 
-from charactereval_lib import __version__
 from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.report import inline_code
+from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
@@ -148,42 +144,16 @@ def interval(cell: dict[str, Any]) -> str:
     return NO_INTERVAL if cell.get("low") is None else f"[{fmt(cell['low'])}, {fmt(cell['high'])}]"
 
 
-# Cells that read as numbers (a value, an interval, a marker in a column of numbers) align right.
-_NUMBER_LIKE = re.compile(r"(?:[-+–\d.,\[\] ±]|n<2 scenes|unavailable)*")
-
-
-def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
-    """A table as the reports show it: no index column, text escaped and aligned left, numbers
-    right, floats rounded for display only."""
-    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
-            and not frame[c].astype(str).str.fullmatch(_NUMBER_LIKE).all()]
-    headers = [{"selector": f"th.col{frame.columns.get_loc(c)}", "props": "text-align: left;"} for c in text]
-    return (frame.style.hide(axis="index").format(precision=digits, na_rep="–", thousands=None, escape="html")
-            .set_properties(subset=text, **{"text-align": "left"}).set_table_styles(headers))
-
-
 def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
     """The boxes under the heading: the "NOT COMPARABLE WITH THE PAPER" label with every reason
     (a quiet line saying the run is comparable instead), then the caveats, if any."""
-    parts = []
-    if reasons:
-        # The box's heading says "not comparable" once; its bullets give only the reasons.
-        items = "".join(f"<li>{inline_code(html.escape(r.removeprefix(f'{NOT_COMPARABLE}: ')))}</li>" for r in reasons)
-        parts.append('<div class="ce-warnings"><strong>NOT COMPARABLE WITH THE PAPER</strong>: settings '
-                     "that change the scores differ from the paper's, so its anchor is shown for orientation only."
-                     f"<ul>{items}</ul></div>")
-    else:
-        parts.append('<div class="ce-warnings ce-none">Comparable with the paper\'s anchor: judge and environment '
-                     "are the paper's model, protocol coser-paper, no given lines, inner thoughts kept.</div>")
-    if notes:
-        items = "".join(f"<li>{inline_code(html.escape(n))}</li>" for n in notes)
-        parts.append(f'<div class="ce-warnings"><strong>Caveats ({len(notes)})</strong><ul>{items}</ul></div>')
-    return "".join(parts)
-
-
-def rendered_by() -> str:
-    commit = runs.git_commit()
-    return f"Rendered by charactereval {__version__}" + (f" at commit `{commit}`." if commit else ".")
+    # The box's heading says "not comparable" once; its bullets give only the reasons.
+    label = warnings_box([r.removeprefix(f"{NOT_COMPARABLE}: ") for r in reasons], NOT_COMPARABLE.upper(),
+                         counted=False, intro=": settings that change the scores differ from the paper's, so its "
+                         "anchor is shown for orientation only.",
+                         empty="Comparable with the paper's anchor: judge and environment are the paper's model, "
+                         "protocol coser-paper, no given lines, inner thoughts kept.")
+    return label + warnings_box(notes, "Caveats")
 
 
 @dataclass
@@ -429,13 +399,6 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
                          "Wilcoxon p": "–" if p != p else f"{p:.3g}"})
     return pd.DataFrame(rows, columns=["comparison", "score", "scenes", "mean A", "mean B", "A − B", "95% interval",
                                        "Wilcoxon p"])
-
-
-def stacked(analyses: Sequence[CoserAnalysis], table: str) -> pd.DataFrame:
-    """One table of several runs: ``CoserAnalysis.<table>()`` of each, with a leading run column."""
-    frames = [getattr(a, table)().assign(run=a.name) for a in analyses]
-    combined = pd.concat(frames, ignore_index=True)
-    return combined[["run", *[c for c in combined.columns if c != "run"]]]
 
 
 def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:

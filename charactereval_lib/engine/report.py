@@ -13,10 +13,8 @@ installed copy) rather than whichever copy its working directory or site-package
 from __future__ import annotations
 
 import contextlib
-import html
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -115,84 +113,23 @@ def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, 
     return notebook, html_path
 
 
-# Added to nbconvert's page: the warning box, the table of contents, plain tables that fit the
-# page, and figures no wider than the text.
-REPORT_CSS = """
-.ce-warnings { border: 2px solid #c0392b; background: #fdf0ee; border-radius: 6px; padding: 0.6em 1em;
-  margin: 0.8em 0; }
-.ce-warnings ul { margin: 0.3em 0 0 0; padding-left: 1.4em; }
-.ce-warnings li { margin: 0.25em 0; }
-.ce-warnings.ce-none { border-color: #7f8c8d; background: #f4f6f6; }
-nav.ce-toc { border: 1px solid #d0d7de; border-radius: 6px; padding: 0.5em 1em; margin: 1em 0;
-  display: inline-block; font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 0.9em; }
-nav.ce-toc ol { margin: 0.2em 0; padding-left: 1.4em; }
-nav.ce-toc .ce-toc-title { font-weight: bold; }
-.jp-RenderedHTMLCommon table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em 0; }
-.jp-RenderedHTMLCommon th, .jp-RenderedHTMLCommon td { padding: 0.25em 0.6em; border-bottom: 1px solid #e1e4e8;
-  text-align: right; }
-.jp-RenderedHTMLCommon th { background: #f6f8fa; white-space: nowrap; }
-.jp-RenderedHTMLCommon td:first-child, .jp-RenderedHTMLCommon th:first-child { text-align: left; }
-.jp-RenderedImage img, .jp-OutputArea-output img { max-width: 100%; height: auto; }
-"""
-def inline_code(text: str) -> str:
-    """Markdown's `code` spans of an already escaped warning as HTML ``<code>``."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
-
-
-_HEADING = re.compile(r"<h([23])(\s[^>]*)?>(.*?)</h\1>", re.S)
-
-
-def table_of_contents(body: str) -> str:
-    """Insert a table of contents of the page's h2/h3 headings before the first h2 (headings
-    without an id get one). Returns the page unchanged when it has no h2."""
-    entries: list[tuple[int, str, str]] = []
-    used: set[str] = set()
-
-    def anchor(match: re.Match[str]) -> str:
-        level, attrs, inner = int(match.group(1)), match.group(2) or "", match.group(3)
-        text = html.unescape(re.sub(r"<[^>]+>", "", inner)).replace("¶", "").strip()
-        found = re.search(r'\bid="([^"]+)"', attrs)
-        ident = found.group(1) if found else re.sub(r"\W+", "-", text).strip("-") or "section"
-        while ident in used and not found:
-            ident += "-"
-        used.add(ident)
-        entries.append((level, ident, text))
-        return match.group(0) if found else f'<h{level} id="{ident}"{attrs}>{inner}</h{level}>'
-
-    body = _HEADING.sub(anchor, body)
-    if not any(level == 2 for level, _, _ in entries):
-        return body
-    items, open_sub = [], False
-    for level, ident, text in entries:
-        link = f'<a href="#{html.escape(ident, quote=True)}">{html.escape(text)}</a>'
-        if level == 3 and items:
-            items.append(("" if open_sub else "<ol>") + f"<li>{link}</li>")
-            open_sub = True
-        else:
-            items.append(("</ol></li>" if open_sub else "</li>" if items else "") + f"<li>{link}")
-            open_sub = False
-    items.append("</ol></li>" if open_sub else "</li>")
-    toc = f'<nav class="ce-toc"><span class="ce-toc-title">Contents</span><ol>{"".join(items)}</ol></nav>'
-    first = re.search(r"<h2[\s>]", body)
-    # The TOC opens the first h2's cell's output: insert it before that cell's wrapper when known.
-    cell = body.rfind('<div class="jp-Cell', 0, first.start())
-    at = cell if cell != -1 else first.start()
-    return body[:at] + toc + body[at:]
-
-
 def to_html(notebook: Path, html_path: Path, *, show_code: bool = False, title: str | None = None) -> Path:
     """Convert an executed notebook to one standalone HTML file (code hidden unless asked), with
-    a table of contents and the report's styles."""
+    a table of contents and the report's styles (the kit's template)."""
     import nbformat
     from nbconvert import HTMLExporter
+
+    from charactereval_lib.engine import reportkit
 
     # nbconvert warns about every figure without alt text, then gives it a generic one: that is
     # fine for these reports, so its warnings go to a quiet logger of our own.
     quiet = logging.getLogger("charactereval.nbconvert")
     quiet.setLevel(logging.ERROR)
-    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True, log=quiet)
+    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True, log=quiet,
+                            extra_template_basedirs=[str(reportkit.TEMPLATE_DIR.parent)],
+                            template_name=reportkit.TEMPLATE_DIR.name,
+                            filters={"contents_before": reportkit.contents_before})
     node = nbformat.read(str(notebook), as_version=4)
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
-    body = table_of_contents(body).replace("</head>", f"<style>{REPORT_CSS}</style>\n</head>", 1)
     runs.write_text_atomic(Path(html_path), body)
     return Path(html_path)

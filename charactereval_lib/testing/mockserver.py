@@ -4,7 +4,8 @@ It answers ``POST /v1/chat/completions`` with a reply derived from the request (
 check that every record belongs to its own request) and can inject, per request and per attempt,
 the failures a real endpoint produces: 429 with ``Retry-After``, 5xx, hangs past the client's
 timeout, connection resets, malformed JSON, content-filter 400s, moderation 403s (OpenRouter's
-shape) and plain 403s, other 4xx, empty and multi-line replies. Its replies mean nothing. Needs ``aiohttp`` (a test extra).
+shape) and plain 403s, other 4xx, empty and multi-line replies. Its replies mean nothing. Built
+on ``aiohttp``, one of the workbench's own dependencies.
 
 As a deterministic judge (actions ``judge``, ``judge_multiline``, ``judge_invalid``) it answers
 in the ``cot_classify`` shape: reasoning, then the grade alone on the last line; the grade is

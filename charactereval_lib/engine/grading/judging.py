@@ -3,8 +3,9 @@
 A judge run is a generation run whose replies are graded: every item (one row to grade) carries
 the spec and the judge messages built from it; the backends of ``engine.generation`` send them
 (async, retries, adaptive concurrency, no key anywhere), ``grade_reply`` parses each reply, and
-one record per outcome is appended to a JSON Lines score file. Benchmarks decide what an item
-is (CharacterEval: a (sample, metric) row; CoSER: a scene and a dimension).
+one record per outcome is appended to a JSON Lines score file. A benchmark decides what an item
+is (CharacterEval: a (sample, metric) row). CoSER does not judge through here: its critic reads
+a whole simulated scene and answers in JSON, one call per dimension (``coser.judge``).
 
 Resume is by request digest: an item is done when the latest record of its key is ok and was
 made from exactly the same payload (judge model, messages, decoding parameters). A changed prompt

@@ -6,9 +6,13 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from charactereval_lib.engine.grading.agreement import weighted_exact
 from charactereval_lib.engine.grading.errors import MissingLabelError
 
 EVALS_SHUFFLE_SEED = 123
+MISSING_LABEL = "meta-evaluation needs a `choice` label on every sample"
 
 
 def evals_execution_order(n_samples: int, seed: int = EVALS_SHUFFLE_SEED) -> list[int]:
@@ -27,7 +31,7 @@ def metascore(choice: str, label: str | None) -> bool:
     `choice` label (`y` never matches `Y`; a label `__invalid__` matches an invalid parse). A
     missing label raises `MissingLabelError`."""
     if label is None:
-        raise MissingLabelError("meta-evaluation needs a `choice` label on every sample")
+        raise MissingLabelError(MISSING_LABEL)
     return choice == label
 
 
@@ -39,7 +43,8 @@ def aggregate_run(
     evals rules: `counts/<choice>` counts every record, `counts/__invalid__` included, keyed in
     order of first appearance; `score` is the mean of the non-null scores, summed in record
     order, and absent when no record has a score; with `labels` (meta-eval), `metascore` is the
-    mean of `metascore(choice, label)`.
+    share of `metascore(choice, label)` hits: the exact agreement of `agreement.weighted_exact`
+    with every record weighing one (a sum of ones and zeros is exact in any order).
     """
     result: dict[str, Any] = {}
     for record in records:
@@ -49,8 +54,10 @@ def aggregate_run(
     if scores:
         result["score"] = _sequential_mean(scores)
     if labels is not None:
-        hits = [metascore(record["choice"], label) for record, label in zip(records, labels, strict=True)]
-        result["metascore"] = _sequential_mean([float(hit) for hit in hits])
+        if None in labels:
+            raise MissingLabelError(MISSING_LABEL)
+        choices = [record["choice"] for record in records]
+        result["metascore"] = float(weighted_exact(choices, labels, np.ones(len(choices)))[0])
     return result
 
 
