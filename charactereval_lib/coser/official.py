@@ -220,7 +220,7 @@ def import_evaluation(
     whole file, re-score every dimension from its recorded critique, write a new run directory
     ``run_dir`` and return (and record in ``run.json``) how much of the recorded scoring was
     reproduced exactly. ``actor_model`` picks the section of ``cases`` (default: the only one);
-    ``metrics`` adds BLEU/ROUGE-L of each simulation text (ROUGE-L takes ~50 ms a scene)."""
+    ``metrics`` adds BLEU/ROUGE-L of each simulation text (ROUGE-L takes ~15 ms a scene)."""
     from tqdm import tqdm
 
     path = Path(path)
