@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,18 +155,30 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
         async def judge(repeat: int, scene: Scene, record: dict[str, Any]) -> None:
             todo = [d for d in DIMENSIONS if (repeat, scene.key, d) not in state.judged]
             base = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"]}
+            metrics = judging = None
             if (repeat, scene.key) not in state.metrics:
                 _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
                                                      settings.version)
-                judge_log.write({**base, "kind": "metrics", **surface_metrics(text, reference)})
+                # BLEU/ROUGE-L are CPU work: in a worker thread while the judge calls are out, so
+                # the event loop keeps serving the other scenes' calls.
+                metrics = asyncio.get_running_loop().run_in_executor(metrics_pool, surface_metrics, text, reference)
             if todo:
-                for result in await judge_scene(clients.ask, record["simulation"], scene, record["profiles"],
-                                                critic, settings, todo):
-                    judge_log.write({**base, "kind": "dimension", **result})
+                judging = judge_scene(clients.ask, record["simulation"], scene, record["profiles"], critic, settings,
+                                      todo)
+            computed, results = await asyncio.gather(_maybe(metrics), _maybe(judging))
+            if computed is not None:
+                judge_log.write({**base, "kind": "metrics", **computed})
+            for result in results or ():
+                judge_log.write({**base, "kind": "dimension", **result})
 
-        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
+        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar, \
+                ThreadPoolExecutor(1, thread_name_prefix="coser-metrics") as metrics_pool:
             await asyncio.gather(*(one(r, s) for r, s in work))
     return {"scenes": len(work), "errors": errors, "warnings": state.warnings, "calls": dict(clients.calls)}
+
+
+async def _maybe(awaitable: Any) -> Any:
+    return None if awaitable is None else await awaitable
 
 
 def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, scenes: Sequence[Scene],
