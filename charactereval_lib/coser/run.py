@@ -1,6 +1,6 @@
 """A CoSER run in a run directory: presets, the concurrent crash-safe loop, statistics, dry run.
 
-Artifacts (JSON Lines, appended one flushed line at a time under one writer lock):
+Artifacts (JSON Lines, appended and flushed by a writer thread per file, under one writer lock):
 
 - ``coser_turns.jsonl``: every model call of every scene's simulation, as it returns;
 - ``coser_scenes.jsonl``: a scene's finished simulation (or the error that stopped it);
@@ -10,7 +10,8 @@ Artifacts (JSON Lines, appended one flushed line at a time under one writer lock
 
 Scenes run concurrently, turns within a scene sequentially. Resuming (the same command again)
 skips finished work, continues each unfinished scene from its last recorded turn and judges what
-is not judged yet; a SIGKILL loses at most the line being written.
+is not judged yet; a SIGKILL loses at most the lines still queued for writing (the last
+moments' calls, asked again on resume).
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
     limit = asyncio.Semaphore(scene_concurrency)
-    with JsonlAppender(run_dir.artifact(TURNS)) as turns, JsonlAppender(run_dir.artifact(SCENES)) as scene_log, \
-            JsonlAppender(run_dir.artifact(JUDGEMENTS)) as judge_log:
+    with JsonlAppender(run_dir.artifact(TURNS), background=True) as turns, \
+            JsonlAppender(run_dir.artifact(SCENES), background=True) as scene_log, \
+            JsonlAppender(run_dir.artifact(JUDGEMENTS), background=True) as judge_log:
         for appender in (turns, scene_log, judge_log):
             if appender.repair_message:
                 state.warnings.append(appender.repair_message)

@@ -12,9 +12,11 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -211,24 +213,67 @@ def repair_torn_tail(path: Path) -> str | None:
 
 
 class JsonlAppender:
-    """Append records to a JSON Lines file, one flushed line per record (one writer per file)."""
+    """Append records to a JSON Lines file, one flushed line per record (one writer per file).
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
+    With ``background``, ``write`` encodes the record and hands the line to a writer thread,
+    which appends and flushes whatever has queued up in one write: an event loop that records
+    every reply then never waits for the disk (a flush could take a third of a millisecond on a
+    busy machine). Lines keep their order; ``close`` waits for every queued line and raises the
+    writer's error, if any (a later ``write`` raises it too). A kill loses the lines still queued
+    (those of the last moments), as it loses the requests in flight."""
+
+    def __init__(self, path: Path, *, fsync: bool = False, background: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.repair_message = repair_torn_tail(self.path)
         self._fsync = fsync
         self._file: TextIO = open(self.path, "a", encoding="utf-8", newline="")
+        self._queue: queue.SimpleQueue[str | None] | None = None
+        self._error: BaseException | None = None
+        if background:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._drain, name=f"append {self.path.name}", daemon=True)
+            self._thread.start()
 
     def write(self, record: Any) -> None:
-        self._file.write(dumps_record(record) + "\n")
+        line = dumps_record(record) + "\n"
+        if self._queue is None:
+            self._append(line)
+            return
+        if self._error is not None:
+            raise self._error
+        self._queue.put(line)
+
+    def _append(self, text: str) -> None:
+        self._file.write(text)
         self._file.flush()
         if self._fsync:
             os.fsync(self._file.fileno())
 
+    def _drain(self) -> None:
+        assert self._queue is not None
+        done = False
+        while not done:
+            lines = [self._queue.get()]
+            while not self._queue.empty():
+                lines.append(self._queue.get())
+            done = lines[-1] is None
+            text = "".join(line for line in lines if line is not None)
+            if text and self._error is None:
+                try:
+                    self._append(text)
+                except BaseException as exc:  # reported by close() and the next write()
+                    self._error = exc
+
     def close(self) -> None:
+        if self._queue is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
         if not self._file.closed:
             self._file.close()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
     def __enter__(self) -> JsonlAppender:
         return self
