@@ -243,7 +243,7 @@ def test_with_max_context_an_over_long_prompt_is_recorded_without_sending_it(ser
     pytest.importorskip("transformers")
     from charactereval_lib.charactereval.requests import make_requests
     from charactereval_lib.engine.generation.context import chat_prompt_ids
-    from tests.tiny_chat_model import build_tokenizer
+    from charactereval_lib.testing.tiny_chat_model import build_tokenizer
 
     tokenizer = build_tokenizer(tmp_path / "tokenizer")
     data = synthetic_data(8)
