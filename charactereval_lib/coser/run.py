@@ -162,7 +162,8 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                 _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
                                                      settings.version)
                 # BLEU/ROUGE-L are CPU work: in a worker thread while the judge calls are out, so
-                # the event loop keeps serving the other scenes' calls.
+                # the event loop keeps serving the other scenes' calls. (Not a process: a spawned
+                # worker re-runs the caller's unguarded script, and forking a threaded one is unsafe.)
                 metrics = asyncio.get_running_loop().run_in_executor(metrics_pool, surface_metrics, text, reference)
             if todo:
                 judging = judge_scene(clients.ask, record["simulation"], scene, record["profiles"], critic, settings,
