@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -162,7 +163,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sequential", type=int, default=40, help="requests for the sequential loop")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
 
     data, source = load_data(args.requests)
     params = DecodingParams.resolve()
@@ -195,6 +198,13 @@ def main() -> None:
     print(f"SDK client / raw  = {sdk / raw:.3f}")
     print(f"ours / sequential = {ours / sequential:.1f}x  (target >= 50x; sequential extrapolated from "
           f"{args.sequential} requests)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "source": source, "requests": args.requests, "concurrency": args.concurrency, "latency_s": args.latency,
+            "cpu_count": os.cpu_count(), "load_average_1_5_15_at_start": [round(x, 2) for x in load_at_start],
+            "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()], "results": results,
+            "ours_over_raw": ours / raw, "sdk_over_raw": sdk / raw, "ours_over_sequential": ours / sequential,
+        }, indent=2) + "\n")
 
 
 if __name__ == "__main__":
