@@ -11,9 +11,14 @@ The ideal for (a) is the longest scene's chain of sequential calls times the lat
 simulation turns, then its slowest dimension's judge calls). For (a) it also reports where the
 time goes: the client's CPU time per call (the server runs in its own process), the event loop's
 lag (how late a 10 ms timer fires: p50, p99, max) and each call's latency as the scene sees it
-(p50, p99), against the server's fixed latency. Needs $COSER_DATA_DIR.
+(p50, p99), against the server's fixed latency. With ``--baseline-python PATH --baseline DIR``
+(another checkout and the interpreter of its own environment, e.g. the commit before a change) that
+checkout's bench_coser.py runs first, in a fresh process from a neutral directory, and its (a) is
+reported beside ours: before and after on the same machine at nearly the same load. Needs
+$COSER_DATA_DIR.
 
     python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4] [--json FILE]
+                                     [--baseline-python PATH --baseline DIR]
 """
 
 from __future__ import annotations
@@ -114,13 +119,29 @@ def chain_lengths(run_dir: RunDir) -> tuple[int, int]:
     return max(turns[s] + judge[s] for s in turns), sum(turns.values()) + total_judge
 
 
+def run_baseline(args) -> dict:
+    """The baseline checkout's own (a), with its load average at start."""
+    load = os.getloadavg()
+    done = subprocess.run([args.baseline_python, str(Path(args.baseline) / "benchmarks" / "bench_coser.py"), "--latency",
+                           str(args.latency), "--concurrency", str(args.concurrency), "--sequential-scenes", "1"],
+                          cwd="/", capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout[done.stdout.index("{"):])
+    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    return {"checkout": str(args.baseline), "commit": commit, "load_average_1_5_15_at_start": [round(x, 2) for x in load],
+            **{k: figures[k] for k in ("ours_wall_s", "ideal_s", "ours_over_ideal")}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sequential-scenes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.add_argument("--baseline-python", metavar="PATH", help="interpreter of the baseline checkout's environment")
+    parser.add_argument("--baseline", metavar="DIR", help="the baseline checkout (its benchmarks/bench_coser.py runs)")
     args = parser.parse_args()
+    baseline = run_baseline(args) if args.baseline else None
     load_at_start = os.getloadavg()
     scenes = load_test_set()
     critic = load_critic_prompts()
@@ -152,6 +173,9 @@ def main() -> None:
         "speedup_vs_sequential": round(seq_full / ours, 1),
         "ours_breakdown": breakdown,
     }
+    if baseline:
+        result["baseline"] = baseline
+        result["ours_wall_over_baseline_wall"] = round(ours / baseline["ours_wall_s"], 3)
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
