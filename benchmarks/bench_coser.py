@@ -8,9 +8,17 @@ in its own process, then in the same run:
       turn, the 4 judge calls one by one), on a subset of scenes, extrapolated per call to (a)'s
       number of calls (a full sequential pass at 200 ms a call would take about 20 minutes).
 The ideal for (a) is the longest scene's chain of sequential calls times the latency (its
-simulation turns, then its slowest dimension's judge calls). Needs $COSER_DATA_DIR.
+simulation turns, then its slowest dimension's judge calls). For (a) it also reports where the
+time goes: the client's CPU time per call (the server runs in its own process), the event loop's
+lag (how late a 10 ms timer fires: p50, p99, max) and each call's latency as the scene sees it
+(p50, p99), against the server's fixed latency. With ``--baseline-python PATH --baseline DIR``
+(another checkout and the interpreter of its own environment, e.g. the commit before a change) that
+checkout's bench_coser.py runs first, in a fresh process from a neutral directory, and its (a) is
+reported beside ours: before and after on the same machine at nearly the same load. Needs
+$COSER_DATA_DIR.
 
-    python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4]
+    python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4] [--json FILE]
+                                     [--baseline-python PATH --baseline DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,24 +51,57 @@ def settings(url: str) -> SimulationSettings:
                               judge=role("gpt-4o"))
 
 
-def run(url: str, scenes, critic, path: Path, concurrency: int) -> tuple[float, RunDir]:
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def run(url: str, scenes, critic, path: Path, concurrency: int) -> tuple[float, RunDir, dict]:
+    """Wall seconds, the run directory, and where the time went (client CPU, loop lag, call latency)."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     s, preset = settings(url), Preset("bench", None, 1)
     start_run(run_dir, s, preset, scenes, "bench")
+    lags: list[float] = []
+    latencies: list[float] = []
+
+    async def watch_loop() -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lags.append(time.perf_counter() - before - 0.01)
 
     async def main():
         clients = RoleClients(s, concurrency=concurrency, policy=RetryPolicy(base_delay_s=0.05))
+        ask = clients.ask
+
+        async def timed_ask(*args, **kwargs):
+            sent = time.perf_counter()
+            try:
+                return await ask(*args, **kwargs)
+            finally:
+                latencies.append(time.perf_counter() - sent)
+
+        clients.ask = timed_ask
+        watcher = asyncio.create_task(watch_loop())
         try:
             return await run_coser(run_dir, scenes, s, preset, critic, clients, scene_concurrency=concurrency)
         finally:
+            watcher.cancel()
             await clients.aclose()
 
-    started = time.perf_counter()
+    cpu, started = time.process_time(), time.perf_counter()
     outcome = asyncio.run(main())
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert not outcome["errors"], outcome["errors"][:3]
-    return elapsed, run_dir
+    calls = len(latencies)
+    breakdown = {
+        "calls": calls, "client_cpu_s": round(cpu, 2), "client_cpu_ms_per_call": round(1000 * cpu / calls, 3),
+        "loop_lag_ms": {"p50": round(1000 * percentile(lags, 50), 1), "p99": round(1000 * percentile(lags, 99), 1),
+                        "max": round(1000 * max(lags), 1)},
+        "call_latency_ms": {"p50": round(1000 * percentile(latencies, 50), 1),
+                            "p99": round(1000 * percentile(latencies, 99), 1)},
+    }
+    return elapsed, run_dir, breakdown
 
 
 def chain_lengths(run_dir: RunDir) -> tuple[int, int]:
@@ -76,12 +119,30 @@ def chain_lengths(run_dir: RunDir) -> tuple[int, int]:
     return max(turns[s] + judge[s] for s in turns), sum(turns.values()) + total_judge
 
 
+def run_baseline(args) -> dict:
+    """The baseline checkout's own (a), with its load average at start."""
+    load = os.getloadavg()
+    done = subprocess.run([args.baseline_python, str(Path(args.baseline) / "benchmarks" / "bench_coser.py"), "--latency",
+                           str(args.latency), "--concurrency", str(args.concurrency), "--sequential-scenes", "1"],
+                          cwd="/", capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout[done.stdout.index("{"):])
+    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    return {"checkout": str(args.baseline), "commit": commit, "load_average_1_5_15_at_start": [round(x, 2) for x in load],
+            **{k: figures[k] for k in ("ours_wall_s", "ideal_s", "ours_over_ideal")}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sequential-scenes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.add_argument("--baseline-python", metavar="PATH", help="interpreter of the baseline checkout's environment")
+    parser.add_argument("--baseline", metavar="DIR", help="the baseline checkout (its benchmarks/bench_coser.py runs)")
     args = parser.parse_args()
+    baseline = run_baseline(args) if args.baseline else None
+    load_at_start = os.getloadavg()
     scenes = load_test_set()
     critic = load_critic_prompts()
     server = subprocess.Popen([sys.executable, "-m", "charactereval_lib.testing.mockserver", "--coser-script",
@@ -89,10 +150,10 @@ def main() -> None:
     try:
         url = server.stdout.readline().split()[-1]
         with tempfile.TemporaryDirectory() as tmp:
-            ours, run_dir = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency)
+            ours, run_dir, breakdown = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency)
             chain, calls = chain_lengths(run_dir)
             subset = scenes[:: max(1, len(scenes) // args.sequential_scenes)][: args.sequential_scenes]
-            seq, seq_dir = run(url, subset, critic, Path(tmp) / "seq", 1)
+            seq, seq_dir, _ = run(url, subset, critic, Path(tmp) / "seq", 1)
             _, seq_calls = chain_lengths(seq_dir)
     finally:
         server.terminate()
@@ -100,6 +161,9 @@ def main() -> None:
     ideal = chain * args.latency
     seq_full = seq / seq_calls * calls
     result = {
+        "machine": f"{os.cpu_count()} CPU cores, mock server in its own process, {args.latency * 1000:.0f} ms latency",
+        "load_average_1_5_15_at_start": [round(x, 2) for x in load_at_start],
+        "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
         "scenes": len(scenes), "calls": calls, "latency_s": args.latency, "longest_chain_calls": chain,
         "ours_wall_s": round(ours, 2), "ideal_s": round(ideal, 2), "ours_over_ideal": round(ours / ideal, 3),
         "sequential_scenes_measured": len(subset), "sequential_calls_measured": seq_calls,
@@ -107,8 +171,14 @@ def main() -> None:
         "sequential_full_s_extrapolated": round(seq_full, 1),
         "sequential_over_ideal_extrapolated": round(seq_full / ideal, 1),
         "speedup_vs_sequential": round(seq_full / ours, 1),
+        "ours_breakdown": breakdown,
     }
+    if baseline:
+        result["baseline"] = baseline
+        result["ours_wall_over_baseline_wall"] = round(ours / baseline["ours_wall_s"], 3)
     print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

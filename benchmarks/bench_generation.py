@@ -3,6 +3,8 @@
 Measures, in one run and against one server process:
   (a) ours:       the openai backend through the engine (records written to a run directory);
   (b) raw:        a minimal aiohttp client with the same concurrency (the ceiling here);
+  (b') SDK:       the openai SDK's client with the same concurrency, as the openai backend used it
+                  before issue 23 (the transport it replaced: what choosing the lean one gained);
   (c) sequential: one request at a time with the openai client, like the official script
                   (a few dozen requests, extrapolated);
   (d) engine only: the same engine with the offline backend sleeping the same latency, no HTTP
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -124,6 +127,26 @@ def run_raw(base_url: str, payloads: list[dict], concurrency: int) -> int:
     return asyncio.run(main())
 
 
+def run_sdk(base_url: str, payloads: list[dict], concurrency: int) -> int:
+    """The openai SDK's client as the openai backend used it before issue 23 (its aiohttp
+    transport, the low-level post of the exact payload, no retries): the transport's "before"."""
+    async def main() -> int:
+        limit = asyncio.Semaphore(concurrency)
+        client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0,
+                                    http_client=openai.DefaultAioHttpClient())
+        try:
+            async def one(payload: dict) -> bool:
+                async with limit:
+                    body = await client.post("/chat/completions", cast_to=object, body=payload)
+                    return isinstance(body["choices"][0]["message"]["content"], str)
+
+            return sum(await asyncio.gather(*(one(p) for p in payloads)))
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
 def run_sequential(base_url: str, payloads: list[dict]) -> int:
     client = openai.OpenAI(api_key="bench", base_url=base_url, max_retries=0)
     done = 0
@@ -140,7 +163,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sequential", type=int, default=40, help="requests for the sequential loop")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
 
     data, source = load_data(args.requests)
     params = DecodingParams.resolve()
@@ -151,6 +176,8 @@ def main() -> None:
             measure("ours (engine + openai backend)", lambda: run_ours(base_url, data, args.concurrency),
                     args.requests),
             measure("raw aiohttp client", lambda: run_raw(base_url, payloads, args.concurrency), args.requests),
+            measure("openai SDK client (the transport before)", lambda: run_sdk(base_url, payloads, args.concurrency),
+                    args.requests),
             measure("sequential (official-style loop)", lambda: run_sequential(base_url, payloads[: args.sequential]),
                     args.sequential),
             measure("engine only (offline backend, no HTTP)",
@@ -166,10 +193,18 @@ def main() -> None:
     for r in results:
         print(f"  {r['label']:<40} {r['rate']:8.1f} req/s  wall {r['wall_s']:6.1f} s  "
               f"{r['rate'] / ideal:6.1%} of ideal  client CPU {r['cpu_ms']:.2f} ms/request")
-    ours, raw, sequential, _ = (r["rate"] for r in results)
-    print(f"ours / raw        = {ours / raw:.3f}  (target >= 0.9)")
+    ours, raw, sdk, sequential, _ = (r["rate"] for r in results)
+    print(f"ours / raw        = {ours / raw:.3f}  (target >= 0.95)")
+    print(f"SDK client / raw  = {sdk / raw:.3f}")
     print(f"ours / sequential = {ours / sequential:.1f}x  (target >= 50x; sequential extrapolated from "
           f"{args.sequential} requests)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "source": source, "requests": args.requests, "concurrency": args.concurrency, "latency_s": args.latency,
+            "cpu_count": os.cpu_count(), "load_average_1_5_15_at_start": [round(x, 2) for x in load_at_start],
+            "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()], "results": results,
+            "ours_over_raw": ours / raw, "sdk_over_raw": sdk / raw, "ours_over_sequential": ours / sequential,
+        }, indent=2) + "\n")
 
 
 if __name__ == "__main__":

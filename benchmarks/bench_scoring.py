@@ -11,7 +11,8 @@ What it measures, in one run (ratios are what to compare across machines):
    sentencepiece tokenizer trained on the data's text stands in for BaichuanCharRM: its scores
    are meaningless, its arithmetic is the real one.
 2. On a fixed subset of whole samples (about ``--rows`` rows; ``--all`` for every row): the
-   faithful mode (batch 1) and the fast mode (as shipped; without prefix reuse; and without
+   faithful mode (batch 1; and as it was before it took the in-place attention, with the
+   official core's temporaries) and the fast mode (as shipped; without prefix reuse; and without
    prefix reuse or causal blocks) on the same rows, interleaved, best of ``--repeat``:
    tokens/s, rows/s, speed ratio, exact-equal fraction, max difference in bf16 grid steps.
 3. Peak resident memory while loading a checkpoint of a few hundred MB (written to a temporary
@@ -73,7 +74,14 @@ def time_scoring(args, rm_dir: Path, seqs, groups) -> dict:
     import torch
 
     from charactereval_lib.charactereval.reward.checkpoint import load_model
-    from charactereval_lib.charactereval.reward.model import FastOptions, sigmoid_faithful, sigmoids_fast
+    from charactereval_lib.charactereval.reward.model import (
+        FastOptions,
+        check_ids,
+        eager_attention,
+        sigmoid_faithful,
+        sigmoids_fast,
+        strict_numerics,
+    )
     from charactereval_lib.charactereval.reward.scorer import compare_modes
 
     model = load_model(rm_dir, args.device)
@@ -92,8 +100,16 @@ def time_scoring(args, rm_dir: Path, seqs, groups) -> dict:
             torch.cuda.synchronize()
         return out, time.perf_counter() - start
 
+    def faithful_eager(ids):
+        # The faithful mode before it took the in-place attention (issue 23 item 3): the official
+        # core with its three temporaries per layer, kept here as the "before" of that change.
+        check_ids(model, ids)
+        with strict_numerics(model.score.weight.device):
+            return model(torch.tensor([list(ids)], dtype=torch.long, device=args.device), eager_attention).item()
+
     modes = {
         "faithful": lambda: [sigmoid_faithful(model, s) for s in seqs],
+        "faithful_eager_before": lambda: [faithful_eager(s) for s in seqs],
         "fast": lambda: sigmoids_fast(model, seqs, groups, FastOptions(token_budget=args.batch_tokens, reuse_prefix=True)),
         "fast_no_prefix_reuse": lambda: sigmoids_fast(
             model, seqs, groups, FastOptions(token_budget=args.batch_tokens, reuse_prefix=False)
@@ -281,6 +297,10 @@ def main() -> int:
         f"without reuse or causal blocks {s['fast_no_reuse_no_causal_blocks']['speedup_vs_faithful']:.2f}x, "
         f"equal {100 * s['fast_no_reuse_no_causal_blocks']['exact_equal_fraction']:.2f}%"
     )
+    before = s["faithful_eager_before"]
+    print(f"faithful now (in-place attention) {s['faithful']['rows_per_s']:.2f} rows/s vs before (eager attention) "
+          f"{before['rows_per_s']:.2f} rows/s: {1 / before['speedup_vs_faithful']:.2f}x, "
+          f"equal {100 * before['exact_equal_fraction']:.2f}%")
     if "loading" in results:
         for key in ("bf16_load", "bf16_forward", "float32_load"):
             m = results["loading"][key]
@@ -289,6 +309,7 @@ def main() -> int:
                 f"({m['ratio_to_weights']:.2f}x; {m['ratio_to_weights_incl_one_off']:.2f}x counting the one-off "
                 f"~70 MB of a process's first load; {m['on_disk_mb']:.0f} MB on disk)"
             )
+    results["machine"]["load_average_at_end"] = os.getloadavg()[0]
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

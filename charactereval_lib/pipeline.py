@@ -23,15 +23,16 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import faults, runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
 DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
@@ -369,9 +370,9 @@ class ReportSettings(SummarizeSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from charactereval_lib.charactereval.reference import load_paper_table
+        from charactereval_lib.charactereval.paper_table import paper_models
 
-        known = list(load_paper_table().index)
+        known = paper_models()
         unknown = [b for b in self.baselines if b not in known]
         if unknown:
             raise SettingsError(f"unknown baseline model(s) {unknown}; the paper's Table 4 has {known}")
@@ -955,6 +956,8 @@ def compare(
 
 def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
     """What a run directory holds so far: one line per artifact with its record count."""
+    import pandas as pd
+
     run = runs.RunDir.resolve(run)
     statuses = pd.Series([g.get("status", "ok") for g in run.latest_generations().values()], dtype=object)
     lines = [

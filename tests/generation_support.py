@@ -13,32 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib.charactereval.data import OfficialData, Sample
+from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.requests import make_requests
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256
 from charactereval_lib.testing.mockserver import MockServer, request_key
+from charactereval_lib.testing.synthetic import synthetic_chat_data as synthetic_data  # noqa: F401 - shared
 
 ROOT = Path(__file__).resolve().parent.parent
-ROLES = ("甲乙", "丙")
-PROFILES = {"甲乙": {"姓名": "甲乙", "性格": "沉稳"}, "丙": {"姓名": "丙", "身份": "掌柜"}}
 # A key no test writes anywhere on purpose: it must never show up in a run directory or output.
 FAKE_KEY = "sk-test-DO-NOT-LEAK-7f3a9c2e41b8d605"
-
-
-def synthetic_data(count: int) -> OfficialData:
-    """``count`` samples whose contexts follow the official format and vary in length (so HF
-    batches need padding); each has its own messages, hence its own request key."""
-    samples = []
-    for i in range(count):
-        role, other = ROLES[i % 2], ROLES[(i + 1) % 2]
-        lines = []
-        for turn in range(1 + i % 4):
-            lines.append(f"{other}：第{i}号样本的问题{turn}")
-            lines.append(f"{role}：回答{turn}")
-        lines.append(f"{other}：最后一句{i}")
-        samples.append(Sample(1000 + i, role, "合成小说", "\n".join(lines)))
-    id2metric = {str(s.id): (("Fluency", "对话流利度"),) for s in samples}
-    return OfficialData(Path("synthetic"), samples, PROFILES, id2metric)
 
 
 def keys_by_id(data: OfficialData) -> dict[int, str]:

@@ -13,7 +13,6 @@ from collections import Counter
 import pytest
 
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.generation import openai_backend
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.charactereval.requests import generation_task, make_requests
@@ -30,13 +29,6 @@ from tests.generation_support import (  # noqa: F401 - fake_key and server are f
 
 MODEL = "test-model"
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=0.5)
-
-
-@pytest.fixture(params=["aiohttp", "httpx"])
-def transport(request, monkeypatch):
-    if request.param == "httpx":  # the fallback when aiohttp is not installed
-        monkeypatch.setattr(openai_backend, "_http_client", lambda openai, timeout_s: ("httpx", None))
-    return request.param
 
 
 def backend_at(base_url: str, *, policy: RetryPolicy = FAST, concurrency: int = 4, **options):
@@ -59,7 +51,7 @@ def closed_port() -> int:
 # --- 1. the server's reason is kept --------------------------------------------------------------
 
 
-def test_error_records_keep_the_servers_reason_whatever_its_shape(server, tmp_path, transport):
+def test_error_records_keep_the_servers_reason_whatever_its_shape(server, tmp_path):
     data = synthetic_data(4)
     keys = keys_by_id(data)
     actions = dict(zip(keys.values(), (["detail400"], ["detail404"], ["text500"], ["html502"]), strict=True))
@@ -79,7 +71,7 @@ def test_error_records_keep_the_servers_reason_whatever_its_shape(server, tmp_pa
 # --- 6. what happened to the connection, named truthfully -----------------------------------------
 
 
-def test_a_refused_connection_is_named_as_such_and_stops_the_run_at_once(tmp_path, transport):
+def test_a_refused_connection_is_named_as_such_and_stops_the_run_at_once(tmp_path):
     from charactereval_lib.engine.generation.base import EndpointUnreachable
 
     data = synthetic_data(20)
@@ -100,7 +92,7 @@ def test_a_refused_connection_is_named_as_such_and_stops_the_run_at_once(tmp_pat
     assert info.value.summary is not None and info.value.summary.aborted == message
 
 
-def test_an_unresolvable_host_name_stops_the_run_at_once(tmp_path, transport):
+def test_an_unresolvable_host_name_stops_the_run_at_once(tmp_path):
     from charactereval_lib.engine.generation.base import EndpointUnreachable
 
     data = synthetic_data(4)
@@ -112,7 +104,7 @@ def test_an_unresolvable_host_name_stops_the_run_at_once(tmp_path, transport):
     assert "no-such-host.invalid" in str(info.value)
 
 
-def test_a_server_that_goes_away_mid_run_is_retried_and_recorded_not_a_dead_endpoint(tmp_path, transport):
+def test_a_server_that_goes_away_mid_run_is_retried_and_recorded_not_a_dead_endpoint(tmp_path):
     import threading
 
     data = synthetic_data(6)
@@ -139,7 +131,7 @@ def test_a_server_that_goes_away_mid_run_is_retried_and_recorded_not_a_dead_endp
                            for r in refused)
 
 
-def test_a_read_timeout_is_named_as_one(server, tmp_path, transport):
+def test_a_read_timeout_is_named_as_one(server, tmp_path):
     data = synthetic_data(1)
     server.plan = {k: ["timeout"] for k in keys_by_id(data).values()}
     run_generation(tmp_path / "run", make_requests(data.samples, data), backend_at(server.base_url,
@@ -251,7 +243,7 @@ def test_with_max_context_an_over_long_prompt_is_recorded_without_sending_it(ser
     pytest.importorskip("transformers")
     from charactereval_lib.charactereval.requests import make_requests
     from charactereval_lib.engine.generation.context import chat_prompt_ids
-    from tests.tiny_chat_model import build_tokenizer
+    from charactereval_lib.testing.tiny_chat_model import build_tokenizer
 
     tokenizer = build_tokenizer(tmp_path / "tokenizer")
     data = synthetic_data(8)

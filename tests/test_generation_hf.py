@@ -16,7 +16,7 @@ from charactereval_lib.charactereval.requests import generation_task, make_reque
 from charactereval_lib.engine.generation.base import DecodingParams  # noqa: E402
 from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
 from tests.generation_support import expected_sha, synthetic_data  # noqa: E402
-from tests.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
+from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 
 MAX_TOKENS = 6
 

@@ -10,7 +10,6 @@ from collections import Counter
 import pytest
 
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.generation import openai_backend
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.charactereval.requests import generation_task, make_requests
@@ -70,11 +69,7 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
-def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transport, server, tmp_path, capfd,
-                                                                          monkeypatch):
-    if transport == "httpx":  # the fallback when aiohttp is not installed
-        monkeypatch.setattr(openai_backend, "_http_client", lambda openai, timeout_s: ("httpx", None))
+def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(server, tmp_path, capfd):
     names = list(SCENARIOS)
     data = synthetic_data(2 * len(names))
     keys = keys_by_id(data)
@@ -122,7 +117,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(transp
     out, err = capfd.readouterr()
     assert FAKE_KEY not in out + err
     manifest = runs.load_manifest(run)
-    assert manifest["generation"]["http_transport"] == transport
+    assert manifest["generation"]["http_transport"] == "aiohttp"
     assert manifest["generation"]["api_key_env"] == "OPENAI_API_KEY"
     assert manifest["generation"]["retry_policy"]["max_attempts"] == MAX_ATTEMPTS
 

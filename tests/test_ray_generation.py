@@ -21,7 +21,7 @@ from charactereval_lib.charactereval.requests import generation_task, make_reque
 from charactereval_lib.cli import main  # noqa: E402
 from charactereval_lib.engine import runs  # noqa: E402
 from tests.generation_support import kill_mid_run, synthetic_data  # noqa: E402
-from tests.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
+from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 
 SAMPLES = 12
 # Timings differ between any two runs; everything else of a record must not.

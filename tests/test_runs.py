@@ -148,3 +148,24 @@ def test_compare_refuses_runs_scored_differently_and_names_them(tmp_path):
     with pytest.raises(runs.MixedRunError, match="cannot compare: the runs were scored with different scorer"):
         pipeline.compare([a, tmp_path / "b"], tmp_path / "cmp")
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_background_appender_writes_the_same_bytes_in_the_same_order(tmp_path):
+    records = [{"id": i, "text": "回答" * (i % 7), "nested": {"n": i}} for i in range(2000)]
+    for name, background in (("direct.jsonl", False), ("background.jsonl", True)):
+        with runs.JsonlAppender(tmp_path / name, background=background) as appender:
+            for record in records:
+                appender.write(record)
+    assert (tmp_path / "background.jsonl").read_bytes() == (tmp_path / "direct.jsonl").read_bytes()
+
+
+def test_a_background_appenders_write_error_is_raised_not_lost(tmp_path, monkeypatch):
+    appender = runs.JsonlAppender(tmp_path / "out.jsonl", background=True)
+
+    def disk_full(text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(appender, "_append", disk_full)
+    appender.write({"id": 1})
+    with pytest.raises(OSError, match="No space left"):
+        appender.close()

@@ -15,20 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from charactereval_lib.charactereval.statistics import Statistics
-from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
-from charactereval_lib.engine.resources import resource_path
+# PAPER_TABLE4 and ReferenceError are used as reference.* too (where they were defined before).
+from charactereval_lib.charactereval.paper_table import PAPER_TABLE4, ReferenceError, table_path  # noqa: F401
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS
 
-PAPER_TABLE4 = "data/reference/paper_table4.csv"
 MBTI_COLUMN = "mbti_accuracy"
 DIMENSION_SUFFIX = "_avg"
 # Published cells are printed with three decimals.
 PAPER_DECIMALS = 3
-
-
-class ReferenceError(DataError):
-    """A reference table that is missing or not shaped like the paper's Table 4."""
 
 
 def expected_columns() -> list[str]:
@@ -43,9 +38,7 @@ def expected_columns() -> list[str]:
 def load_paper_table(path: Path | None = None) -> pd.DataFrame:
     """Table 4 as a wide frame indexed by model (NaN where the paper prints "-"): the shipped
     copy unless ``path``."""
-    path = Path(path) if path else resource_path(PAPER_TABLE4)
-    if not path.exists():
-        raise ReferenceError(f"{path}: missing (the paper's Table 4 ships in data/reference/)")
+    path = table_path(path)
     table = pd.read_csv(path)
     missing = [c for c in expected_columns() if c not in table.columns]
     if missing:

@@ -265,7 +265,7 @@ def import_evaluation(
     must be given for the flat layout; ``version`` None: ``coser-paper`` for the paper-era layout,
     ``coser-head`` for the flat one; ``score_formula`` None: ``no_length_penalty`` for a file named
     ``*-no_length_penalty.json``, else ``length_penalty``; ``metrics`` adds BLEU/ROUGE-L of each
-    simulation text (ROUGE-L takes ~50 ms a scene)."""
+    simulation text (ROUGE-L takes ~15 ms a scene)."""
     from tqdm import tqdm
 
     path = Path(path)

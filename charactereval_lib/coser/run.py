@@ -1,6 +1,6 @@
 """A CoSER run in a run directory: presets, the concurrent crash-safe loop, statistics, dry run.
 
-Artifacts (JSON Lines, appended one flushed line at a time under one writer lock):
+Artifacts (JSON Lines, appended and flushed by a writer thread per file, under one writer lock):
 
 - ``coser_turns.jsonl``: every model call of every scene's simulation, as it returns;
 - ``coser_scenes.jsonl``: a scene's finished simulation (or the error that stopped it);
@@ -10,7 +10,8 @@ Artifacts (JSON Lines, appended one flushed line at a time under one writer lock
 
 Scenes run concurrently, turns within a scene sequentially. Resuming (the same command again)
 skips finished work, continues each unfinished scene from its last recorded turn and judges what
-is not judged yet; a SIGKILL loses at most the line being written.
+is not judged yet; a SIGKILL loses at most the lines still queued for writing (the last
+moments' calls, asked again on resume).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -111,8 +113,9 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
     limit = asyncio.Semaphore(scene_concurrency)
-    with JsonlAppender(run_dir.artifact(TURNS)) as turns, JsonlAppender(run_dir.artifact(SCENES)) as scene_log, \
-            JsonlAppender(run_dir.artifact(JUDGEMENTS)) as judge_log:
+    with JsonlAppender(run_dir.artifact(TURNS), background=True) as turns, \
+            JsonlAppender(run_dir.artifact(SCENES), background=True) as scene_log, \
+            JsonlAppender(run_dir.artifact(JUDGEMENTS), background=True) as judge_log:
         for appender in (turns, scene_log, judge_log):
             if appender.repair_message:
                 state.warnings.append(appender.repair_message)
@@ -154,18 +157,31 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
         async def judge(repeat: int, scene: Scene, record: dict[str, Any]) -> None:
             todo = [d for d in DIMENSIONS if (repeat, scene.key, d) not in state.judged]
             base = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"]}
+            metrics = judging = None
             if (repeat, scene.key) not in state.metrics:
                 _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
                                                      settings.version)
-                judge_log.write({**base, "kind": "metrics", **surface_metrics(text, reference)})
+                # BLEU/ROUGE-L are CPU work: in a worker thread while the judge calls are out, so
+                # the event loop keeps serving the other scenes' calls. (Not a process: a spawned
+                # worker re-runs the caller's unguarded script, and forking a threaded one is unsafe.)
+                metrics = asyncio.get_running_loop().run_in_executor(metrics_pool, surface_metrics, text, reference)
             if todo:
-                for result in await judge_scene(clients.ask, record["simulation"], scene, record["profiles"],
-                                                critic, settings, todo):
-                    judge_log.write({**base, "kind": "dimension", **result})
+                judging = judge_scene(clients.ask, record["simulation"], scene, record["profiles"], critic, settings,
+                                      todo)
+            computed, results = await asyncio.gather(_maybe(metrics), _maybe(judging))
+            if computed is not None:
+                judge_log.write({**base, "kind": "metrics", **computed})
+            for result in results or ():
+                judge_log.write({**base, "kind": "dimension", **result})
 
-        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
+        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar, \
+                ThreadPoolExecutor(1, thread_name_prefix="coser-metrics") as metrics_pool:
             await asyncio.gather(*(one(r, s) for r, s in work))
     return {"scenes": len(work), "errors": errors, "warnings": state.warnings, "calls": dict(clients.calls)}
+
+
+async def _maybe(awaitable: Any) -> Any:
+    return None if awaitable is None else await awaitable
 
 
 def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, scenes: Sequence[Scene],

@@ -13,9 +13,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
-from scipy import stats as _stats
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+# numpy, pandas and scipy are imported where they are used: every command imports this module
+# for its defaults, and the three take about a second to import (most commands need none).
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
@@ -35,6 +40,8 @@ class Clusters:
 def category_positions(values: pd.Series, categories: Sequence[str], label: str = "category") -> np.ndarray:
     """Column index of each observation's category; an unknown category is an error that
     calls it by the caller's ``label`` (e.g. "metric")."""
+    import numpy as np
+
     position = {name: i for i, name in enumerate(categories)}
     positions = values.map(position)
     if positions.isna().any():
@@ -48,6 +55,9 @@ def cluster_totals(
     value: str = "score", label: str = "category",
 ) -> Clusters:
     """Sum and count ``value`` per (cluster, category) as dense (n_clusters, n_categories) arrays."""
+    import numpy as np
+    import pandas as pd
+
     codes, ids = pd.factorize(frame[cluster], sort=True)
     width = len(categories)
     flat = codes.astype(np.int64) * width + category_positions(frame[category], categories, label)
@@ -62,6 +72,8 @@ def resample_counts(n_ids: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_ids): how often each cluster is drawn in each resample of n_ids draws with
     replacement. Counting the draws (one bincount over all resamples at once) turns every
     resampled sum into a matrix product instead of a Python loop."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, n_ids, size=(n_boot, n_ids), dtype=np.int64)
     picks += np.arange(n_boot, dtype=np.int64)[:, None] * n_ids
@@ -73,6 +85,8 @@ def bootstrap_means(clusters: Clusters, n_boot: int = DEFAULT_N_BOOT, seed: int 
 
     A resample that happens to draw no observation of a category gives NaN for it (only
     plausible for a category with very few observations); intervals ignore those draws."""
+    import numpy as np
+
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     weights = resample_counts(len(clusters.ids), n_boot, seed)
@@ -83,6 +97,8 @@ def bootstrap_means(clusters: Clusters, n_boot: int = DEFAULT_N_BOOT, seed: int 
 def percentile_interval(draws: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """Per-column percentile interval of bootstrap draws, ignoring NaN draws; NaN when a
     column has no finite draw."""
+    import numpy as np
+
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be between 0 and 1, got {level}")
     tail = (1 - level) / 2 * 100
@@ -101,6 +117,9 @@ def minimum_detectable_difference(
     """The true mean difference a two-sided z-test at ``alpha`` detects with probability
     ``power``: (z_{1-alpha/2} + z_{power}) * sd / sqrt(n) for n paired differences of SD ``sd``;
     for two independent groups of n observations each with common SD ``sd``, times sqrt(2)."""
+    import numpy as np
+    from scipy import stats as _stats
+
     factor = _stats.norm.ppf(1 - alpha / 2) + _stats.norm.ppf(power)
     scale = 1.0 if paired else math.sqrt(2.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -109,7 +128,11 @@ def minimum_detectable_difference(
 
 def wilcoxon_p(differences: np.ndarray) -> float:
     """Two-sided Wilcoxon signed-rank p-value; NaN when no difference is non-zero (undefined)."""
+    import numpy as np
+
     differences = np.asarray(differences, dtype=float)
     if not np.any(differences != 0):
         return math.nan
+    from scipy import stats as _stats
+
     return float(_stats.wilcoxon(differences, zero_method="wilcox").pvalue)

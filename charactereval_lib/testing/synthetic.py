@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from charactereval_lib.engine import runs
-from charactereval_lib.charactereval.data import ID2METRIC, PROFILES, TEST_DATA, OfficialData
+from charactereval_lib.charactereval.data import ID2METRIC, PROFILES, TEST_DATA, OfficialData, Sample
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.transform import transform_run
 
@@ -144,3 +144,25 @@ def write_synthetic_run(
     runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(run_dir, scoring={"rm_label": rm_label, "mode": "faithful", "device": "cpu"})
     return run_dir
+
+
+# --- chat samples for the generation tests and benchmarks -------------------------------------------
+
+_CHAT_ROLES = ("甲乙", "丙")
+_CHAT_PROFILES = {"甲乙": {"姓名": "甲乙", "性格": "沉稳"}, "丙": {"姓名": "丙", "身份": "掌柜"}}
+
+
+def synthetic_chat_data(count: int) -> OfficialData:
+    """``count`` samples whose contexts follow the official format and vary in length (so HF
+    batches need padding); each has its own messages, hence its own request key."""
+    samples = []
+    for i in range(count):
+        role, other = _CHAT_ROLES[i % 2], _CHAT_ROLES[(i + 1) % 2]
+        lines = []
+        for turn in range(1 + i % 4):
+            lines.append(f"{other}：第{i}号样本的问题{turn}")
+            lines.append(f"{role}：回答{turn}")
+        lines.append(f"{other}：最后一句{i}")
+        samples.append(Sample(1000 + i, role, "合成小说", "\n".join(lines)))
+    id2metric = {str(s.id): (("Fluency", "对话流利度"),) for s in samples}
+    return OfficialData(Path("synthetic"), samples, _CHAT_PROFILES, id2metric)

@@ -5,8 +5,9 @@ right-padded batch and its prefix cache, the modules (attention, MLP, decoder la
 model), then the two ways to run them. There is one forward per module; the ways differ only in
 the arguments they pass it:
 
-- ``sigmoid_faithful``: batch 1, no padding, no cache, ``eager_attention``, bf16: the same
-  sequence of torch operations as the official eval path (see ``REWARD_MODEL.md``), so it is
+- ``sigmoid_faithful``: batch 1, no padding, no cache, bf16: the same sequence of torch
+  operations as the official eval path (see ``REWARD_MODEL.md``), its elementwise attention steps
+  done in place (``inplace_attention``: the same operations on the same values), so it is
   bitwise identical to the official scorer on the same device. Published numbers use it.
 - ``sigmoids_fast``: right-padded, length-bucketed batches (``RaggedBatch``), attention per row
   through a fast-mode attention function, the final layer at the last position only, plus
@@ -134,9 +135,10 @@ class RMSNorm(nn.Module):
 # An attention function maps queries (B, heads, n, head_dim) and keys and values (B, heads, end,
 # head_dim) to an output shaped like the queries. The queries are always the LAST n of the end
 # key positions (a whole sequence, or the tokens that continue a cached prefix), and ``mask``
-# holds their rows of the ALiBi mask, (heads, n, end). ``eager_attention`` is the official core
-# and the only one the faithful mode uses; the others are fast-mode alternatives that compute
-# the same operations on the same values, in place or in query blocks.
+# holds their rows of the ALiBi mask, (heads, n, end). ``eager_attention`` is the official core;
+# the others compute the same operations on the same values, in place or in query blocks. The
+# faithful mode uses ``inplace_attention``: the official core's three temporaries of the size of
+# the score matrix per layer cost more in page faults (kernel time) than the arithmetic on CPU.
 
 AttentionFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -170,7 +172,8 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 
 
 def inplace_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """S8 attention core (fast mode): ``eager_attention`` with its elementwise steps in place."""
+    """S8 attention core (faithful and fast modes): ``eager_attention`` with its elementwise steps
+    in place."""
     return torch.matmul(attention_probs_inplace(q, k, mask), v)
 
 
@@ -503,7 +506,7 @@ def sigmoid_faithful(model: BaichuanCharRM, ids: Sequence[int]) -> float:
     device = model.score.weight.device
     with strict_numerics(device):
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
-        return model(input_ids).item()
+        return model(input_ids, inplace_attention).item()
 
 
 # --- fast mode ------------------------------------------------------------------------------

@@ -4,8 +4,9 @@
 ``generate`` out); the latest record of an id is its state. Resuming the same command skips ids
 whose state is ok (and, unless ``retry_errors``, ids that failed); it refuses when the run was
 made with another model, decoding parameters or protocol version, because one run must hold
-replies of one configuration. Every record is flushed as it arrives, so an interrupt (Ctrl-C,
-SIGTERM) keeps everything received and a SIGKILL loses only the requests in flight.
+replies of one configuration. Every record is flushed as it arrives (by a writer thread), so an
+interrupt (Ctrl-C, SIGTERM) keeps everything received and a SIGKILL loses only the requests in
+flight and the lines still queued for the disk.
 """
 
 from __future__ import annotations
@@ -294,13 +295,14 @@ async def drive(
     desc: str,
 ) -> bool:
     """Stream ``requests`` through ``backend`` and append ``to_record(result)`` to the JSON Lines
-    file ``output`` as each result arrives (one flushed line each, so a kill loses only what is in
-    flight). Shared by generation and judging so both get the same concurrency, retries, progress
-    bar and signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
+    file ``output`` as each result arrives (one line each, flushed by a writer thread so that the
+    event loop never waits for the disk; a kill loses only what is in flight or still queued).
+    Shared by generation and judging so both get the same concurrency, retries, progress bar and
+    signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
     from tqdm import tqdm
 
     stop_on_sigterm = _cancel_on_sigterm()
-    appender = runs.JsonlAppender(output)
+    appender = runs.JsonlAppender(output, background=True)
     if appender.repair_message:
         print(f"warning: {appender.repair_message}", file=sys.stderr)
     bar = tqdm(total=len(requests), disable=not progress, unit="req", desc=desc, dynamic_ncols=True)

@@ -1,8 +1,9 @@
 """The OpenAI-compatible backend: any chat-completions endpoint (OpenAI, vLLM, API providers).
 
-The ``openai`` package's async client is used with its own retries disabled, so the policy of
-``retry.py`` is the only one. The API key is read from the environment here and never leaves
-this object: it is not in the manifest, the records, the error messages or the logs.
+Requests go out through ``http_client.ChatClient`` (aiohttp, without the ``openai`` SDK's per-request
+cost), and the policy of ``retry.py`` is the only retry policy. The API key is read from the
+environment here and never leaves this object: it is not in the manifest, the records, the
+error messages or the logs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload, redact
 from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids
+from charactereval_lib.engine.generation.http_client import ChatClient, StatusError
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -29,7 +31,7 @@ _REPORTED = ("system_fingerprint", "service_tier")
 
 
 # The api_key_env value of a server that needs no key (a local one): a placeholder is sent then,
-# because the client library refuses to send no key at all.
+# as the openai SDK did (it refuses to send no key at all), so such servers see what they saw.
 NO_API_KEY = ""
 PLACEHOLDER_KEY = "no-key"
 
@@ -65,19 +67,14 @@ class OpenAIBackend(RetryingBackend):
         max_context: int | None = None,
         context_tokenizer: str | None = None,
     ) -> None:
-        import openai
-
         super().__init__(concurrency=concurrency, policy=policy or RetryPolicy())
         self.model = model
         self.params = params
         self.base_url = base_url
         self.api_key_env = api_key_env
         self._key = read_api_key(api_key_env)
-        self.transport, http_client = _http_client(openai, self.policy.timeout_s)
-        self._client = openai.AsyncOpenAI(
-            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.policy.timeout_s, http_client=http_client
-        )
-        self._openai = openai
+        self.transport = "aiohttp"
+        self._client = ChatClient(base_url, self._key, self.policy.timeout_s)
         self.context_tokenizer = (context_tokenizer or model) if max_context is not None else None
         self._counter = _load_counting_tokenizer(self.context_tokenizer) if self.context_tokenizer else None
         self.context = ContextWindow(max_context, params.max_tokens, "--max-context") if max_context else None
@@ -108,19 +105,16 @@ class OpenAIBackend(RetryingBackend):
         return build_payload(self.model, request.messages, request.params or self.params)
 
     async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
-        openai = self._openai
         try:
-            # The SDK's documented low-level post: the payload goes out exactly as recorded, and
-            # we skip chat.completions.create's per-field type walk and model construction (most
-            # of the client's CPU time per request, which caps throughput at high concurrency).
-            response = await self._client.post("/chat/completions", cast_to=object, body=payload)
-        except openai.APIStatusError as exc:
+            # The payload goes out exactly as recorded.
+            response = await self._client.post(payload)
+        except StatusError as exc:
             raise self._classify_status(exc) from None
-        except openai.APIConnectionError as exc:  # APITimeoutError included
-            raise self._connection_failure(exc) from None
-        except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+        except json.JSONDecodeError as exc:
             message = self._clean(f"unparsable response: {exc}")
             raise TransientError("MalformedResponse", message, answer=message) from None
+        except (OSError, _client_errors()) as exc:  # TimeoutError is an OSError
+            raise self._connection_failure(exc) from None
         if not isinstance(response, dict):
             raise TransientError("MalformedResponse", self._clean(f"not a JSON object: {str(response)[:200]!r}"))
         return self._result(request, response)
@@ -166,7 +160,8 @@ class OpenAIBackend(RetryingBackend):
         )
 
     def _connection_failure(self, exc: BaseException) -> TransientError:
-        """Say what happened, in our words: the SDK calls a refused connection "Request timed out"."""
+        """Say what happened, in our words (an HTTP library's own words can mislead: the SDK called a
+        refused connection "Request timed out")."""
         error_class = connection_failure_class(exc)
         where = self._endpoint()
         message = {
@@ -182,11 +177,11 @@ class OpenAIBackend(RetryingBackend):
         return TransientError(error_class, message, connected=connected, unreachable=unreachable)
 
     def _endpoint(self) -> Any:
-        return urllib.parse.urlsplit(str(self._client.base_url))
+        return urllib.parse.urlsplit(self._client.base_url)
 
-    def _classify_status(self, exc: Any) -> Exception:
+    def _classify_status(self, exc: StatusError) -> Exception:
         status = exc.status_code
-        error_class = type(exc).__name__
+        error_class = exc.error_class
         message = self._clean(_api_message(exc))
         if status == 429:
             return TransientError(error_class, message, status=status, retry_after_s=retry_after(exc.response.headers),
@@ -220,25 +215,19 @@ def _load_counting_tokenizer(name: str) -> Any:
     return tokenizer
 
 
-def _http_client(openai: Any, timeout_s: float) -> tuple[str, Any]:
-    """The SDK's aiohttp transport when aiohttp is installed: it costs about a third less client
-    CPU per request than the default httpx one, which matters at high concurrency on few cores
-    (benchmarks/bench_generation.py). Otherwise the SDK's default transport."""
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        return "httpx", None
-    return "aiohttp", openai.DefaultAioHttpClient(timeout=timeout_s)
+def _client_errors() -> type[BaseException]:
+    import aiohttp
+
+    return aiohttp.ClientError
 
 
-# What went wrong below HTTP, most specific first. Both transports wrap the socket error in their
-# own types, and the aiohttp one reports every failure (even a refusal) as a "connect timeout",
-# so the class names along the whole cause chain decide, not the outermost exception.
+# What went wrong below HTTP, most specific first. HTTP libraries wrap the socket error in their
+# own types (and some report every failure, even a refusal, as a "connect timeout"), so the class
+# names along the whole cause chain decide, not the outermost exception.
 _DNS_ERRORS = {"gaierror", "ClientConnectorDNSError"}
-_LOST_ERRORS = {"ConnectionResetError", "BrokenPipeError", "ServerDisconnectedError", "RemoteProtocolError",
-                "ClientPayloadError"}
+_LOST_ERRORS = {"ConnectionResetError", "BrokenPipeError", "ServerDisconnectedError", "ClientPayloadError"}
 _CONNECT_TIMEOUTS = {"ConnectionTimeoutError"}
-_READ_TIMEOUTS = {"ReadTimeout", "SocketTimeoutError", "ServerTimeoutError", "TimeoutError"}
+_READ_TIMEOUTS = {"SocketTimeoutError", "ServerTimeoutError", "TimeoutError"}
 
 
 def connection_failure_class(exc: BaseException) -> str:
@@ -254,8 +243,7 @@ def connection_failure_class(exc: BaseException) -> str:
                                  ("ReadTimeout", _READ_TIMEOUTS)):
         if names & markers:
             return error_class
-    # httpx's own ConnectTimeout is a real one (no socket error underneath); aiohttp's is caught above.
-    return "ConnectTimeout" if "ConnectTimeout" in names else "APIConnectionError"
+    return "APIConnectionError"
 
 
 # How much of an unstructured error body (a plain-text or HTML error page) a record keeps.

@@ -1,5 +1,6 @@
 """A tiny randomly initialised Llama with a BPE tokenizer trained here and a chat template:
-nothing downloaded. Shared by the hf backend tests and the real-server test."""
+nothing downloaded. Shared by the hf backend tests, the real-server test and bench_ray.py (which
+runs from a runtime install, without the tests' support code)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from charactereval_lib.charactereval.requests import make_requests
-from tests.generation_support import synthetic_data
+from charactereval_lib.testing.synthetic import synthetic_chat_data
 
 # "</s>" first, so the end-of-sequence id is 0 (the silent model below relies on it).
 SPECIALS = ["</s>", "<s>", "<pad>", "<|user|>", "<|assistant|>"]
@@ -21,7 +22,7 @@ TEMPLATE = (
 
 
 def build_tokenizer(path: Path) -> transformers.PreTrainedTokenizerFast:
-    data = synthetic_data(16)
+    data = synthetic_chat_data(16)
     corpus = [str(p) for p in data.profiles.values()] + [m["content"] for r in make_requests(data.samples, data)
                                                             for m in r.messages]
     tokenizer = Tokenizer(models.BPE())
