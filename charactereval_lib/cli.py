@@ -12,7 +12,6 @@ from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.engine import faults, runs
-from charactereval_lib.charactereval.summary import summary_table_lines
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
@@ -218,6 +217,8 @@ def _undefined(estimate: dict) -> str:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
+    from charactereval_lib.charactereval.summary import summary_table_lines
+
     outcome = pipeline.summarize(args.run, _settings(pipeline.SummarizeSettings, args), data_dir=args.data_dir,
                                  out=args.out)
     summary = outcome.summary
@@ -382,6 +383,8 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
 
 def cmd_panel(args: argparse.Namespace) -> int:
     """panel RUN: prints the panel's metric means, the judges' alpha and their invalid answers."""
+    from charactereval_lib.charactereval.summary import summary_table_lines
+
     settings = _settings(pipeline.PanelSettings, args, judge_models=tuple(args.judge_models))
     outcome = pipeline.panel(args.run, settings, args.out)
     summary = outcome.summary
