@@ -95,8 +95,11 @@ def test_a_worker_killed_mid_run_costs_nothing(cluster, model_dir, reference, tm
             os.kill(workers[0].pid, signal.SIGKILL)
 
     chosen = settings(model_dir, "ray")
-    backend = RayHFBackend(chosen.model, chosen.decoding(), chosen.backend_options(), RaySettings(workers=2),
-                           on_result=kill_one_worker)
+    # One unit in flight per worker: when the first result comes back, four of the six units are
+    # still queued, so the killed worker is always handed another one (with two in flight, a busy
+    # driver could see both of its units finish before the kill and the queue empty: no restart).
+    backend = RayHFBackend(chosen.model, chosen.decoding(), chosen.backend_options(),
+                           RaySettings(workers=2, in_flight_per_worker=1), on_result=kill_one_worker)
     summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data),
                              progress=False)
     assert killed and summary.ok == SAMPLES and backend.pool.restarts == 1
