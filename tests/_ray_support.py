@@ -3,10 +3,10 @@
 Starting a Ray node takes from seconds to minutes on a busy machine, and several starting at once
 (one per test module, per killed driver, per xdist worker) time out ("node timed out during
 startup"). So the first test process that needs Ray starts one head node (``ray start --head
---block``, two CPUs) under a file lock in a folder every xdist worker of the session shares, and
+--block``, ``CPUS`` logical CPUs) under a file lock in a folder every xdist worker of the session shares, and
 waits for it with a generous deadline; every other test process, driver and child connects to it
-by address. It has ``CPUS`` logical CPUs: enough for two test files' workers at once. The controller process stops it when the session ends (``stop_shared_cluster``, from
-conftest), by the process id it started.
+by address. The controller process stops it when the session ends (``stop_shared_cluster``,
+from conftest), by the process id it started.
 """
 
 from __future__ import annotations
