@@ -730,7 +730,7 @@ def add_reproduce_parser(subparsers: Any) -> None:
                                                 "the paper -> OUT/reproduction.json + reproduction.html")
     p.add_argument("--benchmark", required=True, choices=["coser", "charactereval"])
     p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) output directory")
-    p.add_argument("--data-dir", dest="data_dir", metavar="DIR",
+    p.add_argument("--data-dir", "--dir", dest="data_dir", metavar="DIR",
                    help="data directory (default: $COSER_DATA_DIR or $CHARACTEREVAL_DATA_DIR, as the other commands)")
     p.add_argument("--rm", metavar="DIR", help="charactereval: the reward-model checkpoint that scores the replies")
     p.add_argument("--device", help="charactereval: torch device for the reward model (e.g. cuda)")

@@ -8,14 +8,20 @@ directory, then ``$COSER_DATA_DIR``, then ``data/coser/``.
 
 from __future__ import annotations
 
-import json
 import os
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.pinned import DataError, Upstream, check_digests, fetch, load_upstream
+from charactereval_lib.engine.pinned import (
+    DataError,
+    Upstream,
+    check_digests,
+    fetch,
+    load_json_document,
+    load_upstream,
+)
 from charactereval_lib.engine.runs import in_workspace
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.json"
@@ -87,13 +93,18 @@ def read_verified(data_dir: Path, name: str) -> bytes:
     return data
 
 
+def _groups(with_results: bool) -> tuple[str, ...]:
+    """The manifest groups a fetch or verify covers: the released results only when asked."""
+    return (GROUP, RESULTS_GROUP) if with_results else (GROUP,)
+
+
 def verify(data_dir: str | os.PathLike[str] | None = None, *, with_results: bool = False) -> list[str]:
     """Check every pinned file (the released results too when asked); one problem line per bad
     file (empty list = all good)."""
     root = locate_data_dir(data_dir)
     if not root.is_dir():
         return [f"{root}: no such CoSER data directory (run `charactereval coser data fetch` or set {DATA_DIR_ENV})"]
-    groups = {GROUP, RESULTS_GROUP} if with_results else {GROUP}
+    groups = _groups(with_results)
     problems = []
     for spec in manifest().files:
         if spec.group not in groups:
@@ -111,8 +122,7 @@ def fetch_data(
 ) -> list[Path]:
     """Download the pinned files that are missing or altered, verify them, write them atomically
     (``with_results``: also the released evaluation files)."""
-    groups = (GROUP, RESULTS_GROUP) if with_results else (GROUP,)
-    return fetch(locate_data_dir(data_dir), groups, manifest(), mirror=mirror, progress=progress,
+    return fetch(locate_data_dir(data_dir), _groups(with_results), manifest(), mirror=mirror, progress=progress,
                  offline_hint=f"Set {DATA_DIR_ENV} to a copy of the files or fetch from a mirror with --mirror URL")
 
 
@@ -152,11 +162,5 @@ def load_test_set(data_dir: str | os.PathLike[str] | None = None, *, verify_dige
             data = path.read_bytes()
         except FileNotFoundError:
             raise DataError(f"{path}: missing (run `coser data fetch`, or set {DATA_DIR_ENV})") from None
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    return parse_test_set(obj, path)
+    return parse_test_set(load_json_document(path, data), path)
 

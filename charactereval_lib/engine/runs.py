@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import collections
 import os
 import subprocess
 import sys
 import tempfile
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,10 +234,10 @@ class JsonlAppender:
         self.repair_message = repair_torn_tail(self.path)
         self._fsync = fsync
         self._file: TextIO = open(self.path, "a", encoding="utf-8", newline="")
-        self._pending: collections.deque[str] | None = None
+        self._pending: deque[str] | None = None
         self._error: BaseException | None = None
         if background:
-            self._pending = collections.deque()
+            self._pending = deque()
             self._closing = threading.Event()
             self._thread = threading.Thread(target=self._drain, name=f"append {self.path.name}", daemon=True)
             self._thread.start()
