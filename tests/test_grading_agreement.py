@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from charactereval_lib.engine.grading import agreement as ag
+from charactereval_lib.engine.stats import bootstrap_means, cluster_totals, cluster_weights, resample_counts
 
 
 def test_pearson_by_hand():
@@ -91,14 +92,32 @@ def test_kappas_and_alpha_on_weights_equal_repeated_rows(data):
 
 
 def test_bootstrap_draws_whole_clusters():
-    clusters = ["a", "a", "b", "c", "c", "c"]
-    weights = ag.bootstrap_weights(clusters, 200, seed=3)
+    clusters = ["c", "a", "a", "b", "c", "c"]
+    weights = cluster_weights(clusters, 200, seed=3)
     assert weights.shape == (200, 6)
-    assert (weights[:, 0] == weights[:, 1]).all() and (weights[:, 3] == weights[:, 5]).all()
+    assert (weights[:, 1] == weights[:, 2]).all() and (weights[:, 0] == weights[:, 5]).all()
     # Each replicate draws three clusters: a and b count 1 row each per draw, c three rows.
-    drawn = weights[:, 0] + weights[:, 2] + weights[:, 3]
+    drawn = weights[:, 1] + weights[:, 3] + weights[:, 0]
     assert (drawn == 3).all()
-    assert (ag.bootstrap_weights(clusters, 200, seed=3) == weights).all()
+    assert (cluster_weights(clusters, 200, seed=3) == weights).all()
+    # The agreement intervals resample exactly as the mean intervals do (one bootstrap): cluster
+    # k of the sorted clusters is drawn resample_counts(...)[:, k] times.
+    assert (weights[:, [1, 3, 0]] == resample_counts(3, 200, 3)).all()
+
+
+def test_bootstrap_means_and_row_weights_see_the_same_resamples():
+    frame = pd.DataFrame({"id": [5, 5, 2, 9, 9, 9], "metric_en": ["m"] * 6, "score": [1.0, 2, 3, 4, 5, 2]})
+    draws = bootstrap_means(cluster_totals(frame, ["m"]), 50, seed=7)[:, 0]
+    weights = cluster_weights(frame["id"].tolist(), 50, seed=7)
+    assert np.allclose(draws, (weights @ frame["score"].to_numpy()) / weights.sum(axis=1))
+
+
+def test_label_agreement_of_nothing_is_undefined():
+    result = ag.label_agreement([], [], n_boot=20)
+    for estimate in (result.metascore, result.cohen_kappa, result.krippendorff_alpha):
+        assert np.isnan([estimate.value, estimate.low, estimate.high]).all()
+        assert (estimate.n, estimate.n_clusters) == (0, 0)
+    assert result.confusion.empty
 
 
 def test_scorer_agreement_intervals_cover_the_estimate(data):

@@ -10,7 +10,7 @@ consistent interval. Nothing here knows a benchmark's metric names: callers pass
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
@@ -78,6 +78,17 @@ def resample_counts(n_ids: int, n_boot: int, seed: int) -> np.ndarray:
     picks = rng.integers(0, n_ids, size=(n_boot, n_ids), dtype=np.int64)
     picks += np.arange(n_boot, dtype=np.int64)[:, None] * n_ids
     return np.bincount(picks.ravel(), minlength=n_boot * n_ids).reshape(n_boot, n_ids).astype(np.float64)
+
+
+def cluster_weights(clusters: Sequence[Hashable], n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """(n_boot, rows) row weights of the cluster bootstrap: a row weighs how often its cluster was
+    drawn. The draws are ``resample_counts`` over the clusters in sorted order, as
+    ``cluster_totals`` numbers them, so a statistic weighted by rows (the agreement statistics)
+    sees the very resamples ``bootstrap_means`` sees for the same clusters and seed."""
+    import pandas as pd
+
+    codes, ids = pd.factorize(pd.Series(list(clusters), dtype=object), sort=True)
+    return resample_counts(len(ids), n_boot, seed)[:, codes]
 
 
 def bootstrap_means(clusters: Clusters, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> np.ndarray:

@@ -1,8 +1,9 @@
 """Agreement between two scorers, and between a scorer and human labels, with intervals.
 
 Every statistic is written for *weighted* rows, so one matrix product evaluates it on all
-bootstrap replicates at once: a cluster bootstrap by sample id draws how often each sample is
-taken (a multinomial count per sample), and each row inherits its sample's count as weight. A
+bootstrap replicates at once: the cluster bootstrap by sample id (``engine.stats.cluster_weights``,
+the same resamples as every other interval of the workbench) draws how often each sample is
+taken, and each row inherits its sample's count as weight. A
 statistic on integer weights equals the statistic on the data with each row repeated that
 often, which is what the tests check against direct computations.
 
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 import krippendorff
 import numpy as np
 import pandas as pd
+
+from charactereval_lib.engine.stats import cluster_weights
 
 DEFAULT_SCALE = (1, 2, 3, 4, 5)
 OVERALL = "overall"
@@ -43,19 +46,6 @@ class Estimate:
 def round_half_up(scores: np.ndarray) -> np.ndarray:
     """Scores rounded to whole grades, halves upwards (2.5 -> 3), unlike numpy's half-to-even."""
     return np.floor(np.asarray(scores, dtype=float) + 0.5)
-
-
-def bootstrap_weights(clusters: Sequence[Hashable], n_boot: int, seed: int = 0) -> np.ndarray:
-    """Row weights of `n_boot` cluster-bootstrap replicates, shape (n_boot, rows).
-
-    Whole clusters (sample ids) are drawn with replacement; a row's weight is how often its
-    cluster was drawn.
-    """
-    _, index = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
-    n_clusters = int(index.max()) + 1 if len(index) else 0
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot)
-    return counts[:, index].astype(float)
 
 
 # ---- weighted statistics; w has shape (rows,) or (B, rows) ----
@@ -157,7 +147,8 @@ def _label_codes(a: Sequence, b: Sequence, labels: Sequence | None) -> tuple[lis
     missing = sorted({v for v in (*a, *b) if v not in position}, key=_sort_key)
     if missing:
         raise ValueError(f"values {missing} are not among the labels {list(labels)}")
-    return list(labels), np.array([position[v] for v in a]), np.array([position[v] for v in b])
+    return (list(labels), np.array([position[v] for v in a], dtype=np.int64),
+            np.array([position[v] for v in b], dtype=np.int64))
 
 
 def _sort_key(value):
@@ -300,7 +291,7 @@ def scorer_agreement(
     low, high = min(scale), max(scale)
     rx, ry = np.clip(round_half_up(x), low, high), np.clip(round_half_up(y), low, high)
     ones = np.ones(len(x))
-    replicates = bootstrap_weights(clusters, n_boot, seed) if len(x) else np.zeros((0, 0))
+    replicates = cluster_weights(clusters, n_boot, seed)
     functions = {
         "pearson": lambda w: weighted_pearson(x, y, w),
         "spearman": lambda w: weighted_spearman(x, y, w),
@@ -402,7 +393,7 @@ def label_agreement(
     n, n_clusters = len(human), len(set(clusters))
     if labels is not None and invalid in predicted and invalid not in labels:
         labels = [*labels, invalid]
-    replicates = bootstrap_weights(clusters, n_boot, seed)
+    replicates = cluster_weights(clusters, n_boot, seed)
     data = _alpha_data(human, predicted, invalid, alpha_level)
 
     def with_interval(statistic, point: float) -> Estimate:
@@ -421,8 +412,10 @@ def label_agreement(
     # Against fewer than two labels, or labels that never vary, a chance-corrected agreement is
     # 0 or 0/0 whatever the scorer says: undefined (NaN, null in JSON), never a number.
     kappa_point = kappa(ones)[0] if n >= 2 and len(set(human)) >= 2 else float("nan")
+    # The share of agreeing rows among none is undefined too.
+    exact_point = exact(ones)[0] if n else float("nan")
     return LabelAgreement(
-        with_interval(exact, exact(ones)[0]),
+        with_interval(exact, exact_point),
         with_interval(kappa, kappa_point),
         with_interval(alpha, krippendorff_alpha(data, alpha_level)),
         confusion_matrix(human, predicted, labels),

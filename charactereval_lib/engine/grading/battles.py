@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from charactereval_lib.engine.grading.agreement import Estimate, bootstrap_weights, over_replicates, percentile_estimate
+from charactereval_lib.engine.grading.agreement import Estimate, over_replicates, percentile_estimate
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
+from charactereval_lib.engine.stats import cluster_weights
 
 Order = Literal["ab", "ba"]
 ORDERS: tuple[Order, Order] = ("ab", "ba")
@@ -127,7 +128,7 @@ def battle_summary(
     indicators["position_consistency"] = np.array([c is True for c in consistent], dtype=float)
     n_valid = int(valid.sum())
     n_clusters = len(set(clusters))
-    replicates = bootstrap_weights(clusters, n_boot, seed) if n else np.zeros((0, 0))
+    replicates = cluster_weights(clusters, n_boot, seed)
     ones = np.ones(n)
 
     def rate(indicator: np.ndarray):

@@ -17,13 +17,13 @@ import pandas as pd
 
 from charactereval_lib.engine.grading.agreement import (
     Estimate,
-    bootstrap_weights,
     krippendorff_alpha,
     over_replicates,
     percentile_estimate,
     weighted_krippendorff_alpha,
 )
 from charactereval_lib.engine.grading.choices import INVALID
+from charactereval_lib.engine.stats import cluster_weights
 
 Method = Literal["majority", "mean"]
 TieRule = Literal["none", "lowest"]
@@ -114,7 +114,7 @@ def inter_judge_alpha(
     wide = table.groupby([*keys, judge], sort=False)["_value"].first().unstack(judge)
     data = wide.to_numpy(dtype=float).T
     clusters = wide.index.get_level_values(cluster).tolist()
-    replicates = bootstrap_weights(clusters, n_boot, seed)
+    replicates = cluster_weights(clusters, n_boot, seed)
     point = krippendorff_alpha(data, level)
     spread = over_replicates(lambda w: weighted_krippendorff_alpha(data, w, level), replicates)
     return percentile_estimate(point, spread, confidence, data.shape[1], len(set(clusters)))
