@@ -246,9 +246,9 @@ def test_lock_files_are_gone_after_a_clean_finish_and_a_stale_one_is_taken_over(
     assert len(runs.read_jsonl(run / runs.SCORES).records) > 0
     assert sorted(p.name for p in run.iterdir() if "lock" in p.name) == []
     # While one writer holds the lock, a second one stops at once; after it, no file is left.
-    with scorer.writer_lock(run / runs.SCORES):
+    with scorer.scoring_job(run / runs.SCORES).locked():
         with pytest.raises(runs.RunError, match="another scorer is writing it"):
-            with scorer.writer_lock(run / runs.SCORES):
+            with scorer.scoring_job(run / runs.SCORES).locked():
                 pass
     assert not (run / "scores.jsonl.lock").exists()
 

@@ -219,10 +219,10 @@ def test_plan_uses_the_latest_record_and_tolerates_a_torn_tail(tmp_path):
     log.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"id": 9, "sta', encoding="utf-8")
     plan = plan_run(tmp_path, make_requests(data.samples, data))
     assert [s.id for s in plan.pending] == ids[3:]
-    assert (plan.already_ok, plan.errors_kept, plan.errors_retried) == (2, 1, 0)
-    assert plan.torn_warnings and "torn last line" in plan.torn_warnings[0]
+    assert (plan.done, plan.kept_failed, plan.retried) == (2, 1, 0)
+    assert plan.warnings and "torn last line" in plan.warnings[0]
     plan = plan_run(tmp_path, make_requests(data.samples, data), retry_errors=True)
-    assert [s.id for s in plan.pending] == [ids[2], *ids[3:]] and plan.errors_retried == 1
+    assert [s.id for s in plan.pending] == [ids[2], *ids[3:]] and plan.retried == 1
 
 
 def test_resume_check_refuses_other_settings_and_foreign_generations(tmp_path):

@@ -125,11 +125,11 @@ def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
 
 def test_a_second_writer_is_refused(setup, rm_dir):
     data, _, run_dir, _ = setup
-    with scorer.writer_lock(run_dir / runs.SCORES):
+    with scorer.scoring_job(run_dir / runs.SCORES).locked():
         with pytest.raises(runs.RunError, match="another scorer is writing it"):
             scorer.score_run(run_dir, rm_dir, data, settings())
     # A shard has its own file and lock.
-    with scorer.writer_lock(run_dir / runs.SCORES):
+    with scorer.scoring_job(run_dir / runs.SCORES).locked():
         assert scorer.score_run(run_dir, rm_dir, data, settings(shard=(1, 2))).scored > 0
 
 

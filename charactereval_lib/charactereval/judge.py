@@ -113,7 +113,7 @@ def dry_run(run: runs.RunDir, items: Sequence[JudgeItem], judge_model: str, para
                                                     "output_tokens_typical": estimate.output_tokens_typical,
                                                     "output_tokens_max": estimate.output_tokens_max,
                                                     "price_in_usd_per_m": price_in, "price_out_usd_per_m": price_out}})
-    return JudgeDryRun(written, plan.already_done, estimate)
+    return JudgeDryRun(written, plan.done, estimate)
 
 
 def describe(backend_description: Mapping[str, Any], specs: Mapping[str, ModelGradedSpec],

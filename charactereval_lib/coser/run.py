@@ -8,8 +8,10 @@ Artifacts (JSON Lines, appended and flushed by a writer thread per file, under o
 - ``coser_summary.json``: per-dimension means with cluster-bootstrap intervals by scene, per
   split (id/ood), per book, per repeat and the run-to-run spread.
 
-Scenes run concurrently, turns within a scene sequentially. Resuming (the same command again)
-skips finished work, continues each unfinished scene from its last recorded turn and judges what
+Scenes run concurrently, turns within a scene sequentially. A run is the engine's resumable job
+(``engine.jobs``) over three keyed files: turns by (repeat, scene, step), scenes by (repeat,
+scene), judgements by (repeat, scene, dimension). Resuming (the same command again) skips
+finished work, continues each unfinished scene from its last recorded turn and judges what
 is not judged yet; a SIGKILL loses at most the lines still queued for writing (the last
 moments' calls, asked again on resume).
 """
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine.runs import JsonlAppender, MixedRunError, RunDir, read_jsonl, write_json_atomic
+from charactereval_lib.engine import jobs
+from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
 from charactereval_lib.coser.data import Scene
 from charactereval_lib.coser.prompts import build_scene_agents, scene_rng
 from charactereval_lib.coser.simulation import (
@@ -74,51 +77,54 @@ def select_scenes(scenes: Sequence[Scene], preset: Preset) -> list[Scene]:
 # --- the run -----------------------------------------------------------------------------------------
 
 
-class CoserRun:
-    """One run directory's state: what is recorded, and the writers that extend it."""
+def coser_job(run_dir: RunDir) -> jobs.Job:
+    """The run's job: ``locked()`` is its writer lock, held around ``start_run`` and ``run_coser``."""
+    return jobs.Job(run_dir.path, run_dir.path / LOCK, "CoSER run")
 
-    def __init__(self, run_dir: RunDir) -> None:
-        self.run_dir = run_dir
-        self.warnings: list[str] = []
-        turns = read_jsonl(run_dir.artifact(TURNS))
-        scenes = read_jsonl(run_dir.artifact(SCENES))
-        judgements = read_jsonl(run_dir.artifact(JUDGEMENTS))
-        for read in (turns, scenes, judgements):
-            self.warnings.extend(read.warnings)
+
+class CoserRun:
+    """One run directory's state: the latest record of each turn, finished scene, judged
+    dimension and surface-metrics record (the job's reading warnings in ``job.warnings``)."""
+
+    def __init__(self, job: jobs.Job, run_dir: RunDir) -> None:
+        turns = latest_by_key(job.read(run_dir.artifact(TURNS)), "repeat", "scene", "step")
+        scenes = job.read(run_dir.artifact(SCENES))
+        judgements = job.read(run_dir.artifact(JUDGEMENTS))
         self.turns: dict[tuple[int, str], dict[int, dict]] = defaultdict(dict)
-        for record in turns.records:
-            self.turns[(record["repeat"], record["scene"])][record["step"]] = record
-        self.done = {(r["repeat"], r["scene"]): r for r in scenes.records if r["status"] == "done"}
-        self.judged = {(r["repeat"], r["scene"], r["dimension"]): r for r in judgements.records
-                       if r.get("dimension") and r["status"] in ("ok", "failed")}
-        self.metrics = {(r["repeat"], r["scene"]): r for r in judgements.records if r.get("kind") == "metrics"}
+        for (repeat, scene, step), record in turns.items():
+            self.turns[(repeat, scene)][step] = record
+        self.done = latest_by_key((r for r in scenes if r["status"] == "done"), "repeat", "scene")
+        self.judged = latest_by_key((r for r in judgements if r.get("dimension") and r["status"] in ("ok", "failed")),
+                                    "repeat", "scene", "dimension")
+        self.metrics = latest_by_key((r for r in judgements if r.get("kind") == "metrics"), "repeat", "scene")
 
 
 def check_identity(run_dir: RunDir, settings: SimulationSettings, preset: Preset) -> None:
-    """A resumed run must keep every setting that changes what is sent or how it is judged."""
+    """A resumed run must keep every setting that changes what is sent or how it is judged
+    (refused in one line naming each one that differs)."""
     run_dir.check_protocol(settings.version.name)
     recorded = run_dir.manifest().get("coser")
-    if recorded and (recorded.get("identity") != settings.identity() or recorded.get("preset") != preset.name):
-        raise MixedRunError(f"{run_dir.path}: made with other CoSER settings or preset; use a new run directory")
+    if recorded:
+        jobs.check_identity(run_dir.path, {"identity": recorded.get("identity"), "preset": recorded.get("preset")},
+                            {"identity": settings.identity(), "preset": preset.name})
 
 
 async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset,
                     critic: CriticPrompts, clients: RoleClients, *, scene_concurrency: int = 256,
                     progress: bool = False) -> dict[str, Any]:
     """Simulate and judge every (repeat, scene) of the preset that is not finished yet (with
-    ``progress``, a bar of finished scene runs on stderr)."""
+    ``progress``, a bar of finished scene runs on stderr). The caller holds the run's writer lock
+    (``coser_job(run_dir).locked()``)."""
     from tqdm import tqdm
 
-    state = CoserRun(run_dir)
+    job = coser_job(run_dir)
+    state = CoserRun(job, run_dir)
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
     limit = asyncio.Semaphore(scene_concurrency)
-    with JsonlAppender(run_dir.artifact(TURNS), background=True) as turns, \
-            JsonlAppender(run_dir.artifact(SCENES), background=True) as scene_log, \
-            JsonlAppender(run_dir.artifact(JUDGEMENTS), background=True) as judge_log:
-        for appender in (turns, scene_log, judge_log):
-            if appender.repair_message:
-                state.warnings.append(appender.repair_message)
+    with job.appender(run_dir.artifact(TURNS), background=True) as turns, \
+            job.appender(run_dir.artifact(SCENES), background=True) as scene_log, \
+            job.appender(run_dir.artifact(JUDGEMENTS), background=True) as judge_log:
 
         async def one(repeat: int, scene: Scene) -> None:
             key = (repeat, scene.key)
@@ -177,7 +183,7 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
         with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar, \
                 ThreadPoolExecutor(1, thread_name_prefix="coser-metrics") as metrics_pool:
             await asyncio.gather(*(one(r, s) for r, s in work))
-    return {"scenes": len(work), "errors": errors, "warnings": state.warnings, "calls": dict(clients.calls)}
+    return {"scenes": len(work), "errors": errors, "warnings": job.warnings, "calls": dict(clients.calls)}
 
 
 async def _maybe(awaitable: Any) -> Any:

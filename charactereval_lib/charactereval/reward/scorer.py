@@ -3,8 +3,9 @@
 - Each row's S6 text is built from the row (reply, metric) and the official data (context,
   profile); its SHA-256 is the row's input digest.
 - A record is appended (one flushed line) as soon as a row is scored, so a killed run loses at
-  most the line being written. A re-run skips every row already scored under the same input
-  digest, checkpoint identity and mode, and scores the rest.
+  most the line being written. A session is the engine's resumable job (``engine.jobs``) keyed
+  by row, input digest, checkpoint identity and mode: a re-run skips every row already scored
+  under the same input digest, checkpoint identity and mode, and scores the rest.
 - ``shard=(i, n)`` scores the rows whose sample id hashes to shard i (rows of one sample stay
   together, which the fast mode's prefix reuse needs) into ``scores.shard-i-of-n.jsonl``; an
   unsharded run first merges every shard file into ``scores.jsonl`` and then scores what is
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import jobs, runs
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
@@ -184,39 +185,29 @@ def dry_run(run_dir: Path, data: OfficialData, rm_dir: Path | None, shard: tuple
 # --- resuming -------------------------------------------------------------------------------
 
 
+# A score record's key: its row, the digest of the row's S6 text, the checkpoint and the mode.
+SCORE_KEY = ("id", "metric_en", "input_sha256", "checkpoint_sha256", "mode")
+
+
 def _valid(record: Any) -> bool:
     need = ("id", "metric_en", "score", "sigmoid", "mode", "input_sha256", "checkpoint_sha256")
     return isinstance(record, dict) and all(k in record for k in need)
 
 
-def _identity(record: dict[str, Any]) -> tuple:
-    return (record["id"], record["metric_en"], record["input_sha256"], record["checkpoint_sha256"], record["mode"])
-
-
-def done_identities(path: Path, warnings: list[str]) -> set[tuple]:
-    result = runs.read_jsonl(path)
-    warnings.extend(result.warnings)
-    return {_identity(r) for r in result.records if _valid(r)}
-
-
-def merge_shards(run_dir: Path, warnings: list[str]) -> int:
+def merge_shards(run_dir: Path, job: jobs.Job) -> int:
     """Append to ``scores.jsonl`` every shard record it does not hold yet; returns how many."""
     target = run_dir / runs.SCORES
-    have = done_identities(target, warnings)
-    merged = 0
     shard_files = sorted(run_dir.glob(SHARD_GLOB))
     if not shard_files:
         return 0
-    with runs.JsonlAppender(target) as out:
-        if out.repair_message:
-            warnings.append(out.repair_message)
+    have = set(job.latest(target, SCORE_KEY, select=_valid))
+    merged = 0
+    with job.appender(target) as out:
         for path in shard_files:
-            result = runs.read_jsonl(path)
-            warnings.extend(result.warnings)
-            for record in result.records:
-                if _valid(record) and _identity(record) not in have:
+            for key, record in job.latest(path, SCORE_KEY, select=_valid).items():
+                if key not in have:
                     out.write(record)
-                    have.add(_identity(record))
+                    have.add(key)
                     merged += 1
     return merged
 
@@ -224,12 +215,11 @@ def merge_shards(run_dir: Path, warnings: list[str]) -> int:
 # --- scoring --------------------------------------------------------------------------------
 
 
-def writer_lock(path: Path) -> contextlib.AbstractContextManager[None]:
-    """One writer per scores file: two scorers appending to the same file would both score
-    the same rows (``runs.exclusive_lock``)."""
-    lock_path = path.with_name(path.name + ".lock")
-    return runs.exclusive_lock(
-        lock_path, f"{path}: another scorer is writing it (lock {lock_path.name}); wait for it, or split the work with --shard")
+def scoring_job(path: Path) -> jobs.Job:
+    """One writer per scores file: two scorers appending to the same file would both score the
+    same rows; shards write files of their own, so they run side by side."""
+    return jobs.Job(path, path.with_name(path.name + ".lock"), "scorer",
+                    hint="; wait for it, or split the work with --shard")
 
 
 @dataclass(frozen=True)
@@ -406,8 +396,10 @@ def score_run(
     identity = checkpoint_identity(rm_dir)
     out_path = shard_path(run_dir, settings.shard)
     report.output = str(out_path)
-    with writer_lock(out_path):
-        _score_locked(run_dir, rm_dir, settings, inputs, identity, out_path, report, engine or LocalEngine())
+    job = scoring_job(out_path)
+    with job.locked():
+        _score_locked(run_dir, rm_dir, settings, inputs, identity, job, report, engine or LocalEngine())
+    report.warnings.extend(job.warnings)
     return report
 
 
@@ -417,7 +409,7 @@ def _score_locked(
     settings: ScorerSettings,
     inputs: Sequence[RowInput],
     identity: dict[str, Any],
-    out_path: Path,
+    job: jobs.Job,
     report: ScoringReport,
     engine: Any,
 ) -> None:
@@ -425,11 +417,13 @@ def _score_locked(
     from charactereval_lib.charactereval.reward.tiny import tiny_label
 
     ckpt_sha = identity["sha256"]
+    out_path = job.where
     if settings.shard is None:
-        report.merged_from_shards = merge_shards(run_dir, report.warnings)
-    done = done_identities(out_path, report.warnings)
-    pending = [r for r in inputs if (r.id, r.metric_en, r.input_sha256, ckpt_sha, settings.mode) not in done]
-    report.already_scored = len(inputs) - len(pending)
+        report.merged_from_shards = merge_shards(run_dir, job)
+    plan = job.plan(out_path, inputs, lambda row: (row.id, row.metric_en, row.input_sha256, ckpt_sha, settings.mode),
+                    SCORE_KEY, jobs.recorded_is_done, select=_valid)
+    pending = plan.pending
+    report.already_scored = plan.done
     label = tiny_label(rm_dir)
     parameters = {
         "mode": settings.mode,
@@ -439,12 +433,10 @@ def _score_locked(
         "fast": asdict(settings.fast_options()) if settings.mode == FAST else None,
     }
     if pending:
-        with engine.session(rm_dir, settings, ckpt_sha) as score, runs.JsonlAppender(out_path) as out:
+        with engine.session(rm_dir, settings, ckpt_sha) as score, job.appender(out_path) as out:
             # Once the engine has passed its checks (GPUs, workers): a refused run leaves run.json as it was.
             _record_manifest(run_dir, settings, {**parameters, **engine.describe(), "started_at": runs.utc_now(),
                                                  "rows": len(inputs)})
-            if out.repair_message:
-                report.warnings.append(out.repair_message)
 
             def emit(record: dict[str, Any]) -> None:
                 out.write(record)

@@ -1,5 +1,6 @@
 """The generation run: which samples still need a reply, drive a backend, record every outcome.
 
+A generation session is the engine's resumable job (``engine.jobs``) keyed by sample id:
 ``generations.jsonl`` is an append-only log with one writer (a lock file keeps a second
 ``generate`` out); the latest record of an id is its state. Resuming the same command skips ids
 whose state is ok (and, unless ``retry_errors``, ids that failed); it refuses when the run was
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import jobs, runs
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     Backend,
@@ -53,57 +54,42 @@ class GenerationTask:
     all_ids: frozenset[int]
 
 
-class GenerationInterrupted(Exception):
+class GenerationInterrupted(jobs.JobInterrupted):
     """The run was stopped (Ctrl-C / SIGTERM); everything received so far is saved."""
 
     def __init__(self, summary: SessionSummary) -> None:
-        super().__init__("generation interrupted")
-        self.summary = summary
+        super().__init__("generation", summary)
 
 
 # --- what is left to do ----------------------------------------------------------------------
 
 
-@dataclass
-class RunPlan:
-    pending: list[GenerationRequest]
-    already_ok: int
-    # Ids whose latest record is an error and that this session leaves alone (no retry_errors).
-    errors_kept: int
-    errors_retried: int
-    torn_warnings: list[str] = field(default_factory=list)
+class RunPlan(jobs.KeyPlan[GenerationRequest]):
+    """A generation session's plan; ``already_ok`` and ``errors_kept`` (ids whose latest record
+    is an error that this session leaves alone, without retry_errors) are the names the CLI reads."""
+
+    @property
+    def already_ok(self) -> int:
+        return self.done
+
+    @property
+    def errors_kept(self) -> int:
+        return self.kept_failed
+
+
+def generation_job(run: runs.RunDir) -> jobs.Job:
+    return jobs.Job(run.path, run.path / LOCK_FILE, "`generate`")
 
 
 def plan_run(run_dir: Path, requests: Sequence[GenerationRequest], *, retry_errors: bool = False) -> RunPlan:
-    warnings: list[str] = []
-    latest = runs.RunDir.resolve(Path(run_dir)).latest_generations(warnings)
-    plan = RunPlan([], 0, 0, 0, warnings)
-    for request in requests:
-        record = latest.get(request.id)
-        if record is None:
-            plan.pending.append(request)
-        elif record.get("status") == STATUS_OK:
-            plan.already_ok += 1
-        elif retry_errors:
-            plan.pending.append(request)
-            plan.errors_retried += 1
-        else:
-            plan.errors_kept += 1
-    return plan
+    plan = jobs.plan_keys(Path(run_dir) / runs.GENERATIONS, requests, lambda request: (request.id,), ("id",),
+                          jobs.by_status(retry_failed=retry_errors))
+    return RunPlan(**vars(plan))
 
 
 def run_identity(backend: Backend, protocol_version: str) -> dict[str, Any]:
     """What a resumed run must keep: protocol version plus the backend's reply-changing settings."""
     return {"protocol_version": protocol_version, **backend.identity()}
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): value}
 
 
 def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
@@ -118,14 +104,7 @@ def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
         raise runs.RunError(
             f"{run_dir}: already holds generations not made by `generate` ({origin}); use a new RUN directory"
         )
-    old, new = _flatten(recorded), _flatten(identity)
-    changed = [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(old.keys() | new.keys())
-               if old.get(key) != new.get(key)]
-    if changed:
-        raise runs.RunError(
-            f"{run_dir}: cannot resume with different settings ({'; '.join(changed)}); "
-            "re-run with the original settings or use a new RUN directory"
-        )
+    jobs.check_identity(run_dir, recorded, identity)
 
 
 # --- what happened ---------------------------------------------------------------------------
@@ -173,6 +152,10 @@ class SessionSummary:
         """Selected samples whose latest record is an error: this session's failures and the
         earlier ones it left alone (no retry_errors)."""
         return sum(self.errors.values()) + self.errors_kept
+
+    @property
+    def remaining(self) -> int:
+        return self.pending - self.done
 
     def line(self) -> str:
         errors = sum(self.errors.values())
@@ -248,11 +231,10 @@ async def generate_async(
     run = runs.RunDir.resolve(Path(run_dir))
     run_dir = run.path
     identity = run_identity(backend, task.protocol_version)
-    with run.writer_lock(LOCK_FILE, "`generate`"):
+    job = generation_job(run)
+    with job.locked():
         check_resume(run_dir, identity)
         plan = plan_run(run_dir, requests, retry_errors=retry_errors)
-        for warning in plan.torn_warnings:
-            print(f"warning: {warning}", file=sys.stderr)
         summary = SessionSummary(pending=len(plan.pending), already_ok=plan.already_ok, errors_kept=plan.errors_kept)
         started_at = runs.utc_now()
         run.update_manifest(
@@ -262,7 +244,10 @@ async def generate_async(
         )
         started = time.monotonic()
         try:
-            await _drive(run_dir, plan, backend, summary, progress)
+            with job.appender(run.generations, background=True) as appender:
+                for warning in [*plan.warnings, *job.warnings]:
+                    print(f"warning: {warning}", file=sys.stderr)
+                await _drive(appender, plan, backend, summary, progress)
         except RunAborted as exc:
             summary.aborted = str(exc)
             exc.summary = summary
@@ -276,17 +261,17 @@ async def generate_async(
     return summary
 
 
-async def _drive(run_dir: Path, plan: RunPlan, backend: Backend, summary: SessionSummary, progress: bool) -> None:
+async def _drive(appender: runs.JsonlAppender, plan: RunPlan, backend: Backend, summary: SessionSummary,
+                 progress: bool) -> None:
     def record(result: GenerationResult) -> dict[str, Any]:
         summary.add(result)
         return result.to_record()
 
-    summary.interrupted = await drive(Path(run_dir) / runs.GENERATIONS, plan.pending, backend, record,
-                                      progress=progress, desc="generate")
+    summary.interrupted = await drive(appender, plan.pending, backend, record, progress=progress, desc="generate")
 
 
 async def drive(
-    output: Path,
+    appender: runs.JsonlAppender,
     requests: Sequence[GenerationRequest],
     backend: Backend,
     to_record: Callable[[GenerationResult], dict[str, Any]],
@@ -294,17 +279,15 @@ async def drive(
     progress: bool,
     desc: str,
 ) -> bool:
-    """Stream ``requests`` through ``backend`` and append ``to_record(result)`` to the JSON Lines
-    file ``output`` as each result arrives (one line each, flushed by a writer thread so that the
-    event loop never waits for the disk; a kill loses only what is in flight or still queued).
+    """Stream ``requests`` through ``backend`` and append ``to_record(result)`` with ``appender``
+    as each result arrives (a background appender flushes in a writer thread, so the event loop
+    never waits for the disk; a kill loses only what is in flight or still queued; the caller
+    closes it, which writes what is queued).
     Shared by generation and judging so both get the same concurrency, retries, progress bar and
     signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
     from tqdm import tqdm
 
     stop_on_sigterm = _cancel_on_sigterm()
-    appender = runs.JsonlAppender(output, background=True)
-    if appender.repair_message:
-        print(f"warning: {appender.repair_message}", file=sys.stderr)
     bar = tqdm(total=len(requests), disable=not progress, unit="req", desc=desc, dynamic_ncols=True)
     stream = backend.stream(requests)
     failed = 0
@@ -320,7 +303,6 @@ async def drive(
         interrupted = True
     finally:
         await stream.aclose()
-        appender.close()
         bar.close()
         stop_on_sigterm()
     return interrupted

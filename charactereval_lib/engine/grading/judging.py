@@ -7,7 +7,8 @@ one record per outcome is appended to a JSON Lines score file. A benchmark decid
 is (CharacterEval: a (sample, metric) row). CoSER does not judge through here: its critic reads
 a whole simulated scene and answers in JSON, one call per dimension (``coser.judge``).
 
-Resume is by request digest: an item is done when the latest record of its key is ok and was
+A judge session is the engine's resumable job (``engine.jobs``) keyed by the item's key within
+one judge model's records. Resume is by request digest: an item is done when the latest record of its key is ok and was
 made from exactly the same payload (judge model, messages, decoding parameters). A changed prompt
 or judge model therefore re-judges; a changed grading rule that is not in the request (parser,
 choice scores, invalid rule) re-grades the stored reply without a call; a failed call (status
@@ -19,6 +20,7 @@ error, no score) is retried by the next run. Invalid answers are ok records with
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import jobs, runs
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     Backend,
@@ -70,27 +72,26 @@ def make_item(key: Mapping[str, Any], spec: ModelGradedSpec, sample: Mapping[str
         return JudgeItem(key, spec, [], f"sample ({where}): {error}")
 
 
-class JudgeInterrupted(Exception):
+class JudgeInterrupted(jobs.JobInterrupted):
     """The judge run was stopped (Ctrl-C / SIGTERM); every record received is saved."""
 
     def __init__(self, summary: JudgeSummary) -> None:
-        super().__init__("judging interrupted")
-        self.summary = summary
+        super().__init__("judging", summary)
 
 
 @dataclass
-class JudgePlan:
-    """What a judge session still has to send, and what it skips."""
+class JudgePlan(jobs.KeyPlan[JudgeItem]):
+    """What a judge session still has to send (``retried``: items whose latest record is a failed
+    call), and what it skips."""
 
-    pending: list[JudgeItem]
-    already_done: int
-    # Items whose latest record is a failed call: they are sent again.
-    errors_retried: int
-    warnings: list[str] = field(default_factory=list)
     # Records of answered items whose stored reply grades differently under the spec as it is now
     # (another parser, choice scores or invalid rule; none of these is in the request): appended
     # again, re-graded, without a call.
     regraded: list[dict[str, Any]] = field(default_factory=list)
+
+
+def judge_job(run: runs.RunDir) -> jobs.Job:
+    return jobs.Job(run.path, run.path / JUDGE_LOCK, "judge run")
 
 
 def item_sha256(item: JudgeItem, model: str, params: DecodingParams) -> str:
@@ -102,23 +103,24 @@ def plan_judging(
     path: Path, items: Sequence[JudgeItem], model: str, params: DecodingParams, key_fields: Sequence[str]
 ) -> JudgePlan:
     """Which items still need a judge call (see the module docstring for the resume rule)."""
-    read = runs.read_jsonl(Path(path))
+
+    def classify(item: JudgeItem, record: dict[str, Any] | None) -> str:
+        if record is None:
+            return jobs.PENDING
+        if record.get("status") != STATUS_OK:
+            return jobs.RETRY
+        return jobs.DONE if record.get("request_sha256") == item_sha256(item, model, params) else jobs.PENDING
+
     # One file may hold several judges' records: another judge's newer record of the same key
     # must not hide this judge's own (its digest could never match anyway).
-    latest = runs.latest_by_key((r for r in read.records if r.get("judge_model", model) == model), *key_fields)
-    plan = JudgePlan([], 0, 0, list(read.warnings))
-    for item in items:
-        record = latest.get(tuple(item.key[k] for k in key_fields))
-        if (record is not None and record.get("status") == STATUS_OK
-                and record.get("request_sha256") == item_sha256(item, model, params)):
-            grade = grade_reply(item.spec, record.get("reply") or "")
-            if any(record.get(name) != value for name, value in grade.items()):
-                plan.regraded.append({**record, **grade})
-            plan.already_done += 1
-            continue
-        plan.errors_retried += record is not None and record.get("status") != STATUS_OK
-        plan.pending.append(item)
-    return plan
+    plan = jobs.plan_keys(Path(path), items, lambda item: tuple(item.key[k] for k in key_fields), key_fields,
+                          classify, select=lambda r: r.get("judge_model", model) == model)
+    regraded = []
+    for item, record in plan.finished:
+        grade = grade_reply(item.spec, record.get("reply") or "")
+        if any(record.get(name) != value for name, value in grade.items()):
+            regraded.append({**record, **grade})
+    return JudgePlan(**vars(plan), regraded=regraded)
 
 
 def judge_record(item: JudgeItem, result: GenerationResult, judge_model: str) -> dict[str, Any]:
@@ -184,6 +186,14 @@ class JudgeSummary:
         """Calls that ended this session (graded or failed)."""
         return self.graded + sum(self.errors.values())
 
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def remaining(self) -> int:
+        return self.pending - self.done
+
     def line(self) -> str:
         """One line for the terminal: counts, invalid answers, failures, tokens, rate."""
         errors = sum(self.errors.values())
@@ -236,18 +246,19 @@ async def judge_async(
     given, so that several judges of one file each keep their own record). Raises
     JudgeInterrupted (records saved) when cancelled, ``RunAborted`` when the endpoint cannot be
     reached at all."""
-    with run.writer_lock(JUDGE_LOCK, "judge run"):
+    job = judge_job(run)
+    with job.locked():
         plan = plan_judging(output, items, judge_model, params, key_fields)
-        summary = JudgeSummary(len(plan.pending), plan.already_done, plan.errors_retried, len(plan.regraded))
+        summary = JudgeSummary(len(plan.pending), plan.done, plan.retried, len(plan.regraded))
         if plan.regraded:
-            with runs.JsonlAppender(output) as appender:
+            with job.appender(output) as appender:
                 for record in plan.regraded:
                     appender.write(record)
         started_at = runs.utc_now()
         record_session(run, manifest_section, manifest_key, {**describe, "status": "running", "started_at": started_at})
         refused = [item for item in plan.pending if item.refused]
         if refused:
-            with runs.JsonlAppender(output) as appender:
+            with job.appender(output) as appender:
                 for item in refused:
                     record = refused_record(item, judge_model)
                     summary.add(record)
@@ -262,7 +273,11 @@ async def judge_async(
 
         started = time.monotonic()
         try:
-            summary.interrupted = await drive(output, requests, backend, to_record, progress=progress, desc="judge")
+            with job.appender(output, background=True) as appender:
+                for warning in [*plan.warnings, *job.warnings]:
+                    print(f"warning: {warning}", file=sys.stderr)
+                summary.interrupted = await drive(appender, requests, backend, to_record, progress=progress,
+                                                  desc="judge")
         except RunAborted as exc:
             summary.aborted = str(exc)
             exc.summary = summary
