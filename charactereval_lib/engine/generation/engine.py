@@ -235,7 +235,7 @@ async def generate_async(
     with job.locked():
         check_resume(run_dir, identity)
         plan = plan_run(run_dir, requests, retry_errors=retry_errors)
-        summary = SessionSummary(pending=len(plan.pending), already_ok=plan.already_ok, errors_kept=plan.errors_kept)
+        summary = SessionSummary(pending=len(plan.pending), already_ok=plan.done, errors_kept=plan.kept_failed)
         started_at = runs.utc_now()
         run.update_manifest(
             protocol_version=task.protocol_version,

@@ -7,15 +7,16 @@ one record per outcome is appended to a JSON Lines score file. A benchmark decid
 is (CharacterEval: a (sample, metric) row). CoSER does not judge through here: its critic reads
 a whole simulated scene and answers in JSON, one call per dimension (``coser.judge``).
 
-A judge session is the engine's resumable job (``engine.jobs``) keyed by the item's key within
-one judge model's records. Resume is by request digest: an item is done when the latest record of its key is ok and was
-made from exactly the same payload (judge model, messages, decoding parameters). A changed prompt
-or judge model therefore re-judges; a changed grading rule that is not in the request (parser,
-choice scores, invalid rule) re-grades the stored reply without a call; a failed call (status
-error, no score) is retried by the next run. Invalid answers are ok records with
-``invalid: true``: kept, counted, never re-asked. A sample evals refuses to fill a prompt from
-(``SampleRefusedError``) is never sent: ``make_item`` marks it, and it gets a failed record
-(error class ``refused_sample``, the reason naming sample and field), counted as not graded.
+A judge session is the engine's resumable job (``engine.jobs``) keyed by the item's key among one
+judge model's records. Resume is by request digest: an item is done when the latest record of its
+key is ok and was made from exactly the same payload (judge model, messages, decoding
+parameters). A changed prompt or judge model therefore re-judges; a changed grading rule that is
+not in the request (parser, choice scores, invalid rule) re-grades the stored reply without a
+call; a failed call (status error, no score) is retried by the next run. Invalid answers are ok
+records with ``invalid: true``: kept, counted, never re-asked. A sample evals refuses to fill a
+prompt from (``SampleRefusedError``) is never sent: ``make_item`` marks it, and it gets a failed
+record (error class ``refused_sample``, the reason naming sample and field), counted as not
+graded.
 """
 
 from __future__ import annotations
