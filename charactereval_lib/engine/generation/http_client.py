@@ -81,16 +81,16 @@ class ChatClient:
         # SDK's timeout did, so a connect timeout and a read timeout stay distinguishable.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=self._timeout_s)
         # The engine's limiter bounds the requests in flight; the connector must not queue them.
-        return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0),
-                                     json_serialize=json.dumps)
+        return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
 
-    async def post(self, payload: dict[str, Any]) -> Any:
-        """The decoded JSON of a success (or its text when the content type is not JSON). Raises
-        StatusError for an error status, json.JSONDecodeError for a body that is not JSON, and
-        aiohttp's or the socket's exceptions when the connection fails."""
+    async def post(self, body: bytes) -> Any:
+        """POST ``body`` (a JSON payload, already encoded: the caller digests the same bytes) and
+        return the decoded JSON of a success (or its text when the content type is not JSON).
+        Raises StatusError for an error status, json.JSONDecodeError for a body that is not JSON,
+        and aiohttp's or the socket's exceptions when the connection fails."""
         if self._session is None:
             self._session = self._open()
-        async with self._session.post(self._url, json=payload, headers=self._headers) as response:
+        async with self._session.post(self._url, data=body, headers=self._headers) as response:
             raw = await response.read()
             if response.status >= 400:
                 raise StatusError(response.status, response.headers, _text(raw, response))
