@@ -26,6 +26,7 @@ from typing import Any
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
 from charactereval_lib.engine.runs import JsonlAppender, MixedRunError, RunDir, read_jsonl, write_json_atomic
 from charactereval_lib.coser.data import Scene
+from charactereval_lib.coser.judge import reference_str, simulation_str
 from charactereval_lib.coser.metrics_worker import metrics_worker
 from charactereval_lib.coser.prompts import build_scene_agents, scene_rng
 from charactereval_lib.coser.simulation import (
@@ -158,8 +159,10 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
             base = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"]}
             metrics = judging = None
             if (repeat, scene.key) not in state.metrics:
-                _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
-                                                     settings.version)
+                # The two texts alone: judge_inputs would also build the four critic prompts,
+                # which judge_scene builds for its calls.
+                text = simulation_str(record["simulation"], settings.version)
+                reference = reference_str(scene.raw["dialogues"], settings.version)
                 # BLEU/ROUGE-L are CPU work: in a child process while the judge calls are out, so
                 # neither the event loop nor its GIL waits for them (see metrics_worker).
                 metrics = asyncio.wrap_future(metrics_worker().submit(text, reference))
