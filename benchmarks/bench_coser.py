@@ -9,9 +9,12 @@ in its own process, then in the same run:
       number of calls (a full sequential pass at 200 ms a call would take about 20 minutes).
 The ideal for (a) is the longest scene's chain of sequential calls times the latency (its
 simulation turns, then its slowest dimension's judge calls). For (a) it also reports where the
-time goes: the client's CPU time per call (the server runs in its own process), the event loop's
-lag (how late a 10 ms timer fires: p50, p99, max) and each call's latency as the scene sees it
-(p50, p99), against the server's fixed latency. With ``--baseline-python PATH --baseline DIR``
+time goes: the client's CPU time per call (the server and the BLEU/ROUGE-L worker run in their own
+processes, whose CPU is reported beside it: on two cores all three share them), the event loop's
+lag (how late a 10 ms timer fires: p50, p99, max), each call's latency as the scene sees it (p50,
+p99) against the server's fixed latency, and the CPU seconds of the client's own steps: building
+prompts (agents, histories, critic prompts), encoding and digesting requests, writing records
+(encoding on the loop, appending in the writer threads) and the metrics (in their worker). With ``--baseline-python PATH --baseline DIR``
 (another checkout and the interpreter of its own environment, e.g. the commit before a change) that
 checkout's bench_coser.py runs first, in a fresh process from a neutral directory, and its (a) is
 reported beside ours: before and after on the same machine at nearly the same load. Needs
@@ -33,16 +36,22 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from charactereval_lib.coser import simulation  # noqa: E402
 from charactereval_lib.coser.data import load_test_set  # noqa: E402
+from charactereval_lib.coser.metrics_worker import metrics_worker  # noqa: E402
 from charactereval_lib.coser.run import JUDGEMENTS, TURNS, Preset, run_coser, start_run  # noqa: E402
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings  # noqa: E402
 from charactereval_lib.coser.upstream import load_critic_prompts  # noqa: E402
+from charactereval_lib.engine.generation import retry  # noqa: E402
 from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
-from charactereval_lib.engine.runs import RunDir, read_jsonl  # noqa: E402
+from charactereval_lib.engine.runs import JsonlAppender, RunDir, read_jsonl  # noqa: E402
 
 
 def settings(url: str) -> SimulationSettings:
@@ -55,8 +64,47 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def run(url: str, scenes, critic, path: Path, concurrency: int) -> tuple[float, RunDir, dict]:
-    """Wall seconds, the run directory, and where the time went (client CPU, loop lag, call latency)."""
+# The client's steps whose CPU time is reported: (owner, attribute) wrapped while a run is timed.
+STEPS = {
+    "prompt_building": [(simulation, "build_scene_agents"), (simulation.SceneState, "broadcast"),
+                        (simulation, "judge_inputs")],
+    "request_encoding": [(retry, "canonical_json"), (retry, "body_sha256")],
+    "record_writing": [(JsonlAppender, "write"), (JsonlAppender, "_append")],
+}
+
+
+@contextmanager
+def step_cpu(seconds: dict[str, float]):
+    """CPU seconds of the calling thread inside each step (writer threads included), summed per
+    step into ``seconds``; the functions are restored afterwards."""
+    saved = []
+
+    def timed(step, function):
+        def wrapper(*args, **kwargs):
+            started = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[step] += time.thread_time() - started
+        return wrapper
+
+    for step, targets in STEPS.items():
+        seconds[step] = 0.0
+        for owner, name in targets:
+            function = owner.__dict__[name]
+            saved.append((owner, name, function))
+            setattr(owner, name, timed(step, function))
+    try:
+        yield
+    finally:
+        for owner, name, function in saved:
+            setattr(owner, name, function)
+
+
+def run(url: str, scenes, critic, path: Path, concurrency: int, server: psutil.Process
+        ) -> tuple[float, RunDir, dict]:
+    """Wall seconds, the run directory, and where the time went (client, server and metrics CPU,
+    the client's steps, loop lag, call latency)."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     s, preset = settings(url), Preset("bench", None, 1)
@@ -89,13 +137,20 @@ def run(url: str, scenes, critic, path: Path, concurrency: int) -> tuple[float, 
             watcher.cancel()
             await clients.aclose()
 
+    steps: dict[str, float] = {}
+    server_cpu, metrics_cpu = sum(server.cpu_times()[:2]), metrics_worker().cpu_s
     cpu, started = time.process_time(), time.perf_counter()
-    outcome = asyncio.run(main())
+    with step_cpu(steps):
+        outcome = asyncio.run(main())
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    server_cpu, metrics_cpu = sum(server.cpu_times()[:2]) - server_cpu, metrics_worker().cpu_s - metrics_cpu
     assert not outcome["errors"], outcome["errors"][:3]
     calls = len(latencies)
     breakdown = {
         "calls": calls, "client_cpu_s": round(cpu, 2), "client_cpu_ms_per_call": round(1000 * cpu / calls, 3),
+        "client_step_cpu_s": {step: round(value, 3) for step, value in steps.items()},
+        "server_cpu_s": round(server_cpu, 2), "server_cpu_ms_per_call": round(1000 * server_cpu / calls, 3),
+        "metrics_worker_cpu_s": round(metrics_cpu, 2),
         "loop_lag_ms": {"p50": round(1000 * percentile(lags, 50), 1), "p99": round(1000 * percentile(lags, 99), 1),
                         "max": round(1000 * max(lags), 1)},
         "call_latency_ms": {"p50": round(1000 * percentile(latencies, 50), 1),
@@ -150,10 +205,11 @@ def main() -> None:
     try:
         url = server.stdout.readline().split()[-1]
         with tempfile.TemporaryDirectory() as tmp:
-            ours, run_dir, breakdown = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency)
+            process = psutil.Process(server.pid)
+            ours, run_dir, breakdown = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency, process)
             chain, calls = chain_lengths(run_dir)
             subset = scenes[:: max(1, len(scenes) // args.sequential_scenes)][: args.sequential_scenes]
-            seq, seq_dir, _ = run(url, subset, critic, Path(tmp) / "seq", 1)
+            seq, seq_dir, _ = run(url, subset, critic, Path(tmp) / "seq", 1, process)
             _, seq_calls = chain_lengths(seq_dir)
     finally:
         server.terminate()
