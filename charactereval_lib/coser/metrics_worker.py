@@ -115,7 +115,8 @@ class MetricsWorker:
         future.set_running_or_notify_cancel()
         job = json.dumps([text, reference], ensure_ascii=False).encode("utf-8") + b"\n"
         with self._lock:
-            if self._child is None:
+            # A child that has exited but whose reader has not said so yet takes no more jobs.
+            if self._child is None or self._child.process.poll() is not None:
                 self._child = _Child(self._ended)
             self._child.waiting.append(future)
             self._child.jobs.put(job)
