@@ -20,7 +20,10 @@ checkout's bench_coser.py runs first, in a fresh process from a neutral director
 reported beside ours: before and after on the same machine at nearly the same load. Needs
 $COSER_DATA_DIR.
 
-    python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4] [--json FILE]
+With ``--repeat N``, (a) runs N times (each with a fresh metrics child, as a new command has) and
+the run of median wall time is reported, beside every run's figures and load.
+
+    python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4] [--repeat 3] [--json FILE]
                                      [--baseline-python PATH --baseline DIR]
 """
 
@@ -192,6 +195,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sequential-scenes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=1, help="measure (a) this many times; the median is reported")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     parser.add_argument("--baseline-python", metavar="PATH", help="interpreter of the baseline checkout's environment")
     parser.add_argument("--baseline", metavar="DIR", help="the baseline checkout (its benchmarks/bench_coser.py runs)")
@@ -206,7 +210,15 @@ def main() -> None:
         url = server.stdout.readline().split()[-1]
         with tempfile.TemporaryDirectory() as tmp:
             process = psutil.Process(server.pid)
-            ours, run_dir, breakdown = run(url, scenes, critic, Path(tmp) / "ours", args.concurrency, process)
+            runs = []
+            for i in range(args.repeat):
+                load = os.getloadavg()
+                wall, run_dir, breakdown = run(url, scenes, critic, Path(tmp) / f"ours{i}", args.concurrency, process)
+                metrics_worker().close()  # the next run starts its own, as a new command does
+                runs.append({"wall_s": round(wall, 2), "load_average_1_5_15_at_start": [round(x, 2) for x in load],
+                             "breakdown": breakdown, "run_dir": run_dir})
+            median = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+            ours, run_dir, breakdown = median["wall_s"], median["run_dir"], median["breakdown"]
             chain, calls = chain_lengths(run_dir)
             subset = scenes[:: max(1, len(scenes) // args.sequential_scenes)][: args.sequential_scenes]
             seq, seq_dir, _ = run(url, subset, critic, Path(tmp) / "seq", 1, process)
@@ -222,6 +234,9 @@ def main() -> None:
         "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
         "scenes": len(scenes), "calls": calls, "latency_s": args.latency, "longest_chain_calls": chain,
         "ours_wall_s": round(ours, 2), "ideal_s": round(ideal, 2), "ours_over_ideal": round(ours / ideal, 3),
+        "ours_runs": [{"wall_s": r["wall_s"], "over_ideal": round(r["wall_s"] / ideal, 3),
+                       "load_average_1_5_15_at_start": r["load_average_1_5_15_at_start"],
+                       "client_cpu_ms_per_call": r["breakdown"]["client_cpu_ms_per_call"]} for r in runs],
         "sequential_scenes_measured": len(subset), "sequential_calls_measured": seq_calls,
         "sequential_wall_s_measured": round(seq, 2), "sequential_s_per_call": round(seq / seq_calls, 4),
         "sequential_full_s_extrapolated": round(seq_full, 1),

@@ -49,7 +49,8 @@ class _Child:
         self.cpu_s = 0.0
         self._on_exit = on_exit
         threading.Thread(target=self._write, name="coser-metrics-writer", daemon=True).start()
-        threading.Thread(target=self._read, name="coser-metrics-reader", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name="coser-metrics-reader", daemon=True)
+        self._reader.start()
 
     def _write(self) -> None:
         # A blocking write to a full pipe waits here, never on the event loop.
@@ -90,6 +91,7 @@ class _Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self._reader.join()  # its last answers are counted and the end is reported before this returns
 
 
 class MetricsWorker:
