@@ -154,6 +154,10 @@ def run(url: str, scenes, critic, path: Path, concurrency: int, server: psutil.P
         "client_step_cpu_s": {step: round(value, 3) for step, value in steps.items()},
         "server_cpu_s": round(server_cpu, 2), "server_cpu_ms_per_call": round(1000 * server_cpu / calls, 3),
         "metrics_worker_cpu_s": round(metrics_cpu, 2),
+        # CPU the three processes got per second of the run: about 1 on an idle two-core machine
+        # (the client alone is under 0.5); far less on a busy one, where the wall time measures
+        # the CPU share, not the client.
+        "cpu_s_per_wall_s": round((cpu + server_cpu + metrics_cpu) / elapsed, 2),
         "loop_lag_ms": {"p50": round(1000 * percentile(lags, 50), 1), "p99": round(1000 * percentile(lags, 99), 1),
                         "max": round(1000 * max(lags), 1)},
         "call_latency_ms": {"p50": round(1000 * percentile(latencies, 50), 1),
@@ -241,6 +245,9 @@ def main() -> None:
         "sequential_wall_s_measured": round(seq, 2), "sequential_s_per_call": round(seq / seq_calls, 4),
         "sequential_full_s_extrapolated": round(seq_full, 1),
         "sequential_over_ideal_extrapolated": round(seq_full / ideal, 1),
+        # The chain at the pace the sequential loop got from this machine (its per-call time over
+        # the latency is the machine's scheduling delay, with almost no client work per call).
+        "ours_over_chain_at_sequential_pace": round(ours / (chain * seq / seq_calls), 3),
         "speedup_vs_sequential": round(seq_full / ours, 1),
         "ours_breakdown": breakdown,
     }
