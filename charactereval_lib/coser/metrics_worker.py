@@ -2,14 +2,14 @@
 
 In a thread (the design before), the metrics held the GIL the event loop needed: every call of
 the loop that releases it (a socket send, hashing a payload) then waited for the metrics thread,
-and ``bench_coser`` spent about a third of its client CPU on them while 200 scenes waited for
-the loop. ``multiprocessing`` workers re-import the caller's main script (spawn, forkserver: an
+and ``bench_coser``'s client spent about twice the CPU per call (1.2-1.8 ms against 0.6-0.9 ms
+without them) while 200 scenes waited for the loop. ``multiprocessing`` workers re-import the caller's main script (spawn, forkserver: an
 unguarded user script would run again) and forking a threaded process is unsafe, so the child
 here is ``python -m charactereval_lib.coser.metrics_worker``, fed JSON lines on its stdin and
 answering in order on its stdout (floats survive JSON exactly: it writes their ``repr``).
 
-One child per Python process, started on first use and kept for every later run (NLTK's import
-alone costs about a second of CPU); it ends when its stdin closes: at exit, or when the parent
+One child per Python process, started on first use and kept for every later run (its start,
+Python with numpy and NLTK, costs about half a second of CPU); it ends when its stdin closes: at exit, or when the parent
 dies. Ctrl-C reaches the whole process group; the child ignores it and lets the parent decide.
 """
 
