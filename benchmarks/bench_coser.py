@@ -14,11 +14,11 @@ processes, whose CPU is reported beside it: on two cores all three share them), 
 lag (how late a 10 ms timer fires: p50, p99, max), each call's latency as the scene sees it (p50,
 p99) against the server's fixed latency, and the CPU seconds of the client's own steps: building
 prompts (agents, histories, critic prompts), encoding and digesting requests, writing records
-(encoding on the loop, appending in the writer threads) and the metrics (in their worker). With ``--baseline-python PATH --baseline DIR``
-(another checkout and the interpreter of its own environment, e.g. the commit before a change) that
-checkout's bench_coser.py runs first, in a fresh process from a neutral directory, and its (a) is
-reported beside ours: before and after on the same machine at nearly the same load. Needs
-$COSER_DATA_DIR.
+(encoding on the loop, appending in the writer threads) and the metrics (in their worker). With
+``--baseline-python PATH --baseline DIR`` (another checkout and the interpreter of its own
+environment, e.g. the commit before a change) that checkout's bench_coser.py runs first, in a
+fresh process from a neutral directory, and its (a) is reported beside ours: before and after on
+the same machine at nearly the same load. Needs $COSER_DATA_DIR.
 
 With ``--repeat N``, (a) runs N times (each with a fresh metrics child, as a new command has) and
 the run of median wall time is reported, beside every run's figures and load.
