@@ -77,6 +77,23 @@ def bleu(hypothesis: str, reference: str) -> float:
         return float(sentence_bleu([ref], hyp))
 
 
+def surface_metrics(simulation_text: str, reference: str) -> dict[str, Any]:
+    """BLEU and ROUGE-L of the simulation against the original conversation (reported beside
+    the four dimensions, never averaged with them); None when unavailable or undefined."""
+    out: dict[str, Any] = {"bleu": None, "rouge_l": None}
+    try:
+        out["bleu"] = bleu(simulation_text, reference)
+    except BleuUnavailable as exc:
+        out["bleu_unavailable"] = str(exc)
+    except ZeroDivisionError:
+        pass
+    try:
+        out["rouge_l"] = rouge_l(simulation_text, reference)
+    except ValueError:  # the rouge package refuses an empty hypothesis or reference
+        pass
+    return out
+
+
 def rouge_l(hypothesis: str, reference: str) -> float:
     """Metric "ROUGE-L": the F-score of ``rouge.Rouge(metrics=["rouge-l"])`` (the package upstream
     uses), its summary-level union LCS with sets of words. Raises ValueError, as the package does,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,8 @@ from charactereval_lib.engine.generation.estimate import estimate_request_tokens
 from charactereval_lib.engine import jobs
 from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
 from charactereval_lib.coser.data import Scene
+from charactereval_lib.coser.judge import reference_str, simulation_str
+from charactereval_lib.coser.metrics_worker import metrics_worker
 from charactereval_lib.coser.prompts import build_scene_agents, scene_rng
 from charactereval_lib.coser.simulation import (
     CallFailed,
@@ -39,7 +40,6 @@ from charactereval_lib.coser.simulation import (
     judge_scene,
     reply_with_retries,
     simulate_scene,
-    surface_metrics,
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 
@@ -165,12 +165,13 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
             base = {"repeat": repeat, "scene": scene.key, "tag": scene.tag, "book": scene.raw["book"]}
             metrics = judging = None
             if (repeat, scene.key) not in state.metrics:
-                _, text, reference, _ = judge_inputs(record["simulation"], scene, record["profiles"], critic,
-                                                     settings.version)
-                # BLEU/ROUGE-L are CPU work: in a worker thread while the judge calls are out, so
-                # the event loop keeps serving the other scenes' calls. (Not a process: a spawned
-                # worker re-runs the caller's unguarded script, and forking a threaded one is unsafe.)
-                metrics = asyncio.get_running_loop().run_in_executor(metrics_pool, surface_metrics, text, reference)
+                # The two texts alone: judge_inputs would also build the four critic prompts,
+                # which judge_scene builds for its calls.
+                text = simulation_str(record["simulation"], settings.version)
+                reference = reference_str(scene.raw["dialogues"], settings.version)
+                # BLEU/ROUGE-L are CPU work: in a child process while the judge calls are out, so
+                # neither the event loop nor its GIL waits for them (see metrics_worker).
+                metrics = asyncio.wrap_future(metrics_worker().submit(text, reference))
             if todo:
                 judging = judge_scene(clients.ask, record["simulation"], scene, record["profiles"], critic, settings,
                                       todo)
@@ -180,8 +181,7 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
             for result in results or ():
                 judge_log.write({**base, "kind": "dimension", **result})
 
-        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar, \
-                ThreadPoolExecutor(1, thread_name_prefix="coser-metrics") as metrics_pool:
+        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
             await asyncio.gather(*(one(r, s) for r, s in work))
     return {"scenes": len(work), "errors": errors, "warnings": job.warnings, "calls": dict(clients.calls)}
 

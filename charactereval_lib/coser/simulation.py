@@ -59,7 +59,6 @@ from charactereval_lib.coser.judge import (
     scene_score,
     simulation_str,
 )
-from charactereval_lib.coser.metrics import BleuUnavailable, bleu, rouge_l
 from charactereval_lib.coser.prompts import (
     ENVIRONMENT,
     NSP,
@@ -363,23 +362,6 @@ async def judge_dimension(ask: Ask, critic_prompt: str, user_message: str, dimen
         record["reason"] = (f"no usable {dimension} critique in {len(result.attempts)} judge attempts ("
                             + ", ".join(f"{status} {count}" for status, count in statuses.most_common()) + ")")
     return record
-
-
-def surface_metrics(simulation_text: str, reference: str) -> dict[str, Any]:
-    """BLEU and ROUGE-L of the simulation against the original conversation (reported beside
-    the four dimensions, never averaged with them); None when unavailable or undefined."""
-    out: dict[str, Any] = {"bleu": None, "rouge_l": None}
-    try:
-        out["bleu"] = bleu(simulation_text, reference)
-    except BleuUnavailable as exc:
-        out["bleu_unavailable"] = str(exc)
-    except ZeroDivisionError:
-        pass
-    try:
-        out["rouge_l"] = rouge_l(simulation_text, reference)
-    except ValueError:  # the rouge package refuses an empty hypothesis or reference
-        pass
-    return out
 
 
 def judge_inputs(outcome_simulation: Sequence[Mapping[str, str]], scene: Scene, profiles: Mapping[str, str],

@@ -52,10 +52,19 @@ class GenerationRequest:
     params: DecodingParams | None = None
 
 
+def canonical_json(payload: Any) -> bytes:
+    """A request payload as canonical JSON (sorted keys, no spaces, UTF-8): what its digest covers
+    and, encoded once, what an HTTP backend sends."""
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
 def request_sha256(payload: Any) -> str:
     """Digest of an exact request payload (canonical JSON), recorded with every generation."""
-    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return body_sha256(canonical_json(payload))
+
+
+def body_sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 @dataclass(frozen=True)

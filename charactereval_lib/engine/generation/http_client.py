@@ -13,8 +13,10 @@ variables), the SDK's error class for each status and its reading of an error bo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,8 +62,9 @@ class StatusError(Exception):
 
 
 class ChatClient:
-    """POST a payload to ``{base_url}/chat/completions``; the session is made on first use, in
-    the event loop that uses it."""
+    """POST a payload to ``{base_url}/chat/completions``. The connection pool is taken on first
+    use, in the event loop that uses it, and shared with the other clients of that loop (see
+    ``_shared_session``)."""
 
     def __init__(self, base_url: str | None, api_key: str, timeout_s: float) -> None:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/") + "/"
@@ -74,23 +77,14 @@ class ChatClient:
         self._timeout_s = timeout_s
         self._session: Any = None
 
-    def _open(self) -> Any:
-        import aiohttp
-
-        # No total limit: each request's connect and every read wait at most timeout_s, as the
-        # SDK's timeout did, so a connect timeout and a read timeout stay distinguishable.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=self._timeout_s)
-        # The engine's limiter bounds the requests in flight; the connector must not queue them.
-        return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0),
-                                     json_serialize=json.dumps)
-
-    async def post(self, payload: dict[str, Any]) -> Any:
-        """The decoded JSON of a success (or its text when the content type is not JSON). Raises
-        StatusError for an error status, json.JSONDecodeError for a body that is not JSON, and
-        aiohttp's or the socket's exceptions when the connection fails."""
+    async def post(self, body: bytes) -> Any:
+        """POST ``body`` (a JSON payload, already encoded: the caller digests the same bytes) and
+        return the decoded JSON of a success (or its text when the content type is not JSON).
+        Raises StatusError for an error status, json.JSONDecodeError for a body that is not JSON,
+        and aiohttp's or the socket's exceptions when the connection fails."""
         if self._session is None:
-            self._session = self._open()
-        async with self._session.post(self._url, json=payload, headers=self._headers) as response:
+            self._session = _shared_session(self._timeout_s)
+        async with self._session.post(self._url, data=body, headers=self._headers) as response:
             raw = await response.read()
             if response.status >= 400:
                 raise StatusError(response.status, response.headers, _text(raw, response))
@@ -101,8 +95,46 @@ class ChatClient:
 
     async def close(self) -> None:
         if self._session is not None:
-            await self._session.close()
-            self._session = None
+            session, self._session = self._session, None
+            await _release_session(session)
+
+
+# One aiohttp session (one connection pool) per event loop and timeout, shared by its clients:
+# the five roles of a CoSER run talk to one server, and a pool per role opened 672 connections
+# for at most 256 requests in flight (bench_coser), each a connect on the client and an accept
+# on the server. Headers, the key among them, go with each request, never with the session.
+# event loop -> {timeout_s: [session, clients using it]}
+_sessions: weakref.WeakKeyDictionary[Any, dict[float, list[Any]]] = weakref.WeakKeyDictionary()
+
+
+def _shared_session(timeout_s: float) -> Any:
+    per_loop = _sessions.setdefault(asyncio.get_running_loop(), {})
+    entry = per_loop.get(timeout_s)
+    if entry is None or entry[0].closed:
+        entry = per_loop[timeout_s] = [_open_session(timeout_s), 0]
+    entry[1] += 1
+    return entry[0]
+
+
+async def _release_session(session: Any) -> None:
+    for per_loop in list(_sessions.values()):
+        for timeout_s, entry in list(per_loop.items()):
+            if entry[0] is session:
+                entry[1] -= 1
+                if entry[1] > 0:
+                    return
+                del per_loop[timeout_s]
+    await session.close()
+
+
+def _open_session(timeout_s: float) -> Any:
+    import aiohttp
+
+    # No total limit: each request's connect and every read wait at most timeout_s, as the
+    # SDK's timeout did, so a connect timeout and a read timeout stay distinguishable.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+    # The engine's limiter bounds the requests in flight; the connector must not queue them.
+    return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
 
 
 def _text(raw: bytes, response: Any) -> str:

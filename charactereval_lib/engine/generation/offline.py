@@ -17,7 +17,7 @@ from typing import Any
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine.generation.base import request_sha256
+from charactereval_lib.engine.generation.base import body_sha256
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 # Generic phrases written for this backend (not from the test set).
@@ -92,10 +92,10 @@ class OfflineBackend(RetryingBackend):
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         return build_payload(self.model, request.messages, request.params or self.params)
 
-    async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
+    async def attempt(self, request: GenerationRequest, payload: dict[str, Any], body: bytes) -> GenerationResult:
         self._attempts[request.id] += 1
         attempt = self._attempts[request.id]
-        digest = request_sha256(payload)
+        digest = body_sha256(body)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         if _chance(digest, "permanent") < self.permanent_fault_rate:

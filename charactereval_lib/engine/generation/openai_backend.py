@@ -104,10 +104,10 @@ class OpenAIBackend(RetryingBackend):
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         return build_payload(self.model, request.messages, request.params or self.params)
 
-    async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
+    async def attempt(self, request: GenerationRequest, payload: dict[str, Any], body: bytes) -> GenerationResult:
         try:
-            # The payload goes out exactly as recorded.
-            response = await self._client.post(payload)
+            # The payload goes out exactly as recorded: the very bytes its digest covers.
+            response = await self._client.post(body)
         except StatusError as exc:
             raise self._classify_status(exc) from None
         except json.JSONDecodeError as exc:

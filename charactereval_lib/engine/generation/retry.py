@@ -39,8 +39,9 @@ from charactereval_lib.engine.generation.base import (
     EndpointUnreachable,
     GenerationRequest,
     GenerationResult,
+    body_sha256,
+    canonical_json,
     error_result,
-    request_sha256,
 )
 
 
@@ -196,14 +197,16 @@ class RetryingBackend(ABC):
         return None
 
     @abstractmethod
-    async def attempt(self, request: GenerationRequest, payload: dict[str, Any]) -> GenerationResult:
-        """One attempt: a result with status ok, or raise TransientError / PermanentError."""
+    async def attempt(self, request: GenerationRequest, payload: dict[str, Any], body: bytes) -> GenerationResult:
+        """One attempt: a result with status ok, or raise TransientError / PermanentError. ``body``
+        is ``payload`` as canonical JSON (what the digest covers), encoded once for every attempt."""
 
     async def complete(self, request: GenerationRequest) -> GenerationResult:
         """All attempts for one request, ending in an ok or error result."""
         assert self.limiter is not None
         payload = self.payload(request)
-        sha = request_sha256(payload)
+        body = canonical_json(payload)
+        sha = body_sha256(body)
         rejected = self.reject(request, sha)
         if rejected is not None:
             return rejected
@@ -217,7 +220,7 @@ class RetryingBackend(ABC):
             started = sent if started is None else started
             outcome: dict[str, bool] = {}
             try:
-                result = await self.attempt(request, payload)
+                result = await self.attempt(request, payload, body)
                 outcome["success"] = True
             except TransientError as exc:
                 repeated = exc.answer is not None and last is not None and exc.answer == last.answer
