@@ -20,14 +20,19 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from charactereval_lib import __version__
+
+if TYPE_CHECKING:
+    from charactereval_lib.engine.manifest import Manifest
+
+M = TypeVar("M", bound="Manifest")
 
 OUTPUTS_DIR = "outputs"
 WORKSPACE_ENV = "CHARACTEREVAL_HOME"
 MANIFEST = "run.json"
-# run.json layout version: 2 adds manifest_schema itself and per-stage protocol versions.
+# run.json layout version (its history: engine.manifest).
 MANIFEST_SCHEMA = 2
 GENERATIONS = "generations.jsonl"
 REQUESTS = "requests.jsonl"
@@ -309,6 +314,16 @@ def read_text(path: Path) -> str:
         raise RunError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
 
 
+def read_json(path: Path) -> Any:
+    """A whole JSON file (a manifest, a summary), or RunError naming the file and what is wrong."""
+    if not Path(path).is_file():
+        raise RunError(f"{path}: no such file")
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}") from None
+
+
 def latest_by_key(records: Iterable[dict[str, Any]], *keys: str) -> dict[tuple, dict[str, Any]]:
     """The last record for each key: in an append-only log the latest record is the state."""
     latest: dict[tuple, dict[str, Any]] = {}
@@ -338,13 +353,27 @@ def git_commit() -> str | None:
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` as a dict in the current layout ({} when there is none), checked against
+    ``manifest.Manifest``: a damaged one is a RunError naming the file and the key. An older
+    layout is upgraded in memory; the file is left as it is."""
+    # Imported here: pydantic is not loaded by the CLI's start-up (``--help``).
+    from charactereval_lib.engine.manifest import Manifest, upgrade
+    from charactereval_lib.engine.validation import validate
+
     path = Path(run_dir) / MANIFEST
     if not path.exists():
         return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}") from None
+    raw = read_json(path)
+    manifest = upgrade(raw) if isinstance(raw, dict) else raw
+    validate(Manifest, manifest, str(path), RunError, root="(document)")
+    return manifest
+
+
+def read_manifest(run_dir: Path, model: type[M]) -> M:
+    """``run.json`` as ``model`` (``manifest.Manifest`` or a benchmark's subclass of it)."""
+    from charactereval_lib.engine.validation import validate
+
+    return validate(model, load_manifest(run_dir), str(Path(run_dir) / MANIFEST), RunError, root="(document)")
 
 
 def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
@@ -542,6 +571,12 @@ class RunDir:
     # Manifest.
     def manifest(self) -> dict[str, Any]:
         return load_manifest(self.path)
+
+    def manifest_model(self, model: type[M] | None = None) -> M:
+        """The manifest typed: ``manifest.Manifest``, or the benchmark's subclass ``model``."""
+        from charactereval_lib.engine.manifest import Manifest
+
+        return read_manifest(self.path, model or Manifest)
 
     def update_manifest(self, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
         return update_manifest(self.path, protocol_version=protocol_version, **sections)
