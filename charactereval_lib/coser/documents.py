@@ -34,6 +34,10 @@ class CoserManifest(Manifest):
     coser: CoserSection | None = None
 
 
+# JSON keys are strings: a number read back from a file as a key is parsed.
+NumberKey = Annotated[int, Strict(False)]
+
+
 class Interval(Section):
     """A mean with its 95% scene-bootstrap interval (low and high None with fewer than two scenes)."""
 
@@ -66,6 +70,16 @@ class Endings(Section):
     not_run: int
 
 
+class Rounds(Section):
+    """Rounds per finished scene (every field absent when none finished)."""
+
+    mean: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    histogram: dict[NumberKey, int] = {}
+
+
 class CoserSummary(Section):
     """The CoSER statistics of a run (see ``run.compute_summary``). Interval tables map a
     dimension (and ``average``) to its ``Interval``; empty when nothing is judged."""
@@ -80,11 +94,10 @@ class CoserSummary(Section):
     overall: dict[str, Interval]
     by_split: dict[str, dict[str, Interval]]
     by_book: dict[str, BookScores]
-    # JSON keys are strings: a repeat number read back from a file is parsed.
-    by_repeat: dict[Annotated[int, Strict(False)], dict[str, float | None]]
+    by_repeat: dict[NumberKey, dict[str, float | None]]
     run_to_run_sd: dict[str, float | None] | None = None
     scenes_simulated: int
-    rounds: dict[str, Any]
+    rounds: Rounds
     ended_by: Endings
     judge_failures: int
     judge_failed_dimensions: dict[str, int]

@@ -24,9 +24,10 @@ from typing import Any
 
 from pydantic import ConfigDict, model_validator
 
-from charactereval_lib.engine.runs import MANIFEST_SCHEMA
 from charactereval_lib.engine.validation import Document, problem
 
+# The layout ``runs.update_manifest`` writes.
+MANIFEST_SCHEMA = 2
 # The benchmark of a run whose manifest names none (the only one before CoSER runs said so).
 DEFAULT_BENCHMARK = "charactereval"
 # Sections that carry their stage's protocol version from layout 2 on.

@@ -32,8 +32,6 @@ M = TypeVar("M", bound="Manifest")
 OUTPUTS_DIR = "outputs"
 WORKSPACE_ENV = "CHARACTEREVAL_HOME"
 MANIFEST = "run.json"
-# run.json layout version (its history: engine.manifest).
-MANIFEST_SCHEMA = 2
 GENERATIONS = "generations.jsonl"
 REQUESTS = "requests.jsonl"
 ROWS = "rows.jsonl"
@@ -384,6 +382,8 @@ def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sec
     pass only parameters and counts; secrets never belong here (API keys are read from the
     environment by the backends and never passed in).
     """
+    from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
+
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     now = utc_now()

@@ -137,8 +137,7 @@ def describe(error: Mapping[str, Any], model: type[BaseModel] | None = None) -> 
     if kind == "literal_error":
         return f"expected {context['expected']}, got {shown(value)}"
     if kind in _EXPECTED:
-        got = type(value).__name__ if isinstance(value, (dict, list)) else shown(value)
-        return f"expected {_EXPECTED[kind]}, got {got}"
+        return f"expected {_EXPECTED[kind]}, got {shown(value)}"
     return f"{error['msg']}, got {shown(value)}"
 
 
