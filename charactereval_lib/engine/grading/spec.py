@@ -101,14 +101,15 @@ def _one_of(names: Sequence[str], optional: bool = False) -> BeforeValidator:
 
 
 def _required(what: str, check: Callable[[Any], bool]) -> BeforeValidator:
+    """``expect``, with a field given as null missing: evals reads null as absent."""
+    checked = expect(what, check).func
+
     def validate(value: Any) -> Any:
-        # evals reads a field given as null as absent.
         if value is None:
             raise problem("missing (required)")
-        if not check(value):
-            raise problem(f"expected {what}")
-        return value
+        return checked(value)
 
+    validate.expected = what  # type: ignore[attr-defined]
     return BeforeValidator(validate)
 
 
