@@ -355,14 +355,11 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     ``manifest.Manifest``: a damaged one is a RunError naming the file and the key. An older
     layout is upgraded in memory; the file is left as it is."""
     # Imported here: pydantic is not loaded by the CLI's start-up (``--help``).
-    from charactereval_lib.engine.manifest import Manifest, upgrade
+    from charactereval_lib.engine.manifest import Manifest
     from charactereval_lib.engine.validation import validate
 
     path = Path(run_dir) / MANIFEST
-    if not path.exists():
-        return {}
-    raw = read_json(path)
-    manifest = upgrade(raw) if isinstance(raw, dict) else raw
+    manifest = _manifest_document(path)
     validate(Manifest, manifest, str(path), RunError, root="(document)")
     return manifest
 
@@ -371,7 +368,17 @@ def read_manifest(run_dir: Path, model: type[M]) -> M:
     """``run.json`` as ``model`` (``manifest.Manifest`` or a benchmark's subclass of it)."""
     from charactereval_lib.engine.validation import validate
 
-    return validate(model, load_manifest(run_dir), str(Path(run_dir) / MANIFEST), RunError, root="(document)")
+    path = Path(run_dir) / MANIFEST
+    return validate(model, _manifest_document(path), str(path), RunError, root="(document)")
+
+
+def _manifest_document(path: Path) -> Any:
+    from charactereval_lib.engine.manifest import upgrade
+
+    if not path.exists():
+        return {}
+    document = read_json(path)
+    return upgrade(document) if isinstance(document, dict) else document
 
 
 def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
