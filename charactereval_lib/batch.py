@@ -49,29 +49,30 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import model_validator
 
 from charactereval_lib import pipeline
 from charactereval_lib.engine import faults, progress, runs
+from charactereval_lib.engine.validation import Document, expect, is_int, is_number, problem, validate
 
-# Shorthands allowed at the top of a model entry, beside the full `generate:` / `score:` sections.
-GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
-SCORE_KEYS = ("device", "mode")
-MODEL_KEYS = {"name", "backend", "model", "rm", "subset", "generate", "score", *GENERATE_KEYS, *SCORE_KEYS}
-TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray",
-            "judges"}
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # How long Ray tasks get to save their records after Ctrl-C before the cluster goes down.
 CANCEL_WAIT_S = 30.0
 
 
 class BatchError(runs.RunError):
     """A batch config that cannot be run as it is (named with the file and the entry)."""
+
+
+NonNegative = Annotated[float, expect("a number of at least 0", lambda v: is_number(v) and v >= 0)]
+_Setting = Annotated[Any, expect("a mapping of settings", lambda v: v is None or isinstance(v, dict))]
+_Text = Annotated[str, expect("a non-empty string", lambda v: isinstance(v, str) and bool(v))]
 
 
 @dataclass(frozen=True)
@@ -82,17 +83,16 @@ class ModelSpec:
     subset: int | None = None
 
 
-@dataclass(frozen=True)
-class RayBatch:
+class RayBatch(Document):
     """The resource requests of the tasks of ``engine: ray`` (per task; 0 GPUs on CPU)."""
 
     # An existing cluster ("auto", "HOST:6379"); None starts a local one.
     address: str | None = None
-    cpus: float = 1.0
+    cpus: NonNegative = 1.0
     # A model's generation task: GPUs when it runs an hf model (other backends ask for none).
-    generate_gpus: float = 0.0
+    generate_gpus: NonNegative = 0.0
     # A model's scoring task (the reward model).
-    score_gpus: float = 0.0
+    score_gpus: NonNegative = 0.0
 
     def gpus(self, spec: ModelSpec, stage: str) -> float:
         if stage == SCORING:
@@ -145,6 +145,75 @@ class BatchResult:
 # --- config ------------------------------------------------------------------------------------
 
 
+class ModelEntry(Document):
+    """One entry of ``models`` (after ``defaults`` are applied). The shorthands and the
+    ``generate:``/``score:`` sections are checked by the pipeline settings they become."""
+
+    unknown_key_hint: ClassVar[str] = " (other settings go under generate: or score:)"
+
+    name: Annotated[str, expect("letters, digits, '.', '_' or '-' (the name of the run directory)",
+                                lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v))]
+    backend: _Text
+    model: _Text
+    rm: _Text
+    subset: Annotated[int | None, expect("a positive integer", lambda v: v is None or (is_int(v) and v > 0))] = None
+    generate: _Setting = None
+    score: _Setting = None
+    # Shorthands of generate settings.
+    base_url: Any = None
+    concurrency: Any = None
+    max_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    seed: Any = None
+    limit: Any = None
+    ids: Any = None
+    # Shorthands of score settings.
+    device: Any = None
+    mode: Any = None
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> ModelEntry:
+        chosen = [k for k in ("subset", "ids", "limit") if getattr(self, k) is not None]
+        if len(chosen) > 1:
+            raise problem(f"choose one of subset, ids, limit (got {chosen})")
+        return self
+
+    def shorthands(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
+
+
+GENERATE_SHORTHANDS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
+SCORE_SHORTHANDS = ("device", "mode")
+
+
+class BatchDocument(Document):
+    """A batch config file as written (see the module docstring)."""
+
+    models: Annotated[list[ModelEntry], expect("a non-empty list of model entries",
+                                               lambda v: isinstance(v, list) and bool(v))]
+    output_dir: str | None = None
+    comparison: str | None = None
+    data_dir: str | None = None
+    # Checked by pipeline.ReportSettings.
+    baselines: Any = None
+    judges: Any = None
+    n_boot: Any = 1000
+    defaults: _Setting = None
+    engine: Annotated[str, expect(f"one of {', '.join(BATCH_ENGINES)}", lambda v: v in BATCH_ENGINES)] = "local"
+    ray: RayBatch | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BatchDocument:
+        names = [m.name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise problem(f"duplicate model name(s) {duplicates}")
+        if self.ray is not None and self.engine != "ray":
+            raise problem("'ray' settings need engine: ray")
+        return self
+
+
 def load_config(path: Path | str) -> BatchConfig:
     """Read and check a batch config; every problem names the file and the model entry."""
     import yaml
@@ -162,99 +231,53 @@ def load_config(path: Path | str) -> BatchConfig:
         raw = {"models": raw}
     if not isinstance(raw, dict):
         raise BatchError(f"{path}: expected a mapping with 'models' (or a list of models), got {type(raw).__name__}")
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise BatchError(f"{path}: unknown key(s) {unknown}; expected some of {sorted(TOP_KEYS)}")
-    models = raw.get("models")
-    if not isinstance(models, list) or not models:
-        raise BatchError(f"{path}: 'models' must be a non-empty list")
-    defaults = raw.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise BatchError(f"{path}: 'defaults' must be a mapping")
-    specs = [_model_spec(path, k, {**defaults, **entry} if isinstance(entry, dict) else entry)
-             for k, entry in enumerate(models)]
-    names = [s.name for s in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise BatchError(f"{path}: duplicate model name(s) {duplicates}")
-    output_dir = Path(raw.get("output_dir") or runs.outputs_dir())
-    report_values = {"n_boot": raw.get("n_boot", 1000)}
-    if raw.get("baselines") is not None:
-        report_values["baselines"] = raw["baselines"]
-    if raw.get("judges") is not None:
-        report_values["judges"] = raw["judges"]
+    defaults = raw.get("defaults")
+    if isinstance(defaults, dict) and isinstance(raw.get("models"), list):
+        raw = {**raw, "models": [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in raw["models"]]}
+
+    def entry_label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+        # A model entry is named by its name, as the summary and the run directory name it.
+        if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
+            entry = raw["models"][loc[1]]
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                return f"model {entry['name']!r}", loc[2:]
+        return "", loc
+
+    document = validate(BatchDocument, raw, str(path), BatchError, label=entry_label)
+    specs = [_model_spec(path, entry) for entry in document.models]
+    output_dir = Path(document.output_dir or runs.outputs_dir())
+    report_values = {"n_boot": document.n_boot}
+    if document.baselines is not None:
+        report_values["baselines"] = document.baselines
+    if document.judges is not None:
+        report_values["judges"] = document.judges
     try:
         report = pipeline.ReportSettings.from_mapping(report_values, f"{path}")
     except pipeline.SettingsError as exc:
         raise BatchError(str(exc)) from None
-    engine = raw.get("engine") or "local"
-    if engine not in BATCH_ENGINES:
-        raise BatchError(f"{path}: engine {engine!r}: expected one of {', '.join(BATCH_ENGINES)}")
     return BatchConfig(
         path=path,
         output_dir=output_dir,
-        comparison_dir=output_dir / str(raw.get("comparison") or "comparison"),
-        data_dir=raw.get("data_dir"),
+        comparison_dir=output_dir / (document.comparison or "comparison"),
+        data_dir=document.data_dir,
         report=report,
         models=specs,
-        engine=engine,
-        ray=_ray_batch(path, raw.get("ray"), engine),
+        engine=document.engine,
+        ray=document.ray or RayBatch(),
     )
 
 
-def _ray_batch(path: Path, raw: Any, engine: str) -> RayBatch:
-    if raw is None:
-        return RayBatch()
-    if engine != "ray":
-        raise BatchError(f"{path}: 'ray' settings need engine: ray")
-    keys = [f.name for f in fields(RayBatch)]
-    if not isinstance(raw, dict) or set(raw) - set(keys):
-        unknown = sorted(set(raw) - set(keys)) if isinstance(raw, dict) else raw
-        raise BatchError(f"{path}: ray: unknown key(s) {unknown}; expected some of {keys}")
-    address = raw.get("address")
-    if address is not None and not isinstance(address, str):
-        raise BatchError(f"{path}: ray: 'address' must be a string, got {address!r}")
-    for key in ("cpus", "generate_gpus", "score_gpus"):
-        value = raw.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise BatchError(f"{path}: ray: {key!r} must be a number of at least 0, got {value!r}")
-    return RayBatch(**raw)
-
-
-def _model_spec(path: Path, index: int, entry: Any) -> ModelSpec:
-    where = f"{path}: models[{index}]"
-    if not isinstance(entry, dict):
-        raise BatchError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    if "name" in entry:
-        where = f"{path}: model {entry['name']!r}"
-    unknown = sorted(set(entry) - MODEL_KEYS)
-    if unknown:
-        raise BatchError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(MODEL_KEYS)} "
-                         "(other settings go under generate: or score:)")
-    for key in ("name", "backend", "model", "rm"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise BatchError(f"{where}: '{key}' is required (a string)")
-    if not _SAFE_NAME.match(entry["name"]):
-        raise BatchError(f"{where}: name must be letters, digits, '.', '_' or '-' (it names the run directory)")
-    for key in ("generate", "score"):
-        if not isinstance(entry.get(key) or {}, dict):
-            raise BatchError(f"{where}: '{key}' must be a mapping of {key} settings")
-    chosen = [k for k in ("subset", "ids", "limit") if entry.get(k) is not None]
-    if len(chosen) > 1:
-        raise BatchError(f"{where}: choose one of subset, ids, limit (got {chosen})")
-    subset = entry.get("subset")
-    if subset is not None and (not isinstance(subset, int) or isinstance(subset, bool) or subset < 1):
-        raise BatchError(f"{where}: 'subset' must be a positive integer")
-    generate = {"backend": entry["backend"], "model": entry["model"],
-                **{k: entry[k] for k in GENERATE_KEYS if entry.get(k) is not None}, **(entry.get("generate") or {})}
-    score = {"rm": entry["rm"], **{k: entry[k] for k in SCORE_KEYS if entry.get(k) is not None},
-             **(entry.get("score") or {})}
+def _model_spec(path: Path, entry: ModelEntry) -> ModelSpec:
+    where = f"{path}: model {entry.name!r}"
+    generate = {"backend": entry.backend, "model": entry.model, **entry.shorthands(GENERATE_SHORTHANDS),
+                **(entry.generate or {})}
+    score = {"rm": entry.rm, **entry.shorthands(SCORE_SHORTHANDS), **(entry.score or {})}
     try:
         return ModelSpec(
-            entry["name"],
+            entry.name,
             pipeline.GenerateSettings.from_mapping(generate, f"{where}: generate"),
             pipeline.ScoreSettings.from_mapping(score, f"{where}: score"),
-            subset,
+            entry.subset,
         )
     except pipeline.SettingsError as exc:
         raise BatchError(str(exc)) from None

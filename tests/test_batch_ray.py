@@ -98,10 +98,10 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
 
     path = tmp_path / "batch.yaml"
     for text, message in (
-        ("engine: spark", "engine 'spark': expected one of local, ray"),
+        ("engine: spark", "engine: expected one of local, ray, got 'spark'"),
         ("ray: {cpus: 2}", "'ray' settings need engine: ray"),
         ("engine: ray\nray: {gpus: 1}", "ray: unknown key(s) ['gpus']"),
-        ("engine: ray\nray: {score_gpus: -1}", "ray: 'score_gpus' must be a number of at least 0"),
+        ("engine: ray\nray: {score_gpus: -1}", "ray.score_gpus: expected a number of at least 0, got -1"),
     ):
         path.write_text(f"{text}\nmodels: [{{name: a, backend: offline, model: m, rm: r}}]\n", encoding="utf-8")
         with pytest.raises(batch.BatchError) as error:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib import cli, pipeline
+from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, interval, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
@@ -204,7 +205,7 @@ def test_report_shows_the_anchor_and_the_summarys_numbers(rendered):
     for model in ("mock-actor", "gpt-4o", "gpt-4o-mini"):
         assert f"<code>{model}</code>" in page
     for name, cell in summary["overall"].items():
-        assert f"{cell['mean']:.2f}" in text and interval(cell) in text, name
+        assert f"{cell['mean']:.2f}" in text and interval(Interval.model_validate(cell)) in text, name
     # Per book: every book of the summary with its average.
     assert ">Per book<" in page
     for book, entry in summary["by_book"].items():
@@ -254,7 +255,8 @@ def test_coser_summarize_prints_a_table_and_says_what_it_wrote(hand_run, capsys)
     assert "{" not in out and len(lines) == 1 + 5 + 3
     assert lines[0].split() == ["score", "mean", "95%", "interval", "id", "books", "ood", "books"]
     average = summary["overall"]["average"]
-    assert lines[5].startswith("average") and f"{average['mean']:.2f}" in lines[5] and interval(average) in lines[5]
+    assert lines[5].startswith("average") and f"{average['mean']:.2f}" in lines[5]
+    assert interval(Interval.model_validate(average)) in lines[5]
     assert lines[1].split()[-1] == "–"  # the ood split's only scene failed: no score
     assert "not clipped, so a dimension can exceed 100" in lines[6]
     assert lines[-1].startswith(f"wrote {hand_run.path / SUMMARY}")

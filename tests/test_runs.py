@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 
 
@@ -78,7 +79,7 @@ def test_atomic_write_leaves_no_temp_file_and_keeps_old_content_on_failure(tmp_p
 def test_manifest_is_stamped_and_merged(tmp_path):
     runs.update_manifest(tmp_path, protocol_version=PROTOCOL_VERSION, generation={"model": "m", "max_tokens": 1024})
     manifest = runs.update_manifest(tmp_path, generation={"concurrency": 8}, transform={"counts": {"rows": 3}})
-    assert manifest["protocol_version"] == PROTOCOL_VERSION and manifest["manifest_schema"] == runs.MANIFEST_SCHEMA
+    assert manifest["protocol_version"] == PROTOCOL_VERSION and manifest["manifest_schema"] == MANIFEST_SCHEMA
     assert manifest["generation"] == {"model": "m", "max_tokens": 1024, "concurrency": 8}
     assert manifest["created_at"] <= manifest["updated_at"]
     assert runs.load_manifest(tmp_path) == manifest

@@ -18,11 +18,13 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from charactereval_lib.engine import reportkit, runs
+from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
+from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
     dimension_estimable,
@@ -65,7 +67,8 @@ class RunAnalysis:
     """Everything one run's report needs, read from its directory."""
 
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: dict[str, Any]  # run.json as recorded (``run_info`` shows it in its own order)
+    manifest_model: CharacterEvalManifest  # the same, typed: what the report reads from it
     rows: pd.DataFrame  # rows.jsonl: one row per (id, metric), scored or not
     scores: pd.DataFrame  # scored rows: rows joined with the latest score
     generations: pd.DataFrame  # latest generation record per sample (empty if none)
@@ -91,7 +94,8 @@ class RunAnalysis:
         """Rows each metric lost to failed generations (needs the official id2metric)."""
         if self.data is None:
             return None
-        return failed_rows_by_metric(self.manifest.get("transform", {}).get("failed_ids", []), self.data.id2metric)
+        transform = self.manifest_model.transform
+        return failed_rows_by_metric(transform.failed_ids if transform else [], self.data.id2metric)
 
     def failures(self) -> pd.DataFrame:
         return failure_breakdown(self.generations, self.rows, self.scores)
@@ -106,13 +110,13 @@ class RunAnalysis:
     def header_markdown(self, data_note: str = "") -> str:
         """Report heading: run, model, backend, what rendered it. Warnings go in their own box
         (``warnings_html``) right below."""
-        generation = self.manifest.get("generation", {})
+        generation = self.manifest_model.generation or GenerationSection()
         lines = [
             f"# CharacterEval report: {self.name}",
             "",
-            f"Model **{generation.get('model', 'unknown')}** via backend **{generation.get('backend', 'unknown')}**; "
+            f"Model **{generation.model or 'unknown'}** via backend **{generation.backend or 'unknown'}**; "
             f"{self.scorer_text()}{len(self.scores)} scored rows of {len(self.rows)}; protocol "
-            f"{self.manifest.get('protocol_version', 'unknown')}. {rendered_by()}",
+            f"{self.manifest_model.protocol_version or 'unknown'}. {rendered_by()}",
         ]
         if data_note:
             lines += ["", data_note]
@@ -144,7 +148,8 @@ def load_run(
     latest = runs.latest_by_key(runs.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
-    return RunAnalysis(run_dir, runs.load_manifest(run_dir), rows, scores, generations, stats, data,
+    return RunAnalysis(run_dir, runs.load_manifest(run_dir), runs.read_manifest(run_dir, CharacterEvalManifest), rows,
+                       scores, generations, stats, data,
                        counts["scorer_modes"], scorer, counts.get("judge_model"),
                        (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0)))
 
@@ -487,11 +492,11 @@ def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str =
     run is compared with). Their warnings go in the box below (``comparison_warnings``)."""
     lines = ["# CharacterEval comparison", ""]
     for k, run in enumerate(analyses):
-        generation = run.manifest.get("generation", {})
+        generation = run.manifest_model.generation or GenerationSection()
         role = "reference (every difference is against it)" if k == 0 else f"compared with {analyses[0].name}"
         lines.append(
-            f"{k + 1}. **{run.name}**: model {generation.get('model', 'unknown')}, backend "
-            f"{generation.get('backend', 'unknown')}, {len(run.scores)} scored rows; {role}"
+            f"{k + 1}. **{run.name}**: model {generation.model or 'unknown'}, backend "
+            f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}"
         )
     lines += ["", rendered_by()]
     if data_note:

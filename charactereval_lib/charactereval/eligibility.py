@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
@@ -22,6 +23,7 @@ from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.stats import percentile_interval
 
 BENCHMARK = "charactereval"
@@ -130,9 +132,10 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     ``context["charactereval"]``: the official data (None when it cannot be loaded), which
     says which samples are scored and how many rows the failed samples would have had."""
     run = runs.RunDir(path)
+    typed = run.manifest_model(CharacterEvalManifest)
     generations = run.latest_generations()
     failed = {i for i, g in generations.items() if g.get("model_output") in (None, "ERROR")}
-    no_metric = set((manifest.get("transform") or {}).get("no_metric_ids") or [])
+    no_metric = set(typed.transform.no_metric_ids if typed.transform else ())
     scored_failed = failed - no_metric
     data = context.get(BENCHMARK)
     common = {
@@ -144,18 +147,19 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     judges = run.judge_models()
     # A run scored only by judges has no reward-model board to be on.
     scorers = ([None] if run.scores.exists() or not judges else []) + judges
-    return [_view(run, manifest, common, judge) for judge in scorers]
+    return [_view(run, manifest, typed, common, judge) for judge in scorers]
 
 
-def _view(run: runs.RunDir, manifest: dict[str, Any], common: dict[str, Any], judge: str | None) -> RunView:
+def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManifest, common: dict[str, Any],
+          judge: str | None) -> RunView:
     frame, counts = load_run_scores(run, runs.JUDGE if judge else runs.REWARD_MODEL, judge)
     # The scored rows carry their score records' fields: no second read of the score file.
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
-    scoring = manifest.get("scoring") or {}
-    verify = manifest.get("rm_verify") or {}
+    checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}
+    verify = typed.rm_verify or {}
     facts = {**common, "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
              "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
-             "tiny_label": (scoring.get("checkpoint") or {}).get("label"),
+             "tiny_label": checkpoint.get("label"),
              "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
     if judge:
         scorer = f"judge {judge}"
@@ -163,9 +167,9 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], common: dict[str, Any], ju
         scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
     else:
         scorer = "reward model, checkpoint not recorded" if not checkpoints else "reward model, mixed checkpoints"
-    generation = manifest.get("generation") or {}
-    view = RunView(run.path, BENCHMARK, str(manifest.get("protocol_version")), scorer,
-                   model_label(str(generation.get("model") or run.path.name), generation.get("parameters")), manifest,
+    generation = typed.generation or GenerationSection()
+    view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
+                   model_label(str(generation.model or run.path.name), generation.parameters), manifest,
                    n=len(frame), failures=common["failed_scored"], facts=facts)
     if len(frame):
         stats = metric_statistics(frame)

@@ -11,10 +11,12 @@ from typing import Any
 import pandas as pd
 
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER, SCORE_COLUMNS, scores_frame
+from charactereval_lib.charactereval.documents import Summary
 from charactereval_lib.charactereval.protocol import MBTI_NOT_REPRODUCED, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.validation import validate
 
 # run.json's section of the judge scorer (``charactereval.judge`` writes it).
 JUDGE_SECTION = "judge_scoring"
@@ -120,7 +122,10 @@ def summarize_run(
     # ``out``: another directory than the run's (a colleague's run, read-only to us).
     out = run.path if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs.write_json_atomic(out / run.summary_file(scorer).name, nan_to_none(summary))
+    document, path = nan_to_none(summary), out / run.summary_file(scorer).name
+    # Never written unless ``documents.load_summary`` reads it back.
+    validate(Summary, document, str(path), runs.RunError)
+    runs.write_json_atomic(path, document)
     runs.write_text_atomic(out / run.metrics_csv_file(scorer).name,
                            metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary

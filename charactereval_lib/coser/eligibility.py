@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
-from charactereval_lib.coser.run import JUDGEMENTS, compute_summary, judged_frame
+from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import VERSIONS
 from charactereval_lib.engine import runs
@@ -132,25 +133,24 @@ def recognises(manifest: dict[str, Any]) -> bool:
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
     """One view per run, on the board of its judge model."""
     run = runs.RunDir(path)
-    coser = manifest.get("coser") or {}
-    models = coser.get("models") or {}
-    summary = compute_summary(run)
+    coser = run.manifest_model(CoserManifest).coser or CoserSection()
+    summary = computed_summary(run)
     anchor = load_anchor()
-    clip = ((coser.get("identity") or {}).get("protocol") or {}).get("score_upper_clip", False)
+    clip = (coser.identity.get("protocol") or {}).get("score_upper_clip", False)
     latest = {(r["repeat"], r["scene"], r["dimension"]): r
               for r in runs.read_jsonl(run.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
     frame = judged_frame(list(latest.values()), clip)
-    ended = summary["ended_by"]
-    failures = ended["failed"] + summary["judge_failures"]
-    facts = {"scenes": len(coser.get("scenes") or []), "repeats": coser.get("repeats") or 0,
-             "preset": coser.get("preset"), "test_scenes": anchor["scenes"], "anchor_repeats": anchor["repeats"],
-             "sessions_expected": summary["counts"]["sessions_expected"], "not_run": ended["not_run"],
-             "unjudged": summary["sessions_unjudged"], "summary": summary}
-    average = (summary["overall"] or {}).get("average") or {}
-    view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {models.get('judge')}",
-                   model_label(str(models.get("actor") or path.name), None), manifest,
-                   score=average.get("mean"), ci=(average.get("low"), average.get("high")),
-                   n=summary["counts"]["sessions"], failures=failures, facts=facts)
+    ended = summary.ended_by
+    failures = ended.failed + summary.judge_failures
+    facts = {"scenes": len(coser.scenes), "repeats": coser.repeats,
+             "preset": coser.preset, "test_scenes": anchor["scenes"], "anchor_repeats": anchor["repeats"],
+             "sessions_expected": summary.counts.sessions_expected, "not_run": ended.not_run,
+             "unjudged": summary.sessions_unjudged, "summary": summary}
+    average = summary.overall.get("average") or Interval()
+    view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
+                   model_label(str(coser.models.get("actor") or path.name), None), manifest,
+                   score=average.mean, ci=(average.low, average.high),
+                   n=summary.counts.sessions, failures=failures, facts=facts)
     if not frame.empty:
         view.clusters = frame.groupby("scene")["score"].mean().to_dict()
     return [view]
@@ -164,12 +164,12 @@ def anchor(view: RunView) -> AnchorCheck | None:
     actor = ((view.manifest.get("coser") or {}).get("models") or {}).get("actor")
     if actor != paper["actor_model"]:
         return None
-    overall = view.facts["summary"].get("overall") or {}
+    overall = view.facts["summary"].overall
     results = {}
     for name in (*DIMENSIONS, "average"):
-        cell = overall.get(name) or {}
-        interval = (cell["low"], cell["high"]) if cell.get("low") is not None and cell.get("high") is not None else None
-        results[name] = compare_to_paper(paper["dimensions"][name]["value"], cell.get("mean"),
+        cell = overall.get(name) or Interval()
+        interval = (cell.low, cell.high) if cell.low is not None and cell.high is not None else None
+        results[name] = compare_to_paper(paper["dimensions"][name]["value"], cell.mean,
                                          paper_pm=paper["dimensions"][name]["plus_minus"], interval=interval,
                                          tolerance=ANCHOR_TOLERANCE)
     deltas = {name: r.delta for name, r in results.items() if r.delta is not None}

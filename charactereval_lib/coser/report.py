@@ -22,11 +22,13 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS, compute_summary
+from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
+from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.validation import validate
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
 NOT_COMPARABLE = "not comparable with the paper"
@@ -69,7 +71,7 @@ def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None
     return reasons
 
 
-def caveats(manifest: dict[str, Any], summary: dict[str, Any], anchor: dict[str, Any]) -> list[str]:
+def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, Any]) -> list[str]:
     """What else a reader must know before reading the numbers (not a reason for the label)."""
     coser = manifest.get("coser") or {}
     models = coser.get("models") or {}
@@ -87,27 +89,27 @@ def caveats(manifest: dict[str, Any], summary: dict[str, Any], anchor: dict[str,
                      f"critiques: {report['dimension_scores_reproduced']}/{report['dimension_scores']} dimension "
                      f"scores and {report['scene_scores_reproduced']}/{report['cases']} scene scores equal the "
                      "recorded ones exactly (the rest: run.json, import_official).")
-    counts = summary["counts"]
-    if counts["scenes"] < anchor["scenes"] or (summary.get("repeats") or 0) < anchor["repeats"]:
-        notes.append(f"A subset: {counts['scenes']} of {anchor['scenes']} scenes judged, {summary.get('repeats')} "
-                     f"repeat(s) (preset {summary.get('preset')}); the paper's numbers are over {anchor['scenes']} "
+    counts = summary.counts
+    if counts.scenes < anchor["scenes"] or (summary.repeats or 0) < anchor["repeats"]:
+        notes.append(f"A subset: {counts.scenes} of {anchor['scenes']} scenes judged, {summary.repeats} "
+                     f"repeat(s) (preset {summary.preset}); the paper's numbers are over {anchor['scenes']} "
                      f"scenes x {anchor['repeats']} runs, so intervals are wider and the mix of books differs.")
     if models.get("nsp") != anchor["nsp_model"]:
         notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {anchor['nsp_model']}.")
     if models.get("actor") != anchor["actor_model"]:
         notes.append(f"The anchor is the paper's GPT-4o ({anchor['actor_model']}) as actor; this run's actor is "
                      f"{models.get('actor')!r}, so differences from it include the actor's.")
-    ended = summary["ended_by"]
-    if ended["failed"] or ended["not_run"]:
-        notes.append(f"{ended['failed']} scene run(s) failed and {ended['not_run']} were not run: rerun "
+    ended = summary.ended_by
+    if ended.failed or ended.not_run:
+        notes.append(f"{ended.failed} scene run(s) failed and {ended.not_run} were not run: rerun "
                      "`charactereval coser run` with the same settings to finish them.")
-    if summary["judge_failures"]:
-        notes.append(f"{summary['judge_failures']} session(s) have a dimension the judge never answered validly; "
+    if summary.judge_failures:
+        notes.append(f"{summary.judge_failures} session(s) have a dimension the judge never answered validly; "
                      "such a session fails as a whole and is left out of every mean.")
-    if summary["sessions_unjudged"]:
-        notes.append(f"{summary['sessions_unjudged']} finished scene run(s) are not judged yet.")
-    if summary.get("bleu_unavailable"):
-        notes.append(summary["bleu_unavailable"])
+    if summary.sessions_unjudged:
+        notes.append(f"{summary.sessions_unjudged} finished scene run(s) are not judged yet.")
+    if summary.bleu_unavailable:
+        notes.append(summary.bleu_unavailable)
     return notes
 
 
@@ -137,11 +139,11 @@ def fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def interval(cell: dict[str, Any]) -> str:
+def interval(cell: Interval | None) -> str:
     """"[low, high]", or ``NO_INTERVAL`` when too few scenes leave none, "–" without a value."""
-    if not cell or cell.get("mean") is None:
+    if cell is None or cell.mean is None:
         return "–"
-    return NO_INTERVAL if cell.get("low") is None else f"[{fmt(cell['low'])}, {fmt(cell['high'])}]"
+    return NO_INTERVAL if cell.low is None else f"[{fmt(cell.low)}, {fmt(cell.high)}]"
 
 
 def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
@@ -162,7 +164,7 @@ class CoserAnalysis:
 
     run: runs.RunDir
     manifest: dict[str, Any]
-    summary: dict[str, Any]
+    summary: CoserSummary
     anchor: dict[str, Any]
 
     @property
@@ -171,7 +173,7 @@ class CoserAnalysis:
 
     @property
     def models(self) -> dict[str, Any]:
-        return self.summary.get("models") or {}
+        return self.summary.models or {}
 
     def not_comparable(self) -> list[str]:
         return comparability(self.manifest, self.anchor)
@@ -185,15 +187,15 @@ class CoserAnalysis:
 
     def header_markdown(self) -> str:
         """Report heading: protocol version, the roles' models, preset and n."""
-        s, counts = self.summary, self.summary["counts"]
+        s, counts = self.summary, self.summary.counts
         label = f" — **{NOT_COMPARABLE.upper()}**" if self.not_comparable() else ""
         models = self.models
         return "\n".join([
             f"# CoSER report: {self.name}{label}",
             "",
-            f"Protocol **{s['protocol_version']}**, scores {s['score_variant']}; preset **{s['preset']}**: "
-            f"{counts['scenes']} scenes judged, {counts['sessions']} of {counts['sessions_expected']} sessions "
-            f"(scene x repeat, {s['repeats']} repeat(s)); intervals: {s['bootstrap']['resamples']} cluster-bootstrap "
+            f"Protocol **{s.protocol_version}**, scores {s.score_variant}; preset **{s.preset}**: "
+            f"{counts.scenes} scenes judged, {counts.sessions} of {counts.sessions_expected} sessions "
+            f"(scene x repeat, {s.repeats} repeat(s)); intervals: {s.bootstrap['resamples']} cluster-bootstrap "
             "resamples of whole scenes, 95% percentile.",
             "",
             "| role | model |",
@@ -212,37 +214,37 @@ class CoserAnalysis:
     def scores_table(self) -> pd.DataFrame:
         """The four dimensions and their average: mean, 95% interval, run-to-run SD, the paper's
         GPT-4o value and this run minus it."""
-        overall, spread = self.summary["overall"], self.summary["run_to_run_sd"] or {}
+        overall, spread = self.summary.overall, self.summary.run_to_run_sd or {}
         rows = []
         for name in SCORES:
-            cell = overall.get(name, {})
+            cell = overall.get(name) or Interval()
             paper = self.anchor["dimensions"][name]["value"]
-            rows.append({"score": name, "mean": fmt(cell.get("mean")), "95% interval": interval(cell),
+            rows.append({"score": name, "mean": fmt(cell.mean), "95% interval": interval(cell),
                          "run-to-run SD": fmt(spread.get(name)), "paper (GPT-4o)": self.paper_cell(name),
-                         "run - paper": fmt(None if cell.get("mean") is None else cell["mean"] - paper)})
+                         "run - paper": fmt(None if cell.mean is None else cell.mean - paper)})
         return pd.DataFrame(rows)
 
     def surface_table(self) -> pd.DataFrame:
         """BLEU and ROUGE-L per 100, with the reason when BLEU is unavailable."""
         rows = []
         for name in SURFACE_METRICS:
-            cell = self.summary["surface_per_100"].get(name, {})
+            cell = self.summary.surface_per_100.get(name)
             note = ""
-            if name == "BLEU" and self.summary.get("bleu_unavailable"):
-                note = "unavailable: " + self.summary["bleu_unavailable"].removeprefix("BLEU unavailable: ")
-            rows.append({"metric": name, "mean": "unavailable" if note else fmt(cell.get("mean")),
-                         "95% interval": "–" if note else interval(cell), "sessions": cell.get("sessions", 0),
+            if name == "BLEU" and self.summary.bleu_unavailable:
+                note = "unavailable: " + self.summary.bleu_unavailable.removeprefix("BLEU unavailable: ")
+            rows.append({"metric": name, "mean": "unavailable" if note else fmt(cell.mean if cell else None),
+                         "95% interval": "–" if note else interval(cell), "sessions": cell.sessions if cell else 0,
                          "paper (GPT-4o)": self.paper_cell(name), "note": note})
         return pd.DataFrame(rows)
 
     def split_table(self) -> pd.DataFrame:
         """Per split (id: in-distribution books, ood: out-of-distribution): mean and interval."""
         rows = []
-        for tag, table in self.summary["by_split"].items():
+        for tag, table in self.summary.by_split.items():
             row = {"split": tag}
             for name in SCORES:
-                cell = table.get(name, {})
-                row[name] = fmt(cell.get("mean"))
+                cell = table.get(name)
+                row[name] = fmt(cell.mean if cell else None)
                 row[f"{name} 95%"] = interval(cell)
             rows.append(row)
         return pd.DataFrame(rows)
@@ -251,37 +253,37 @@ class CoserAnalysis:
         """Per book: split, scenes, sessions, each dimension's mean and the average with its
         interval (a bootstrap of the book's own scenes)."""
         rows = []
-        for book, entry in self.summary["by_book"].items():
-            scores = entry["scores"]
-            row = {"book": book, "split": entry["tag"], "scenes": entry["scenes"], "sessions": entry["sessions"]}
-            row.update({name: fmt(scores.get(name, {}).get("mean")) for name in DIMENSIONS})
-            row[AVERAGE] = fmt(scores.get(AVERAGE, {}).get("mean"))
-            row["average 95%"] = interval(scores.get(AVERAGE, {}))
+        for book, entry in self.summary.by_book.items():
+            scores = entry.scores
+            row = {"book": book, "split": entry.tag, "scenes": entry.scenes, "sessions": entry.sessions}
+            row.update({name: fmt((scores.get(name) or Interval()).mean) for name in DIMENSIONS})
+            row[AVERAGE] = fmt((scores.get(AVERAGE) or Interval()).mean)
+            row["average 95%"] = interval(scores.get(AVERAGE))
             rows.append(row)
         return pd.DataFrame(rows, columns=["book", "split", "scenes", "sessions", *SCORES, "average 95%"])
 
     def repeat_table(self) -> pd.DataFrame:
         """Each repeat's dimension means and average (the spread's raw material)."""
         rows = [{"repeat": int(r), **{n: fmt(v.get(n)) for n in SCORES}}
-                for r, v in self.summary["by_repeat"].items()]
+                for r, v in self.summary.by_repeat.items()]
         return pd.DataFrame(rows, columns=["repeat", *SCORES])
 
     def endings_table(self) -> pd.DataFrame:
         """How the preset's scene runs ended."""
-        ended = self.summary["ended_by"]
-        return pd.DataFrame([{"ending": ENDING_LABELS[k], "scene runs": ended[k]} for k in ENDINGS])
+        ended = self.summary.ended_by
+        return pd.DataFrame([{"ending": ENDING_LABELS[k], "scene runs": getattr(ended, k)} for k in ENDINGS])
 
     def rounds_table(self) -> pd.DataFrame:
-        rounds = self.summary["rounds"]
-        return pd.DataFrame([{k: fmt(rounds.get(k)) for k in ("mean", "median", "min", "max")}])
+        rounds = self.summary.rounds
+        return pd.DataFrame([{k: fmt(getattr(rounds, k)) for k in ("mean", "median", "min", "max")}])
 
     def judge_table(self) -> pd.DataFrame:
         """Judge failures per dimension, the sessions they touch, refused turns per role."""
         s = self.summary
-        rows = [{"what": f"failed judgements: {d}", "count": n} for d, n in s["judge_failed_dimensions"].items()]
-        rows.append({"what": "sessions with a failed judgement", "count": s["judge_failures"]})
-        rows.append({"what": "finished scene runs not judged yet", "count": s["sessions_unjudged"]})
-        rows += [{"what": f"refused turns: {k}", "count": v} for k, v in s["refused_turns"].items()]
+        rows = [{"what": f"failed judgements: {d}", "count": n} for d, n in s.judge_failed_dimensions.items()]
+        rows.append({"what": "sessions with a failed judgement", "count": s.judge_failures})
+        rows.append({"what": "finished scene runs not judged yet", "count": s.sessions_unjudged})
+        rows += [{"what": f"refused turns: {k}", "count": v} for k, v in s.refused_turns.items()]
         return pd.DataFrame(rows)
 
     def settings_table(self) -> pd.DataFrame:
@@ -298,18 +300,18 @@ class CoserAnalysis:
     def scores_figure(self) -> Any:
         from charactereval_lib.coser.figures import scores_figure
 
-        return scores_figure({self.name: self.summary["overall"]}, self.anchor)
+        return scores_figure({self.name: self.summary.model_dump()["overall"]}, self.anchor)
 
     def book_figure(self) -> Any:
         from charactereval_lib.coser.figures import book_figure
 
-        return book_figure(self.summary["by_book"])
+        return book_figure(self.summary.model_dump()["by_book"])
 
     def rounds_figure(self) -> Any:
         from charactereval_lib.coser.figures import rounds_figure
 
-        return rounds_figure(self.summary["rounds"].get("histogram", {}),
-                             {ENDING_LABELS[k]: n for k, n in self.summary["ended_by"].items()})
+        return rounds_figure(self.summary.rounds.histogram,
+                             {ENDING_LABELS[k]: n for k, n in self.summary.ended_by.model_dump().items()})
 
 
 def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
@@ -321,7 +323,7 @@ def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
 
 def load_analysis(run: runs.RunDir, *, n_boot: int, seed: int) -> CoserAnalysis:
     """A run's summary computed afresh (the same function and settings as ``coser summarize``)."""
-    return CoserAnalysis(run, run.manifest(), compute_summary(run, n_boot=n_boot, seed=seed), load_anchor())
+    return CoserAnalysis(run, run.manifest(), computed_summary(run, n_boot=n_boot, seed=seed), load_anchor())
 
 
 # --- several runs ------------------------------------------------------------------------------
@@ -333,8 +335,8 @@ def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
         s, models = a.summary, a.models
         label = f"; **{NOT_COMPARABLE}**" if a.not_comparable() else ""
         lines.append(f"{k + 1}. **{a.name}**: actor `{models.get('actor')}`, environment `{models.get('env')}`, "
-                     f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s['protocol_version']}, "
-                     f"preset {s['preset']}, {s['counts']['scenes']} scenes x {s['repeats']} repeat(s){label}")
+                     f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s.protocol_version}, "
+                     f"preset {s.preset}, {s.counts.scenes} scenes x {s.repeats} repeat(s){label}")
     return "\n".join([*lines, "", rendered_by()])
 
 
@@ -353,8 +355,8 @@ def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) ->
     for name in SCORES:
         row = {"score": name}
         for a in analyses:
-            cell = (a.summary["by_split"][split] if split else a.summary["overall"]).get(name, {})
-            row[a.name] = f"{fmt(cell.get('mean'))} {interval(cell)}"
+            cell = (a.summary.by_split[split] if split else a.summary.overall).get(name)
+            row[a.name] = f"{fmt(cell.mean if cell else None)} {interval(cell)}"
         if not split:
             row["paper (GPT-4o)"] = analyses[0].paper_cell(name)
         rows.append(row)
@@ -364,7 +366,7 @@ def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) ->
 def comparison_figure(analyses: Sequence[CoserAnalysis]) -> Any:
     from charactereval_lib.coser.figures import scores_figure
 
-    return scores_figure({a.name: a.summary["overall"] for a in analyses}, analyses[0].anchor)
+    return scores_figure({a.name: a.summary.model_dump()["overall"] for a in analyses}, analyses[0].anchor)
 
 
 def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: int) -> pd.DataFrame:
@@ -389,13 +391,13 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
         for name in SCORES:
             part = diffs if name == AVERAGE else diffs[diffs.dimension == name]
             values = scene_average if name == AVERAGE else part["score"]
-            cell = table.get(name, {})
+            cell = Interval.model_validate(table[name]) if name in table else None
             p = wilcoxon_p(values.to_numpy()) if len(values) else float("nan")
             rows.append({"comparison": f"{other.name} − {analyses[0].name}", "score": name,
                          "scenes": int(part["scene"].nunique()),
                          "mean A": fmt(None if part.empty else part["score_a"].mean()),
                          "mean B": fmt(None if part.empty else part["score_b"].mean()),
-                         "A − B": fmt(cell.get("mean")), "95% interval": interval(cell),
+                         "A − B": fmt(cell.mean if cell else None), "95% interval": interval(cell),
                          "Wilcoxon p": "–" if p != p else f"{p:.3g}"})
     return pd.DataFrame(rows, columns=["comparison", "score", "scenes", "mean A", "mean B", "A − B", "95% interval",
                                        "Wilcoxon p"])
@@ -404,21 +406,24 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
 def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
     """``coser summarize`` on the terminal, like ``summarize``: per score (the four dimensions and
     their average) the mean and 95% interval, overall and per split, then the scenes, sessions,
-    endings and judge failures, and where the whole summary was written."""
+    endings and judge failures, and where the whole summary was written (``summary`` as written
+    there, read through ``CoserSummary``)."""
     from charactereval_lib.engine.texttable import text_table
 
-    def cell(table: dict[str, Any], name: str) -> str:
-        entry = table.get(name, {})
-        return "–" if entry.get("mean") is None else f"{fmt(entry['mean'])} {interval(entry)}"
+    typed = validate(CoserSummary, summary, str(path), runs.RunError)
 
-    rows = [[name, fmt(summary["overall"].get(name, {}).get("mean")), interval(summary["overall"].get(name, {})),
-             *(cell(summary["by_split"][tag], name) for tag in ("id", "ood"))] for name in SCORES]
-    counts, ended = summary["counts"], summary["ended_by"]
+    def cell(table: dict[str, Interval], name: str) -> str:
+        entry = table.get(name)
+        return "–" if entry is None or entry.mean is None else f"{fmt(entry.mean)} {interval(entry)}"
+
+    rows = [[name, fmt((typed.overall.get(name) or Interval()).mean), interval(typed.overall.get(name)),
+             *(cell(typed.by_split[tag], name) for tag in ("id", "ood"))] for name in SCORES]
+    counts, ended = typed.counts, typed.ended_by
     lines = text_table(["score", "mean", "95% interval", "id books", "ood books"], rows)
-    lines.append(f"scores {summary['score_variant']}: paper-era scores are not clipped, so a dimension can exceed "
+    lines.append(f"scores {typed.score_variant}: paper-era scores are not clipped, so a dimension can exceed "
                  "100")
-    lines.append(f"{counts['scenes']} scene(s), {counts['sessions']}/{counts['sessions_expected']} session(s) judged; "
-                 + ", ".join(f"{ENDING_LABELS[k]} {ended[k]}" for k in ENDINGS)
-                 + f"; judge failures {summary['judge_failures']}, refused turns {summary['refused_turns']['total']}")
+    lines.append(f"{counts.scenes} scene(s), {counts.sessions}/{counts.sessions_expected} session(s) judged; "
+                 + ", ".join(f"{ENDING_LABELS[k]} {getattr(ended, k)}" for k in ENDINGS)
+                 + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}")
     lines.append(f"wrote {path} (every statistic: per book, per repeat, rounds, BLEU/ROUGE-L)")
     return lines

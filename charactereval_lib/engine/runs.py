@@ -20,15 +20,18 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from charactereval_lib import __version__
+
+if TYPE_CHECKING:
+    from charactereval_lib.engine.manifest import Manifest
+
+M = TypeVar("M", bound="Manifest")
 
 OUTPUTS_DIR = "outputs"
 WORKSPACE_ENV = "CHARACTEREVAL_HOME"
 MANIFEST = "run.json"
-# run.json layout version: 2 adds manifest_schema itself and per-stage protocol versions.
-MANIFEST_SCHEMA = 2
 GENERATIONS = "generations.jsonl"
 REQUESTS = "requests.jsonl"
 ROWS = "rows.jsonl"
@@ -309,6 +312,16 @@ def read_text(path: Path) -> str:
         raise RunError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
 
 
+def read_json(path: Path) -> Any:
+    """A whole JSON file (a manifest, a summary), or RunError naming the file and what is wrong."""
+    if not Path(path).is_file():
+        raise RunError(f"{path}: no such file")
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}") from None
+
+
 def latest_by_key(records: Iterable[dict[str, Any]], *keys: str) -> dict[tuple, dict[str, Any]]:
     """The last record for each key: in an append-only log the latest record is the state."""
     latest: dict[tuple, dict[str, Any]] = {}
@@ -338,13 +351,34 @@ def git_commit() -> str | None:
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` as a dict in the current layout ({} when there is none), checked against
+    ``manifest.Manifest``: a damaged one is a RunError naming the file and the key. An older
+    layout is upgraded in memory; the file is left as it is."""
+    # Imported here: pydantic is not loaded by the CLI's start-up (``--help``).
+    from charactereval_lib.engine.manifest import Manifest
+    from charactereval_lib.engine.validation import validate
+
     path = Path(run_dir) / MANIFEST
+    manifest = _manifest_document(path)
+    validate(Manifest, manifest, str(path), RunError, root="(document)")
+    return manifest
+
+
+def read_manifest(run_dir: Path, model: type[M]) -> M:
+    """``run.json`` as ``model`` (``manifest.Manifest`` or a benchmark's subclass of it)."""
+    from charactereval_lib.engine.validation import validate
+
+    path = Path(run_dir) / MANIFEST
+    return validate(model, _manifest_document(path), str(path), RunError, root="(document)")
+
+
+def _manifest_document(path: Path) -> Any:
+    from charactereval_lib.engine.manifest import upgrade
+
     if not path.exists():
         return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}") from None
+    document = read_json(path)
+    return upgrade(document) if isinstance(document, dict) else document
 
 
 def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
@@ -355,6 +389,8 @@ def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sec
     pass only parameters and counts; secrets never belong here (API keys are read from the
     environment by the backends and never passed in).
     """
+    from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
+
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     now = utc_now()
@@ -542,6 +578,12 @@ class RunDir:
     # Manifest.
     def manifest(self) -> dict[str, Any]:
         return load_manifest(self.path)
+
+    def manifest_model(self, model: type[M] | None = None) -> M:
+        """The manifest typed: ``manifest.Manifest``, or the benchmark's subclass ``model``."""
+        from charactereval_lib.engine.manifest import Manifest
+
+        return read_manifest(self.path, model or Manifest)
 
     def update_manifest(self, *, protocol_version: str | None = None, **sections: Any) -> dict[str, Any]:
         return update_manifest(self.path, protocol_version=protocol_version, **sections)

@@ -28,12 +28,13 @@ and falls back to the eval-level one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BeforeValidator, ConfigDict, field_validator, model_validator
 
 from charactereval_lib.engine.grading.choices import (
     EVAL_TYPES,
@@ -56,18 +57,12 @@ from charactereval_lib.engine.grading.fill import (
     prompt_fields,
     scrub_sample,
 )
+from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
 
 SPEC_EVAL_TYPE = object()
 """Default of `eval_type` arguments: the spec's own eval type when its `answer_prompt` is on."""
 
 INVALID_SCORES = ("min", None)
-
-_FIELDS = {
-    "name", "description", "prompt", "choice_strings", "choice_scores", "eval_type",
-    "input_outputs", "output_template", "args", "match_fn", "parser", "answer_prompt",
-    "invalid_score", "metadata",
-}  # fmt: skip
-_REQUIRED = ("prompt", "choice_strings", "input_outputs")
 
 
 @dataclass(frozen=True)
@@ -96,12 +91,103 @@ class ModelGradedSpec:
         return resolve_choice_strings(self.choice_strings, n)
 
 
-def _fail(source: str, name: str, problem: str) -> SpecError:
-    return SpecError(f"{source}: {name}: {problem}")
+def _one_of(names: Sequence[str], optional: bool = False) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if not (optional and value is None) and value not in names:
+            raise problem(f"{value!r} is not one of {', '.join(names)}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _required(what: str, check: Callable[[Any], bool]) -> BeforeValidator:
+    """``expect``, with a field given as null missing: evals reads null as absent."""
+    checked = expect(what, check).func
+
+    def validate(value: Any) -> Any:
+        if value is None:
+            raise problem("missing (required)")
+        return checked(value)
+
+    validate.expected = what  # type: ignore[attr-defined]
+    return BeforeValidator(validate)
+
+
+def _is_prompt(prompt: Any) -> bool:
+    if isinstance(prompt, str):
+        return True
+    return isinstance(prompt, list) and bool(prompt) and all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in prompt)
+
+
+_Mapping = Annotated[Any, expect("a mapping", lambda v: v is None or isinstance(v, Mapping))]
+
+
+class SpecDocument(Document):
+    """A spec file as written. Fields it does not know are ignored, as evals ignores them
+    (``spec_from_mapping`` names them in ``ignored_fields``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: Annotated[Any, _required("a string or a non-empty list of {role, content} messages", _is_prompt)]
+    choice_strings: Annotated[Any, _required(
+        "a list of non-empty strings or a non-empty string",
+        lambda v: (isinstance(v, str) and bool(v)) or (isinstance(v, list) and all(isinstance(c, str) and c for c in v)))]
+    input_outputs: Annotated[Any, _required(
+        "a non-empty mapping input field -> output field",
+        lambda v: isinstance(v, Mapping) and bool(v) and all(isinstance(k, str) and isinstance(o, str)
+                                                             for k, o in v.items()))]
+    name: Any = None
+    description: str | None = None
+    choice_scores: Annotated[Any, expect("a mapping choice -> number, from_strings or null",
+                                         lambda v: v is None or v == "from_strings" or isinstance(v, Mapping))] = None
+    eval_type: Annotated[str | None, _one_of(EVAL_TYPES, optional=True)] = None
+    output_template: str | None = None
+    args: _Mapping = None
+    match_fn: Annotated[str, _one_of(MATCH_FNS)] = "starts_or_endswith"
+    parser: Annotated[str, _one_of(PARSERS)] = EVALS
+    answer_prompt: bool = True
+    invalid_score: Annotated[str | None, expect("'min' (evals) or null", lambda v: v in INVALID_SCORES)] = "min"
+    metadata: _Mapping = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _braces_parse(cls, prompt: Any) -> Any:
+        try:
+            prompt_fields(tuple(prompt) if isinstance(prompt, list) else prompt)
+        except ValueError as error:
+            raise problem(f"bad template braces ({error}); write a literal brace as {{{{ or }}}}") from None
+        return prompt
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpecDocument:
+        if self.answer_prompt and self.eval_type is None:
+            raise problem("required when answer_prompt is true", at="eval_type")
+        if isinstance(self.choice_strings, str) and self.choice_strings.startswith("from_n"):
+            # These depend on the number of completions, known only at run time.
+            return self
+        strings = tuple(self.choice_strings) if isinstance(self.choice_strings, list) else self.choice_strings
+        try:
+            choices = resolve_choice_strings(strings)
+        except GradingError as error:
+            raise problem(str(error), at="choice_strings") from None
+        try:
+            scores = resolve_choice_scores(self.choice_scores, choices)
+        except GradingError as error:
+            raise problem(str(error), at="choice_scores") from None
+        if scores is None:
+            return self
+        missing = [choice for choice in choices if choice not in scores]
+        if missing:
+            raise problem(f"no score for choice(s) {', '.join(missing)}", at="choice_scores")
+        if not all(is_number(v) for v in scores.values()):
+            raise problem("every score must be a number", at="choice_scores")
+        return self
 
 
 def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None) -> ModelGradedSpec:
-    """Validate a parsed spec document and build the spec.
+    """Validate a parsed spec document (``SpecDocument``) and build the spec.
 
     Any problem raises `SpecError` with one line `SOURCE: FIELD: problem`. Checks: required
     fields and the types of known ones (unknown fields are kept in `ignored_fields`, as evals
@@ -110,128 +196,28 @@ def spec_from_mapping(data: Any, source: str = "<spec>", name: str | None = None
     unscored choice is parsed); known eval type, match function, parser; a template whose
     braces parse.
     """
-    if not isinstance(data, Mapping):
-        raise _fail(source, "(document)", f"expected a mapping of fields, got {type(data).__name__}")
-    unknown = tuple(sorted(str(key) for key in set(data) - _FIELDS))
-    for required in _REQUIRED:
-        if data.get(required) is None:
-            raise _fail(source, required, "missing (required)")
-
-    prompt = _check_prompt(data["prompt"], source)
-    choice_strings = data["choice_strings"]
-    if isinstance(choice_strings, list):
-        if not all(isinstance(c, str) and c for c in choice_strings):
-            raise _fail(source, "choice_strings", "every choice must be a non-empty string")
-        choice_strings = tuple(choice_strings)
-    elif not isinstance(choice_strings, str) or not choice_strings:
-        raise _fail(source, "choice_strings", "expected a list of strings or a non-empty string")
-
-    input_outputs = data["input_outputs"]
-    if (
-        not isinstance(input_outputs, Mapping)
-        or not input_outputs
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in input_outputs.items())
-    ):
-        raise _fail(source, "input_outputs", "expected a non-empty mapping input field -> output field")
-
-    choice_scores = data.get("choice_scores")
-    if not (choice_scores is None or choice_scores == "from_strings" or isinstance(choice_scores, Mapping)):
-        raise _fail(source, "choice_scores", "expected a mapping choice -> number, from_strings or null")
-
-    eval_type = data.get("eval_type")
-    if eval_type is not None and eval_type not in EVAL_TYPES:
-        raise _fail(source, "eval_type", f"{eval_type!r} is not one of {', '.join(EVAL_TYPES)}")
-    match_fn = data.get("match_fn", "starts_or_endswith")
-    if match_fn not in MATCH_FNS:
-        raise _fail(source, "match_fn", f"{match_fn!r} is not one of {', '.join(MATCH_FNS)}")
-    parser = data.get("parser", EVALS)
-    if parser not in PARSERS:
-        raise _fail(source, "parser", f"{parser!r} is not one of {', '.join(PARSERS)}")
-    answer_prompt = data.get("answer_prompt", True)
-    if not isinstance(answer_prompt, bool):
-        raise _fail(source, "answer_prompt", "expected true or false")
-    if answer_prompt and eval_type is None:
-        raise _fail(source, "eval_type", "required when answer_prompt is true")
-    invalid_score = data.get("invalid_score", "min")
-    if invalid_score not in INVALID_SCORES:
-        raise _fail(source, "invalid_score", "expected 'min' (evals) or null")
-    args = data.get("args") or {}
-    if not isinstance(args, Mapping):
-        raise _fail(source, "args", "expected a mapping")
-    metadata = data.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise _fail(source, "metadata", "expected a mapping")
-    output_template = data.get("output_template")
-    if output_template is not None and not isinstance(output_template, str):
-        raise _fail(source, "output_template", "expected a string")
-    description = data.get("description") or ""
-    if not isinstance(description, str):
-        raise _fail(source, "description", "expected a string")
-
+    document = validate(SpecDocument, data, source, SpecError, root="(document)")
+    prompt = document.prompt if isinstance(document.prompt, str) else tuple(dict(m) for m in document.prompt)
+    choice_strings = document.choice_strings
     spec = ModelGradedSpec(
-        name=str(data.get("name") or name or Path(source).stem),
+        name=str(document.name or name or Path(source).stem),
         prompt=prompt,
-        choice_strings=choice_strings,
-        input_outputs=dict(input_outputs),
-        choice_scores=choice_scores,
-        eval_type=eval_type,
-        output_template=output_template,
-        args=dict(args),
-        match_fn=match_fn,
-        parser=parser,
-        answer_prompt=answer_prompt,
-        invalid_score=invalid_score,
-        description=description,
-        metadata=dict(metadata),
+        choice_strings=tuple(choice_strings) if isinstance(choice_strings, list) else choice_strings,
+        input_outputs=dict(document.input_outputs),
+        choice_scores=document.choice_scores,
+        eval_type=document.eval_type,
+        output_template=document.output_template,
+        args=dict(document.args or {}),
+        match_fn=document.match_fn,
+        parser=document.parser,
+        answer_prompt=document.answer_prompt,
+        invalid_score=document.invalid_score,
+        description=document.description or "",
+        metadata=dict(document.metadata or {}),
         source=source,
-        ignored_fields=unknown,
+        ignored_fields=tuple(sorted(str(key) for key in set(data) - set(SpecDocument.accepted_keys()))),
     )
-    _check_choices_and_scores(spec, source)
     return spec
-
-
-def _check_prompt(prompt: Any, source: str) -> str | tuple[Mapping[str, str], ...]:
-    if isinstance(prompt, str):
-        checked: str | tuple[Mapping[str, str], ...] = prompt
-    elif (
-        isinstance(prompt, list)
-        and prompt
-        and all(
-            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in prompt
-        )
-    ):
-        checked = tuple(dict(m) for m in prompt)
-    else:
-        raise _fail(source, "prompt", "expected a string or a non-empty list of {role, content} messages")
-    try:
-        prompt_fields(checked)
-    except ValueError as error:
-        raise _fail(
-            source, "prompt", f"bad template braces ({error}); write a literal brace as {{{{ or }}}}"
-        ) from None
-    return checked
-
-
-def _check_choices_and_scores(spec: ModelGradedSpec, source: str) -> None:
-    if isinstance(spec.choice_strings, str) and spec.choice_strings.startswith("from_n"):
-        # These depend on the number of completions, known only at run time.
-        return
-    try:
-        choices = spec.choices()
-    except GradingError as error:
-        raise _fail(source, "choice_strings", str(error)) from None
-    try:
-        scores = resolve_choice_scores(spec.choice_scores, choices)
-    except GradingError as error:
-        raise _fail(source, "choice_scores", str(error)) from None
-    if scores is None:
-        return
-    missing = [choice for choice in choices if choice not in scores]
-    if missing:
-        raise _fail(source, "choice_scores", f"no score for choice(s) {', '.join(missing)}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()):
-        raise _fail(source, "choice_scores", "every score must be a number")
 
 
 def load_spec(path: str | Path) -> ModelGradedSpec:
