@@ -28,6 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 SESSION_DIR_ENV = "CHARACTEREVAL_TEST_RAY_DIR"
 # How long a head node may take to start on a busy machine before the tests give up.
 START_DEADLINE_S = 600.0
+# Ray's own wait for a raylet to register with the GCS (60 s by default) is what gives up first on
+# a machine running two suites at once ("node timed out during startup"); the head node and every
+# driver or worker started by a test inherit the longer wait.
+os.environ.setdefault("RAY_raylet_start_wait_time_s", str(int(START_DEADLINE_S)))
 # Logical CPUs: the two-worker pools of two test files at once (xdist runs two), so that neither
 # waits forever for a CPU the other holds.
 CPUS = 4

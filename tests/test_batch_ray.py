@@ -125,7 +125,7 @@ output_dir: {out}
 data_dir: {official_dir}
 engine: ray
 ray: {{address: "{ray_address}"}}
-defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, limit: 40,
+defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, limit: 400,
             generate: {{offline_latency: 0.25, concurrency: 2}}}}
 models:
   - {{name: first, model: offline-a}}
@@ -151,5 +151,5 @@ models:
         # What each task received before the signal is saved, once per sample, no torn line.
         read = runs.read_jsonl(path)
         ids = [r["id"] for r in read.records]
-        assert 4 <= len(ids) < 40 and len(ids) == len(set(ids)) and not read.warnings
+        assert 4 <= len(ids) < 400 and len(ids) == len(set(ids)) and not read.warnings
         assert runs.load_manifest(path.parent)["generation"]["status"] == "interrupted"

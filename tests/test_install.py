@@ -104,6 +104,9 @@ def test_the_import_graph_has_no_cycle():
 
 
 @pytest.mark.slow
+# Builds a wheel, installs it into a fresh virtual environment and renders a report: about a
+# minute alone, over the suite's 300 s per-test limit with two suites running on two cores.
+@pytest.mark.timeout(1200)
 def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official_dir, tmp_path):
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
