@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import RUN_HELP, report_problems, settings_from_args, warn
+from charactereval_lib.cli.options import RUN_HELP, bootstrap_options, report_problems, settings_from_args, warn
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
@@ -98,8 +98,7 @@ def _coser_data_dir_option(parser: argparse.ArgumentParser, *flags: str) -> None
 
 
 def _coser_statistics_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of whole scenes (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(parser, pipeline.CoserSummarizeSettings, "bootstrap resamples of whole scenes")
 
 
 def _coser_parser(p: argparse.ArgumentParser) -> None:
@@ -120,14 +119,15 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
-    p.add_argument("--preset", choices=["full", "sample", "smoke"], default="smoke",
+    C = pipeline.CoserRunSettings
+    p.add_argument("--preset", choices=["full", "sample", "smoke"], default=C.default("preset"),
                    help="full: 200 scenes x 3; sample: 10 id + 10 ood x 1; smoke: 1 id + 1 ood x 1 (default)")
     p.add_argument("--protocol", choices=sorted(COSER_VERSIONS), default=COSER_DEFAULT_VERSION,
                    help=f"default {COSER_DEFAULT_VERSION}")
-    p.add_argument("--backend", choices=list(pipeline.COSER_BACKENDS), default="openai",
+    p.add_argument("--backend", choices=list(pipeline.COSER_BACKENDS), default=C.default("backend"),
                    help="offline: meaningless replies, for trying the command")
     p.add_argument("--base-url", help="endpoint for every role unless --ROLE-base-url is given")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+    p.add_argument("--api-key-env", default=C.default("api_key_env"), metavar="NAME",
                    help="variable holding the key for every role unless --ROLE-api-key-env (never stored)")
     p.add_argument("--no-api-key", action="store_true", help="a local server that needs no key")
     for role in pipeline.COSER_ROLES:
@@ -143,13 +143,16 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
                 g.add_argument(f"--{role}-{flag}", action=argparse.BooleanOptionalAction, default=None,
                                help="default: upstream rule for the model name")
     p.add_argument("--repair-model", help="JSON repair model at the judge endpoint (default: the version's)")
-    p.add_argument("--continue-from", type=int, default=0, metavar="K", help="give the first K original lines")
+    p.add_argument("--continue-from", type=int, default=C.default("continue_from"), metavar="K", help="give the first K original lines")
     p.add_argument("--wo-thought", action="store_true", help="thoughtless output format (upstream --wo_thought)")
     p.add_argument("--limit", type=int, help="only the preset's first N scenes")
-    p.add_argument("--concurrency", type=int, default=64, help="requests in flight per role (default 64)")
-    p.add_argument("--scene-concurrency", type=int, default=256, help="scenes in flight (default 256)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
-    p.add_argument("--retry-base-delay", type=float, default=1.0, help="first transport back-off in seconds")
+    p.add_argument("--concurrency", type=int, default=C.default("concurrency"),
+                   help="requests in flight per role (default %(default)s)")
+    p.add_argument("--scene-concurrency", type=int, default=C.default("scene_concurrency"),
+                   help="scenes in flight (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=C.default("timeout"), help="seconds per attempt")
+    p.add_argument("--retry-base-delay", type=float, default=C.default("retry_base_delay"),
+                   help="first transport back-off in seconds")
     add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
     p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",

@@ -4,37 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from charactereval_lib import __version__, pipeline
-from charactereval_lib.charactereval.data import DataError, locate_data_dir, load_official_data
+from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.cli.options import data_dir_option, report_problems
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 
-def _groups(args: argparse.Namespace) -> list[str]:
-    groups = ["required", "guide"]
-    if args.with_results:
-        groups.append("results")
-    if args.with_rm_train:
-        groups.append("rm_train")
-    return groups
-
-
 def cmd_data_fetch(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.data import fetch, verify_files
-
-    data_dir = locate_data_dir(args.data_dir)
-    fetched = fetch(data_dir, _groups(args), mirror=args.mirror, progress=bars_wanted(args.quiet))
-    return report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: fetched {len(fetched)} file(s); all verified")
+    check = pipeline.data_fetch(args.data_dir, with_results=args.with_results, with_rm_train=args.with_rm_train,
+                                mirror=args.mirror, progress=bars_wanted(args.quiet))
+    return report_problems(check.problems, f"{check.data_dir}: fetched {len(check.fetched)} file(s); all verified")
 
 
 def cmd_data_verify(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.data import verify_files
-
-    data_dir = locate_data_dir(args.data_dir)
-    return report_problems(verify_files(data_dir, _groups(args)), f"{data_dir}: all files match the pinned digests")
+    check = pipeline.data_verify(args.data_dir, with_results=args.with_results, with_rm_train=args.with_rm_train)
+    return report_problems(check.problems, f"{check.data_dir}: all files match the pinned digests")
 
 
 def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
@@ -53,11 +39,8 @@ def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
 
 
 def cmd_data_subset(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
-
-    ids = stratified_subset(load_official_data(args.data_dir), args.size)
+    ids = pipeline.data_subset(args.size, out=args.out, data_dir=args.data_dir)
     if args.out:
-        write_ids(Path(args.out), ids, comment=f"stratified subset of {args.size} samples")
         print(f"{args.out}: {len(ids)} sample id(s)")
     else:
         print("\n".join(str(i) for i in ids))
@@ -65,16 +48,14 @@ def cmd_data_subset(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.doctor import run_checks
-
     try:
-        data = load_official_data(args.data_dir)
+        outcome = pipeline.doctor(args.data_dir)
     except DataError as exc:
         # Missing or altered data fails the self-check (exit 1), as `data verify` reports it.
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {data.data_dir}")
-    checks = run_checks(data)
+    print(f"charactereval {__version__}, protocol {PROTOCOL_VERSION}, data {outcome.data.data_dir}")
+    checks = outcome.checks
     for check in checks:
         mark = "ok  " if check.ok else "FAIL"
         detail = f"{check.actual}" if check.ok else f"expected {check.expected}, got {check.actual}"

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, data_dir_option, fmt, judge_options,
+from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option, fmt,
+                                           judge_options,
                                            settings_from_args, undefined, warn)
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
@@ -90,8 +91,7 @@ def _battle_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--out", required=True, metavar="DIR", help="battle directory (judgements, summary, run.json)")
     judge_options(p, required=True)
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.SummarizeSettings)
     add_quiet_option(p)
     data_dir_option(p)
     p.set_defaults(func=cmd_battle)
@@ -107,10 +107,9 @@ def _metaeval_parser(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--scorer reward-model")
     g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
-    g.add_argument("--mode", choices=["faithful", "fast"], default="faithful",
+    g.add_argument("--mode", choices=["faithful", "fast"], default=pipeline.ScoreSettings.default("mode"),
                    help="faithful (default): batch 1, the official arithmetic; fast: batched")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.SummarizeSettings)
     add_quiet_option(p)
     data_dir_option(p)
     p.set_defaults(func=cmd_metaeval)
@@ -120,11 +119,10 @@ def _panel_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--judge-model", dest="judge_models", action="append", required=True, metavar="M",
                    help="a judge of the panel (repeat: two or more, each already scored RUN with --scorer judge)")
-    p.add_argument("--verdict", choices=["majority", "mean"], default="majority",
+    p.add_argument("--verdict", choices=["majority", "mean"], default=pipeline.PanelSettings.default("verdict"),
                    help="majority (default; a tie goes to the lowest tied grade) or mean of the judges' grades")
     p.add_argument("--out", metavar="DIR", help="where panel_summary.json and panel_verdicts.jsonl go (default RUN/panel)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.SummarizeSettings)
     allow_mixed_option(p)
     p.set_defaults(func=cmd_panel)
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib import pipeline
 from charactereval_lib.cli.options import RUN_HELP, data_dir_option, warn
-from charactereval_lib.engine import runs
 
 
 def cmd_import_official(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.official import import_official
-
-    run_dir = runs.resolve_run_dir(args.run)
-    kind, result = import_official(Path(args.file), run_dir, load_official_data(args.data_dir))
+    outcome = pipeline.import_official(args.file, args.run, data_dir=args.data_dir)
+    run_dir, kind, result = outcome.run, outcome.kind, outcome.result
     c, ic = result.counts(), result.import_counts()
     line = (f"{run_dir}: imported an official {kind} file: {c['rows']} rows from {ic['records']} records, "
             f"{c['failed']} failed generation(s)")
@@ -26,10 +22,7 @@ def cmd_import_official(args: argparse.Namespace) -> int:
 
 
 def cmd_export_official(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.official import export_official
-
-    run_dir = runs.resolve_run_dir(args.run)
-    for path in export_official(run_dir, load_official_data(args.data_dir), Path(args.out) if args.out else None):
+    for path in pipeline.export_official(args.run, out=args.out, data_dir=args.data_dir):
         print(path)
     return 0
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from charactereval_lib import pipeline
 
 RUN_HELP = "run directory (a bare name means outputs/NAME)"
 
@@ -38,14 +41,59 @@ def judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     g.add_argument("--spec", metavar="FILE|DIR",
                    help="score: a judge spec for every metric, or a directory of <metric_en>.yaml; "
                         "battle: a pairwise spec (default: the shipped specs)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    J = pipeline.JudgeSettings
+    g.add_argument("--api-key-env", default=J.default("api_key_env"), metavar="NAME",
+                   help="environment variable holding the API key (default %(default)s); the key is never stored")
     g.add_argument("--no-api-key", action="store_true", help="send no key (a local server that needs none)")
-    g.add_argument("--concurrency", type=int, default=32, help="most judge calls in flight (default 32)")
-    g.add_argument("--temperature", type=float, default=0.0, help="judge temperature (default 0)")
-    g.add_argument("--max-tokens", type=int, default=1024, help="judge reply length limit (default 1024)")
-    g.add_argument("--max-attempts", type=int, default=8, help="attempts per call, first one included (default 8)")
-    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+    g.add_argument("--concurrency", type=int, default=J.default("concurrency"),
+                   help="most judge calls in flight (default %(default)s)")
+    g.add_argument("--temperature", type=float, default=J.default("temperature"),
+                   help="judge temperature (default %(default)g)")
+    g.add_argument("--max-tokens", type=int, default=J.default("max_tokens"),
+                   help="judge reply length limit (default %(default)s)")
+    g.add_argument("--max-attempts", type=int, default=J.default("max_attempts"),
+                   help="attempts per call, first one included (default %(default)s)")
+    g.add_argument("--timeout", type=float, default=J.default("timeout"), metavar="S",
+                   help="seconds per attempt (default %(default)g)")
+
+
+def engine_options(group: Any, settings: Any, local_and_ray: str, loads: str) -> None:
+    """``--engine`` and its Ray options (``generate`` of the hf backend, ``score``)."""
+    group.add_argument("--engine", choices=list(pipeline.ENGINES), default=settings.default("engine"),
+                       help=f"local (default): {local_and_ray}")
+    group.add_argument("--address", metavar="ADDR",
+                       help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
+    group.add_argument("--workers", type=int, default=settings.default("workers"), metavar="N",
+                       help=f"Ray workers, each loading {loads} once (default %(default)s)")
+    group.add_argument("--gpus-per-worker", type=float, default=settings.default("gpus_per_worker"), metavar="G",
+                       help="GPUs per Ray worker (default %(default)g: CPU)")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old spelling: it still sets the option and says on stderr which spelling to use."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"warning: {option_string} is deprecated here; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_alias(parser: Any, old: str, new: str, **kwargs: Any) -> None:
+    """``old`` keeps working as a hidden spelling of ``new``, with a one-line notice."""
+    parser.add_argument(old, action=_DeprecatedAlias, new=new, **kwargs)
+
+
+def bootstrap_options(parser: argparse.ArgumentParser, settings: Any, resamples: str = "bootstrap resamples") -> None:
+    """``--n-boot`` and ``--bootstrap-seed`` (the old ``--seed`` too), their defaults read from ``settings``."""
+    parser.add_argument("--n-boot", type=int, default=settings.default("n_boot"),
+                        help=f"{resamples} (default %(default)s)")
+    parser.add_argument("--bootstrap-seed", dest="seed", type=int, default=settings.default("seed"),
+                        help="bootstrap seed (default %(default)s)")
+    deprecated_alias(parser, "--seed", "--bootstrap-seed", dest="seed", type=int)
 
 
 def report_problems(problems: list[str], ok_message: str) -> int:

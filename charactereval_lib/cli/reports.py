@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, data_dir_option, judge_choice_option,
+from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option,
+                                           judge_choice_option,
                                            report_problems, settings_from_args, warn)
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
@@ -62,8 +63,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     """What ``report`` and ``compare`` share."""
     p.add_argument("--baseline", dest="baselines", action="append", metavar="MODEL",
                    help="paper model to overlay (repeatable; default: GPT-4, Baichuan2-13B, ChatGLM3-6B)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.ReportSettings)
     p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="whose scores the main sections show (default reward-model); a run scored by both "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from charactereval_lib.cli.options import warn
+from charactereval_lib import pipeline
+from charactereval_lib.cli.options import bootstrap_options, warn
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 
@@ -29,8 +30,7 @@ def _reproduce_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rm", metavar="DIR", help="charactereval: the reward-model checkpoint that scores the replies")
     p.add_argument("--device", help="charactereval: torch device for the reward model (e.g. cuda)")
     p.add_argument("--no-metrics", action="store_true", help="coser: skip BLEU/ROUGE-L (the slow part)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.SummarizeSettings)
     p.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
     add_quiet_option(p)
     p.set_defaults(func=cmd_reproduce)

@@ -4,45 +4,29 @@ from __future__ import annotations
 
 import argparse
 
-from charactereval_lib.charactereval.data import locate_data_dir
+from charactereval_lib import pipeline
 from charactereval_lib.cli.options import data_dir_option, report_problems
 
 
 def cmd_rm_download(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.reward.download import download_rm
-
-    path = download_rm(args.dir, endpoint=args.endpoint)
+    path = pipeline.rm_download(args.dir, endpoint=args.endpoint)
     print(f"{path}: BaichuanCharRM ready")
     return 0
 
 
 def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.reward.tiny import TINY_LABEL, make_tiny
+    # The label says what the checkpoint is; its module loads torch, which --help must not.
+    from charactereval_lib.charactereval.reward.tiny import TINY_LABEL
 
-    # Train the tokenizer on the data's text when asked to, or when a data directory is named.
-    data_dir = locate_data_dir(args.data_dir) if args.from_data or args.data_dir else None
-    path = make_tiny(
-        args.dir,
-        data_dir=data_dir,
-        layers=args.layers,
-        hidden=args.hidden,
-        heads=args.heads,
-        # The data's text needs more than 3,890 pieces; 8,000 keeps the demo's inputs short.
-        vocab_size=args.vocab or (8000 if data_dir else 2000),
-        seed=args.seed,
-    )
+    path = pipeline.rm_make_tiny(args.dir, from_data=args.from_data, data_dir=args.data_dir, layers=args.layers,
+                                 hidden=args.hidden, heads=args.heads, vocab=args.vocab, seed=args.seed)
     print(f"{path}: {TINY_LABEL}")
     return 0
 
 
 def cmd_rm_check(args: argparse.Namespace) -> int:
-    from charactereval_lib.charactereval.reward.download import check_rm_dir
-    from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
-
-    problems = check_rm_dir(args.dir, required=("config.json", "tokenizer.model"))
-    if not problems:
-        load_tokenizer(args.dir)
-    return report_problems(problems, f"{args.dir}: config, tokenizer and weight index are consistent")
+    return report_problems(pipeline.rm_check(args.dir),
+                           f"{args.dir}: config, tokenizer and weight index are consistent")
 
 
 def _rm_parser(p: argparse.ArgumentParser) -> None:

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, data_dir_option, judge_choice_option,
-                                           judge_options, settings_from_args, warn)
+from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option,
+                                           deprecated_alias, engine_options, judge_choice_option, judge_options,
+                                           settings_from_args, warn)
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
@@ -158,16 +159,19 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def _generate_parser(p: argparse.ArgumentParser) -> None:
+    G = pipeline.GenerateSettings
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
-    p.add_argument("--concurrency", type=int, default=32,
-                   help="most requests in flight (openai/offline; lowered on 429s, default 32)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="reply length limit sent with every request (default 1024)")
+    p.add_argument("--concurrency", type=int, default=G.default("concurrency"),
+                   help="most requests in flight (openai/offline; lowered on 429s, default %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=G.default("max_tokens"),
+                   help="reply length limit sent with every request (default %(default)s)")
     p.add_argument("--temperature", type=float, help="sent only when given (default: the provider's/model's)")
     p.add_argument("--top-p", type=float, help="sent only when given (default: the provider's/model's)")
-    p.add_argument("--seed", type=int, help="sent only when given")
+    p.add_argument("--decoding-seed", dest="seed", type=int, help="the decoding seed, sent only when given")
+    deprecated_alias(p, "--seed", "--decoding-seed", dest="seed", type=int)
     p.add_argument("--limit", type=int, help="only the first N samples (test-file order)")
     p.add_argument("--ids", metavar="FILE", help="only the sample ids listed in FILE, one per line")
     p.add_argument("--dry-run", action="store_true",
@@ -179,8 +183,8 @@ def _generate_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")
     g = p.add_argument_group("openai backend (the retry settings also apply to offline)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY); the key is never stored")
+    g.add_argument("--api-key-env", default=G.default("api_key_env"), metavar="NAME",
+                   help="environment variable holding the API key (default %(default)s); the key is never stored")
     g.add_argument("--no-api-key", action="store_true",
                    help="send no key (a local server that needs none; a placeholder is sent)")
     g.add_argument("--max-context", type=int, metavar="N",
@@ -188,29 +192,30 @@ def _generate_parser(p: argparse.ArgumentParser) -> None:
                         "(hf: read from the model config unless given)")
     g.add_argument("--context-tokenizer", metavar="PATH",
                    help="tokenizer (local path or hub id) that counts prompt tokens for --max-context (default: --model)")
-    g.add_argument("--same-answer-limit", type=int, default=3, metavar="N",
-                   help="stop retrying a request after N identical failures in a row (default 3)")
-    g.add_argument("--max-attempts", type=int, default=8, help="attempts per request, first one included (default 8)")
-    g.add_argument("--retry-base-delay", type=float, default=1.0, metavar="S",
-                   help="first back-off in seconds, doubled per attempt, with jitter (default 1)")
-    g.add_argument("--retry-max-delay", type=float, default=60.0, metavar="S", help="longest back-off (default 60)")
-    g.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per attempt (default 300)")
+    g.add_argument("--same-answer-limit", type=int, default=G.default("same_answer_limit"), metavar="N",
+                   help="stop retrying a request after N identical failures in a row (default %(default)s)")
+    g.add_argument("--max-attempts", type=int, default=G.default("max_attempts"),
+                   help="attempts per request, first one included (default %(default)s)")
+    g.add_argument("--retry-base-delay", type=float, default=G.default("retry_base_delay"), metavar="S",
+                   help="first back-off in seconds, doubled per attempt, with jitter (default %(default)g)")
+    g.add_argument("--retry-max-delay", type=float, default=G.default("retry_max_delay"), metavar="S",
+                   help="longest back-off (default %(default)g)")
+    g.add_argument("--timeout", type=float, default=G.default("timeout"), metavar="S",
+                   help="seconds per attempt (default %(default)g)")
     g = p.add_argument_group("hf backend")
     g.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default cpu; with --engine ray: cuda on a "
                                     "worker given a GPU, else cpu)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+    g.add_argument("--dtype", default=G.default("dtype"), choices=["auto", "float32", "float16", "bfloat16"],
                    help="weights' dtype (default auto: the checkpoint's own)")
-    g.add_argument("--batch-size", type=int, default=8, help="prompts per generate() call, length-sorted (default 8)")
+    g.add_argument("--batch-size", type=int, default=G.default("batch_size"),
+                   help="prompts per generate() call, length-sorted (default %(default)s)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
     g = p.add_argument_group("hf backend, --engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
-    g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
-                   help="local (default): generate in this process; ray: batches on the workers of a Ray cluster")
-    g.add_argument("--address", metavar="ADDR", help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
-    g.add_argument("--workers", type=int, default=1, metavar="N", help="Ray workers, each loading the model once (default 1)")
-    g.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G", help="GPUs per Ray worker (default 0: CPU)")
+    engine_options(g, G, "generate in this process; ray: batches on the workers of a Ray cluster", "the model")
     g = p.add_argument_group("offline backend (replies mean nothing)")
-    g.add_argument("--offline-latency", type=float, default=0.0, metavar="S", help="simulated seconds per request")
-    g.add_argument("--offline-fault-rate", type=float, default=0.0, metavar="P",
+    g.add_argument("--offline-latency", type=float, default=G.default("offline_latency"), metavar="S",
+                   help="simulated seconds per request")
+    g.add_argument("--offline-fault-rate", type=float, default=G.default("offline_fault_rate"), metavar="P",
                    help="simulated transient failure probability per attempt")
     data_dir_option(p)
     p.set_defaults(func=cmd_generate)
@@ -223,6 +228,7 @@ def _transform_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _score_parser(p: argparse.ArgumentParser) -> None:
+    S = pipeline.ScoreSettings
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--scorer", choices=["reward-model", "judge"], default="reward-model",
                    help="reward-model (default, the official scorer) or judge (an LLM through an OpenAI-compatible API)")
@@ -231,13 +237,14 @@ def _score_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         choices=["faithful", "fast"],
-        default="faithful",
+        default=S.default("mode"),
         help="faithful (default): batch 1, the official arithmetic; fast: batched, verified with --verify",
     )
     p.add_argument("--shard", metavar="I/N", help="score only shard I of N (1-based) into scores.shard-I-of-N.jsonl")
     p.add_argument("--dry-run", action="store_true", help="write RUN/rm_inputs.jsonl and run no model")
     p.add_argument("--verify", type=int, metavar="K", help="score about K rows both ways and report equality; writes nothing to scores.jsonl")
-    p.add_argument("--batch-tokens", type=int, default=16384, metavar="N", help="fast mode: padded tokens per batch")
+    p.add_argument("--batch-tokens", type=int, default=S.default("batch_tokens"), metavar="N",
+                   help="fast mode: padded tokens per batch (default %(default)s)")
     p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
                    help="fast mode: do not share a sample's prefix keys/values")
     p.add_argument(
@@ -248,11 +255,7 @@ def _score_parser(p: argparse.ArgumentParser) -> None:
     )
     add_quiet_option(p)
     g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
-    g.add_argument("--engine", choices=list(pipeline.ENGINES), default="local",
-                   help="local (default): score in this process; ray: on the workers of a Ray cluster")
-    g.add_argument("--address", metavar="ADDR", help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
-    g.add_argument("--workers", type=int, default=1, metavar="N", help="Ray workers, each loading the checkpoint once (default 1)")
-    g.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G", help="GPUs per Ray worker (default 0: CPU)")
+    engine_options(g, S, "score in this process; ray: on the workers of a Ray cluster", "the checkpoint")
     judge_options(p, required=False)
     g = p.add_argument_group("--scorer judge --dry-run")
     g.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
@@ -267,8 +270,7 @@ def _summarize_parser(p: argparse.ArgumentParser) -> None:
                    help="whose scores: reward-model (default) or judge (-> judge_summary.json, judge_metrics.csv)")
     judge_choice_option(p)
     allow_mixed_option(p)
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    bootstrap_options(p, pipeline.SummarizeSettings)
     p.add_argument("--out", metavar="DIR", help="write the summary here (default: the run directory)")
     data_dir_option(p)
     p.set_defaults(func=cmd_summarize)

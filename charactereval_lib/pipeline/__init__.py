@@ -14,9 +14,12 @@ unknown key is an error that names it. Nothing here prints; nothing here parses 
     pipeline.report(run)
 
 One module per concern: ``settings`` (the typed settings), ``outcomes`` (what stages return),
-``charactereval`` (its stages), ``judging`` (LLM judges, battles, meta-evaluation, panels),
-``coser`` (CoSER's settings and stages) and ``board`` (the leaderboard); every public name is
-re-exported here.
+``charactereval`` (its stages), ``data`` (the official data, the doctor, the reward-model
+checkpoint), ``judging`` (LLM judges, battles, meta-evaluation, panels), ``coser`` (CoSER's
+settings and stages) and ``board`` (the leaderboard); every public name is re-exported here.
+Stage bodies import the protocol and engine modules they use when they run: the command line
+imports this package to build its parser, and ``--help`` must not pay for numpy, torch or the
+HTTP clients.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ from charactereval_lib.pipeline.settings import (DEFAULT_BASELINES, ENGINES, Gen
                                                  SummarizeSettings)
 from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
                                                  REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
-from charactereval_lib.pipeline.charactereval import (ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK, GenerateResult, ScoreOutcome,
-                                                      TransformOutcome, compare, compare_problems, generate, overview,
-                                                      report, run_warnings, score, summarize, transform)
+from charactereval_lib.pipeline.charactereval import (ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK, GenerateResult, ImportOutcome,
+                                                      ScoreOutcome, TransformOutcome, compare, compare_problems,
+                                                      export_official, generate, import_official, overview, report,
+                                                      run_warnings, score, summarize, transform)
+from charactereval_lib.pipeline.data import (DataCheck, DoctorOutcome, data_fetch, data_groups, data_subset, data_verify,
+                                             doctor, rm_check, rm_download, rm_make_tiny)
 from charactereval_lib.pipeline.judging import (BattleOutcome, JudgeOutcome, MetaevalOutcome, PanelOutcome,
                                                 RmTrainOutcome, battle, convert_rm_train, judge_score, metaeval, panel)
 from charactereval_lib.pipeline.coser import (COSER_BACKENDS, COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK,
@@ -44,12 +50,13 @@ __all__ = [
     "ANALYSE_NOTEBOOK", "BattleOutcome", "COMPARE_NOTEBOOK", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
     "COSER_BACKENDS", "COSER_COMPARE_NOTEBOOK", "COSER_REPORT_NOTEBOOK", "COSER_ROLES", "COSER_ROLE_DEFAULTS",
     "COSER_RULES", "CoserReportSettings", "CoserRunOutcome", "CoserRunSettings", "CoserSummarizeSettings",
-    "DEFAULT_BASELINES", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings", "JudgeOutcome",
-    "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome", "PanelSettings", "REPORT_HTML",
-    "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome", "ScoreOutcome", "ScoreSettings",
-    "SettingsError", "SummarizeSettings", "SummaryOutcome", "TransformOutcome", "battle", "compare",
-    "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare", "coser_data_dir", "coser_data_fetch",
-    "coser_data_verify", "coser_dry_run", "coser_import", "coser_report", "coser_run", "coser_summarize", "generate",
-    "judge_score", "leaderboard", "metaeval", "overview", "panel", "report", "run_warnings", "runs", "score",
-    "summarize", "transform",
+    "DEFAULT_BASELINES", "DataCheck", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
+    "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
+    "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
+    "ScoreOutcome", "ScoreSettings", "SettingsError", "SummarizeSettings", "SummaryOutcome", "TransformOutcome",
+    "battle", "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare", "coser_data_dir",
+    "coser_data_fetch", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report", "coser_run",
+    "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_verify", "doctor", "export_official",
+    "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel", "report", "rm_check",
+    "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
 ]

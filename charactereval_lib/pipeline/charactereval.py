@@ -367,6 +367,37 @@ def compare(
     return ReportOutcome(notebook, html, warnings)
 
 
+@dataclass
+class ImportOutcome:
+    """What ``import_official`` made: the run, the file's kind (generation, generation_trans or
+    evaluation) and the counts (``charactereval.official.ImportResult``)."""
+
+    run: runs.RunDir
+    kind: str
+    result: Any
+
+
+def import_official(path: str | os.PathLike[str], run: str | os.PathLike[str] | runs.RunDir, *,
+                    data_dir: str | os.PathLike[str] | None = None, data: OfficialData | None = None) -> ImportOutcome:
+    """An official generation / generation_trans / evaluation JSON file as a new run
+    (``charactereval.official``)."""
+    from charactereval_lib.charactereval.official import import_official as import_file
+
+    run = runs.RunDir.resolve(run)
+    kind, result = import_file(Path(path), run.path, _data(data_dir, data))
+    return ImportOutcome(run, kind, result)
+
+
+def export_official(run: str | os.PathLike[str] | runs.RunDir, *, out: str | os.PathLike[str] | None = None,
+                    data_dir: str | os.PathLike[str] | None = None, data: OfficialData | None = None) -> list[Path]:
+    """A run as the official scripts' JSON files in ``out`` (default ``RUN/official``); the
+    paths written."""
+    from charactereval_lib.charactereval.official import export_official as export_run
+
+    run = runs.RunDir.resolve(run)
+    return export_run(run.path, _data(data_dir, data), Path(out) if out else None)
+
+
 def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
     """What a run directory holds so far: one line per artifact with its record count."""
     import pandas as pd

@@ -70,6 +70,11 @@ class _Settings:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """A field's default: what a command-line option that is left out means."""
+        return next(f.default for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
+
 
 def _positive(name: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
