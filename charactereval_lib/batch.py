@@ -177,7 +177,9 @@ def load_config(path: Path | str) -> BatchConfig:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BatchError(f"{path}: duplicate model name(s) {duplicates}")
-    output_dir = Path(raw.get("output_dir") or runs.outputs_dir())
+    # Under the workspace, as the runs are (``RunDir.resolve``): the summary and the comparison
+    # belong beside them.
+    output_dir = runs.workspace_root() / (raw.get("output_dir") or runs.OUTPUTS_DIR)
     report_values = {"n_boot": raw.get("n_boot", 1000)}
     if raw.get("baselines") is not None:
         report_values["baselines"] = raw["baselines"]
@@ -416,7 +418,7 @@ def run_batch(config: BatchConfig) -> BatchResult:
 
 
 def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelResult:
-    return ModelResult(spec.name, str(config.output_dir / spec.name), status="interrupted",
+    return ModelResult(spec.name, _new_result(spec, config).run_dir, status="interrupted",
                        error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
 
 
