@@ -42,6 +42,14 @@ arguments)::
         score: {}                   # any other score setting (pipeline.ScoreSettings)
 
 A bare list of models is accepted too.
+
+A model of another registered benchmark (``engine.benchmarks``; e.g. CoSER) names it with
+``benchmark:`` (or the config's top-level ``benchmark:`` names it for every entry that does
+not); its entry holds ``name``, an optional ``data_dir`` and one mapping of settings per stage
+(``run:``, ``summarize:``, ``report:``), and it runs its benchmark's stages in that order, in
+this process, after the CharacterEval models (``defaults`` and the comparison are theirs)::
+
+      - {name: coser-a, benchmark: coser, run: {actor_model: my-model, preset: smoke}}
 """
 
 from __future__ import annotations
@@ -54,14 +62,16 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import faults, progress, runs
+from charactereval_lib.engine import benchmarks, faults, progress, runs
 
 # Shorthands allowed at the top of a model entry, beside the full `generate:` / `score:` sections.
 GENERATE_KEYS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
 SCORE_KEYS = ("device", "mode")
 MODEL_KEYS = {"name", "backend", "model", "rm", "subset", "generate", "score", *GENERATE_KEYS, *SCORE_KEYS}
 TOP_KEYS = {"output_dir", "comparison", "data_dir", "baselines", "n_boot", "defaults", "models", "engine", "ray",
-            "judges"}
+            "judges", "benchmark"}
+# The benchmark of the models this module runs itself; the others run through the registry.
+CHARACTEREVAL = "charactereval"
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
@@ -80,6 +90,16 @@ class ModelSpec:
     generate: pipeline.GenerateSettings
     score: pipeline.ScoreSettings
     subset: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkModel:
+    """A model of another benchmark: its stages' settings, by stage name."""
+
+    name: str
+    benchmark: str
+    settings: dict[str, Any]
+    data_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,8 @@ class BatchConfig:
     # Progress bars on stderr (``batch`` without --quiet, on a terminal): the overall bar and
     # each step's own.
     progress: bool = False
+    # The models of other benchmarks, run through the registry.
+    others: list[BenchmarkModel] = field(default_factory=list)
 
 
 @dataclass
@@ -171,9 +193,12 @@ def load_config(path: Path | str) -> BatchConfig:
     defaults = raw.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise BatchError(f"{path}: 'defaults' must be a mapping")
-    specs = [_model_spec(path, k, {**defaults, **entry} if isinstance(entry, dict) else entry)
-             for k, entry in enumerate(models)]
-    names = [s.name for s in specs]
+    top = raw.get("benchmark") or CHARACTEREVAL
+    chosen = [_entry_benchmark(entry, top) for entry in models]
+    specs = [_model_spec(path, k, {**defaults, **_without_benchmark(entry)} if isinstance(entry, dict) else entry)
+             for k, entry in enumerate(models) if chosen[k] == CHARACTEREVAL]
+    others = [_other_model(path, k, entry, chosen[k]) for k, entry in enumerate(models) if chosen[k] != CHARACTEREVAL]
+    names = [s.name for s in specs] + [o.name for o in others]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BatchError(f"{path}: duplicate model name(s) {duplicates}")
@@ -201,7 +226,44 @@ def load_config(path: Path | str) -> BatchConfig:
         models=specs,
         engine=engine,
         ray=_ray_batch(path, raw.get("ray"), engine),
+        others=others,
     )
+
+
+def _entry_benchmark(entry: Any, top: str) -> str:
+    return entry.get("benchmark") or top if isinstance(entry, dict) else top
+
+
+def _without_benchmark(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "benchmark"}
+
+
+def _other_model(path: Path, index: int, entry: Any, name: str) -> BenchmarkModel:
+    """A model entry of another benchmark, its settings checked by that benchmark's classes."""
+    where = f"{path}: models[{index}]"
+    if not isinstance(entry, dict):
+        raise BatchError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    if "name" in entry:
+        where = f"{path}: model {entry['name']!r}"
+    benchmark = benchmarks.get(name)
+    allowed = {"name", "benchmark", "data_dir", *benchmark.stages}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise BatchError(f"{where}: unknown key(s) {unknown} for a {benchmark.title} model; expected some of "
+                         f"{sorted(allowed)}")
+    if not isinstance(entry.get("name"), str) or not _SAFE_NAME.match(entry["name"]):
+        raise BatchError(f"{where}: 'name' is required: letters, digits, '.', '_' or '-' (it names the run "
+                         "directory)")
+    settings = {}
+    for stage in benchmark.stages:
+        values = entry.get(stage) or {}
+        if not isinstance(values, dict):
+            raise BatchError(f"{where}: '{stage}' must be a mapping of {stage} settings")
+        try:
+            settings[stage] = benchmark.make_settings(stage, values, f"{where}: {stage}")
+        except pipeline.SettingsError as exc:
+            raise BatchError(str(exc)) from None
+    return BenchmarkModel(entry["name"], benchmark.name, settings, entry.get("data_dir"))
 
 
 def _ray_batch(path: Path, raw: Any, engine: str) -> RayBatch:
@@ -273,7 +335,8 @@ def preflight(config: BatchConfig) -> list[str]:
 
     problems = []
     try:
-        load_official_data(config.data_dir)
+        if config.models:
+            load_official_data(config.data_dir)
     except DataError as exc:
         problems.append(f"data: {exc}")
     if config.engine == "ray" and config.ray.address:
@@ -397,11 +460,14 @@ def run_batch(config: BatchConfig) -> BatchResult:
     are marked interrupted, the rest are not started, and the summary says so."""
     outcome = BatchResult()
     with faults.sigterm_interrupts():
-        if config.engine == "ray":
+        if config.engine == "ray" and config.models:
             _run_on_ray(config, outcome)
-        else:
+        elif config.models:
             _run_in_turn(config, outcome)
-        finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok"]
+        if config.others and not outcome.interrupted:
+            _run_other_benchmarks(config, outcome)
+        own = {spec.name for spec in config.models}
+        finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok" and m.name in own]
         if outcome.interrupted:
             outcome.comparison_error = "skipped: the batch was interrupted"
         elif len(finished) >= 2:
@@ -436,6 +502,41 @@ def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
                 break
             finally:
                 bar.model_done()
+
+
+def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
+    """Each model of another benchmark, its stages in order (``benchmarks.STAGES``) through the
+    registry; a failure is recorded and the batch goes on, an interrupt stops it."""
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted
+
+    for model in config.others:
+        benchmark = benchmarks.get(model.benchmark)
+        run = runs.RunDir.resolve(config.output_dir / model.name)
+        result = ModelResult(model.name, str(run.path))
+        started = time.monotonic()
+        try:
+            for stage in (s for s in benchmarks.STAGES if s in benchmark.stages):
+                _step(result, f"{benchmark.name} {stage}")
+                done = benchmark.call(stage, run, model.settings[stage], data_dir=model.data_dir,
+                                      progress=config.progress)
+                if stage == "run" and getattr(done, "errors", None):
+                    result.failed_samples = len(done.errors)
+                if stage == "report":
+                    result.report = str(done.html)
+            result.failed_step = None
+        except (KeyboardInterrupt, GenerationInterrupted):
+            outcome.models.append(ModelResult(model.name, str(run.path), status="interrupted",
+                                              error="stopped by the user; re-run the batch to resume",
+                                              seconds=round(time.monotonic() - started, 1)))
+            outcome.interrupted = True
+            return
+        except Exception as exc:  # noqa: BLE001 - one model's failure of any kind must not stop the batch
+            result.status = "failed"
+            result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) \
+                else str(exc)
+            print(f"!! {model.name}: {result.failed_step} failed: {result.error}", flush=True)
+        result.seconds = round(time.monotonic() - started, 1)
+        outcome.models.append(result)
 
 
 def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:

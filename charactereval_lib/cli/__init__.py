@@ -2,7 +2,9 @@
 
 Each command lives in a module of this package (``COMMANDS`` names it, with its help line); a
 module is imported only for the command that runs (or whose ``--help`` is asked for), so that
-``charactereval --help`` stays fast whatever the commands import.
+``charactereval --help`` stays fast whatever the commands import. A registered benchmark
+(``engine.benchmarks``) without a module here gets its own command too: its declared hook, else
+one action per stage (``cli.benchmarks``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.prompts import ProtocolError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.cli.benchmarks import add_benchmark_parser
+from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
 
@@ -102,6 +105,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         if argv is None or name == wanted:
             importlib.import_module(f"charactereval_lib.cli.{module}").PARSERS[name](p)
+    # Every other registered benchmark (engine.benchmarks) under its own command.
+    for benchmark in benchmarks.registry().values():
+        if benchmark.command is None or benchmark.command in COMMANDS:
+            continue
+        p = sub.add_parser(benchmark.command, help=benchmark.command_help or
+                           f"{benchmark.title}: {', '.join(benchmark.stages)}")
+        if argv is None or benchmark.command == wanted:
+            add_benchmark_parser(p, benchmark)
     return parser
 
 
@@ -112,7 +123,13 @@ def _error(message: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
+    try:
+        parser = build_parser(argv)
+    except benchmarks.BenchmarkError as exc:
+        # A benchmark that is registered but cannot be loaded: said before any command runs.
+        _error(exc)
+        return 2
+    args = parser.parse_args(argv)
     try:
         with faults.sigterm_interrupts():
             return int(args.func(args) or 0)

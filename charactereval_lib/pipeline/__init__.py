@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from charactereval_lib.engine import runs
 from charactereval_lib.pipeline.settings import (DEFAULT_BASELINES, ENGINES, GenerateSettings, JudgeSettings,
-                                                 PanelSettings, ReportSettings, ScoreSettings, SettingsError,
+                                                 PanelSettings, ReportSettings, ScoreSettings, Settings, SettingsError,
                                                  SummarizeSettings)
 from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
                                                  REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
@@ -34,8 +34,8 @@ from charactereval_lib.pipeline.charactereval import (ANALYSE_NOTEBOOK, COMPARE_
                                                       ScoreOutcome, TransformOutcome, compare, compare_problems,
                                                       export_official, generate, import_official, overview, report,
                                                       run_warnings, score, summarize, transform)
-from charactereval_lib.pipeline.data import (DataCheck, DoctorOutcome, data_fetch, data_groups, data_subset, data_verify,
-                                             doctor, rm_check, rm_download, rm_make_tiny)
+from charactereval_lib.pipeline.data import (DataCheck, DoctorOutcome, data_fetch, data_groups, data_subset,
+                                             data_verify, doctor, rm_check, rm_download, rm_make_tiny)
 from charactereval_lib.pipeline.judging import (BattleOutcome, JudgeOutcome, MetaevalOutcome, PanelOutcome,
                                                 RmTrainOutcome, battle, convert_rm_train, judge_score, metaeval, panel)
 from charactereval_lib.pipeline.coser import (COSER_BACKENDS, COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK,
@@ -53,10 +53,10 @@ __all__ = [
     "DEFAULT_BASELINES", "DataCheck", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
     "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
     "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
-    "ScoreOutcome", "ScoreSettings", "SettingsError", "SummarizeSettings", "SummaryOutcome", "TransformOutcome",
-    "battle", "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare", "coser_data_dir",
-    "coser_data_fetch", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report", "coser_run",
-    "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_verify", "doctor", "export_official",
-    "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel", "report", "rm_check",
-    "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
+    "ScoreOutcome", "ScoreSettings", "Settings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
+    "TransformOutcome", "battle", "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
+    "coser_data_dir", "coser_data_fetch", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",
+    "coser_run", "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_verify", "doctor",
+    "export_official", "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel",
+    "report", "rm_check", "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
 ]

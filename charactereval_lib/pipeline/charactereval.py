@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome,
                                                  SummaryOutcome)
 from charactereval_lib.pipeline.settings import (GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings,
@@ -241,7 +241,7 @@ def summarize(
     ``settings.allow_mixed``."""
     from charactereval_lib.charactereval.summary import summarize_run
 
-    run = runs.RunDir.resolve(run).require_dir().require_benchmark("charactereval")
+    run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
     faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
@@ -255,7 +255,7 @@ def summarize(
 
 
 def _analysable(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
-    run = runs.RunDir.resolve(run).require_dir().require_benchmark("charactereval")
+    run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
     run.require(run.rows, "generate and transform the run first")
     return run
 

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
                                                  REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
-from charactereval_lib.pipeline.settings import SettingsError, _positive, _Settings
+from charactereval_lib.pipeline.settings import SettingsError, _positive, Settings
 
 COSER_ROLES = ("actor", "env", "nsp", "judge")
 # Upstream's defaults for the roles besides the actor (the model under test has none).
@@ -24,7 +24,7 @@ COSER_COMPARE_NOTEBOOK = "coser_compare.ipynb"
 
 
 @dataclass(frozen=True)
-class CoserRunSettings(_Settings):
+class CoserRunSettings(Settings):
     """A CoSER run: the preset, the protocol version and each role's model, endpoint, key
     variable and model-name rules. A role's ``*_base_url`` / ``*_api_key_env`` left None takes
     ``base_url`` / ``api_key_env``; a rule left None follows upstream's rule for the model name;
@@ -126,7 +126,7 @@ class CoserRunSettings(_Settings):
 
 
 @dataclass(frozen=True)
-class CoserSummarizeSettings(_Settings):
+class CoserSummarizeSettings(Settings):
     """Bootstrap settings of a CoSER summary (resamples of whole scenes, 95% percentile)."""
 
     n_boot: int = DEFAULT_N_BOOT
@@ -262,7 +262,7 @@ def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | run
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
     from charactereval_lib.coser.run import JUDGEMENTS
 
-    run = runs.RunDir.resolve(run).require_dir().require_benchmark("coser")
+    run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "coser")
     run.require(run.artifact(JUDGEMENTS), "run `charactereval coser run` first")
     return run
 

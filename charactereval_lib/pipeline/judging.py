@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.charactereval import _analysable, _data, score
 from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings, _positive
@@ -83,7 +83,7 @@ def judge_score(
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
 
-    run = runs.RunDir.resolve(run).require_benchmark("charactereval")
+    run = benchmarks.require(runs.RunDir.resolve(run), "charactereval")
     run.require(run.rows, "generate and transform the run first")
     run.check_protocol(PROTOCOL_VERSION)
     faults.check_writable(run.path, "run directory")
@@ -127,7 +127,7 @@ def battle(
     from charactereval_lib.engine.grading.spec import load_spec
 
     _positive("n_boot", n_boot)
-    run_a, run_b = (runs.RunDir.resolve(r).require_benchmark("charactereval") for r in (run_a, run_b))
+    run_a, run_b = (benchmarks.require(runs.RunDir.resolve(r), "charactereval") for r in (run_a, run_b))
     out_dir = runs.RunDir(Path(out))
     faults.check_writable(out_dir.path, "battle directory")
     pair = battles.check_pair(out_dir, run_a, run_b)

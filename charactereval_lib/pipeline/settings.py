@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
@@ -43,8 +44,9 @@ def _accepts(annotation: Any, value: Any) -> bool:
     return isinstance(value, annotation)
 
 
-class _Settings:
-    """Shared loading for the settings dataclasses below."""
+class Settings:
+    """Shared loading of settings dataclasses (the pipeline's and a benchmark package's own):
+    ``from_mapping`` checks keys and types, naming the key and where it was found."""
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -104,7 +106,7 @@ def _ray_settings(settings: GenerateSettings | ScoreSettings):
 
 
 @dataclass(frozen=True)
-class GenerateSettings(_Settings):
+class GenerateSettings(Settings):
     """How replies are generated (S4: a platform choice, recorded in run.json). Decoding values
     left None are not sent: the provider's or the model's default applies."""
 
@@ -182,11 +184,12 @@ class GenerateSettings(_Settings):
                               dtype=self.dtype, batch_size=self.batch_size,
                               trust_remote_code=self.trust_remote_code, max_context=self.max_context,
                               context_tokenizer=self.context_tokenizer, offline_latency_s=self.offline_latency,
+                              offline_separator=COLON,
                               offline_fault_rate=self.offline_fault_rate)
 
 
 @dataclass(frozen=True)
-class ScoreSettings(_Settings):
+class ScoreSettings(Settings):
     """How rows are scored by the reward model (S6, S8); the mode is recorded with every score."""
 
     rm: str | None = None
@@ -239,7 +242,7 @@ class ScoreSettings(_Settings):
 
 
 @dataclass(frozen=True)
-class JudgeSettings(_Settings):
+class JudgeSettings(Settings):
     """How rows are scored by an LLM judge (``score --scorer judge``) through an
     OpenAI-compatible endpoint. ``spec`` is a spec FILE for every metric or a DIR of
     ``<metric_en>.yaml`` (default: the shipped specs). Decoding defaults to temperature 0."""
@@ -283,7 +286,7 @@ class JudgeSettings(_Settings):
 
 
 @dataclass(frozen=True)
-class SummarizeSettings(_Settings):
+class SummarizeSettings(Settings):
     """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
     model by default; ``judge_model`` picks one judge of a run that holds several), and whether
     a run mixing scorer configurations may be summarised."""
@@ -304,7 +307,7 @@ class SummarizeSettings(_Settings):
 
 
 @dataclass(frozen=True)
-class PanelSettings(_Settings):
+class PanelSettings(Settings):
     """A panel of judges on one run (``charactereval.panel``): the judge models (two or more,
     each already scored the run), the verdict (``majority``, ties to the lowest grade, or
     ``mean``) and the bootstrap settings of the intervals."""
