@@ -57,7 +57,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -407,10 +407,10 @@ def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, ru
         missing = ", ".join(j for j in config.report.judges if j not in held)
         print(f"   {result.name}: no scores of judge(s) {missing}; the report shows {', '.join(judges) or 'every judge of the run'}",
               flush=True)
-    result.report = str(pipeline.report(run, replace(config.report, judges=judges), data_dir=config.data_dir).html)
+    result.report = str(pipeline.report(run, config.report.replace(judges=judges), data_dir=config.data_dir).html)
     for model in judges:
         _step(result, f"report of judge {model}")
-        judged = replace(config.report, scorer=runs.JUDGE, judge_model=model, judges=())
+        judged = config.report.replace(scorer=runs.JUDGE, judge_model=model, judges=())
         result.judge_reports.append(str(pipeline.report(run, judged, data_dir=config.data_dir).html))
 
 

@@ -4,7 +4,7 @@ Each command lives in a module of this package (``COMMANDS`` names it, with its 
 module is imported only for the command that runs (or whose ``--help`` is asked for), so that
 ``charactereval --help`` stays fast whatever the commands import. A registered benchmark
 (``engine.benchmarks``) without a module here gets its own command too: its declared hook, else
-one action per stage (``cli.benchmarks``).
+one action per stage (``cli.stages``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.prompts import ProtocolError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
-from charactereval_lib.cli.benchmarks import add_benchmark_parser
 from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
@@ -112,7 +111,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(benchmark.command, help=benchmark.command_help or
                            f"{benchmark.title}: {', '.join(benchmark.stages)}")
         if argv is None or benchmark.command == wanted:
-            add_benchmark_parser(p, benchmark)
+            importlib.import_module("charactereval_lib.cli.stages").add_benchmark_parser(p, benchmark)
     return parser
 
 

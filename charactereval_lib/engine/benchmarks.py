@@ -79,7 +79,7 @@ class Benchmark:
     notebooks: tuple[str, ...] = ()
     # The subcommand of the command line that holds its stages (None: none; the CharacterEval
     # commands are the command line's own); ``add_commands(parser)`` fills it, by default with
-    # one action per stage (``cli.benchmarks``).
+    # one action per stage (``cli.stages``).
     command: str | None = None
     command_help: str = ""
     add_commands: Ref | None = None

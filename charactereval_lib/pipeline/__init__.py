@@ -2,8 +2,9 @@
 
 Each stage takes a run (a name under ``./outputs`` or a path) and typed settings, does its work
 through the engine and the protocol modules, and returns a result object carrying the counts a
-caller prints. Settings are frozen dataclasses that also load from YAML mappings, where an
-unknown key is an error that names it. Nothing here prints; nothing here parses a command line.
+caller prints. Settings are frozen pydantic models (``settings.Settings``) that also load from
+YAML mappings, where an unknown key or a wrong type is a one-line error that names it. Nothing
+here prints; nothing here parses a command line.
 
     from charactereval_lib import pipeline
     run = "outputs/demo"

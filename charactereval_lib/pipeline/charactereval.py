@@ -3,7 +3,6 @@ report, compare and a run's overview."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -339,7 +338,7 @@ def compare(
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]
     # A judge named for the batch that one run lacks is simply not common to the runs.
-    judged = [_report_scorers(run, dataclasses.replace(settings, judges=tuple(
+    judged = [_report_scorers(run, settings.replace(judges=tuple(
         j for j in settings.judges if j in run.judge_models()))) for run in resolved]
     # The judge's section needs one judge model in every run.
     judge_model, judge_note = common_judge([models for models, _ in judged], settings.judge_model)

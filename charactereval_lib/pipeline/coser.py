@@ -7,12 +7,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
                                                  REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
-from charactereval_lib.pipeline.settings import SettingsError, _positive, Settings
+from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
 COSER_ROLES = ("actor", "env", "nsp", "judge")
 # Upstream's defaults for the roles besides the actor (the model under test has none).
@@ -23,7 +24,6 @@ COSER_REPORT_NOTEBOOK = "coser_report.ipynb"
 COSER_COMPARE_NOTEBOOK = "coser_compare.ipynb"
 
 
-@dataclass(frozen=True)
 class CoserRunSettings(Settings):
     """A CoSER run: the preset, the protocol version and each role's model, endpoint, key
     variable and model-name rules. A role's ``*_base_url`` / ``*_api_key_env`` left None takes
@@ -66,10 +66,10 @@ class CoserRunSettings(Settings):
     limit: int | None = None
     concurrency: int = 64
     scene_concurrency: int = 256
-    timeout: float = 300.0
-    retry_base_delay: float = 1.0
+    timeout: Number = 300.0
+    retry_base_delay: Number = 1.0
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         from charactereval_lib.coser.run import PRESETS
         from charactereval_lib.coser.versions import VERSIONS
 
@@ -125,18 +125,16 @@ class CoserRunSettings(Settings):
         return PRESETS[self.preset]
 
 
-@dataclass(frozen=True)
 class CoserSummarizeSettings(Settings):
     """Bootstrap settings of a CoSER summary (resamples of whole scenes, 95% percentile)."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         _positive("n_boot", self.n_boot)
 
 
-@dataclass(frozen=True)
 class CoserReportSettings(CoserSummarizeSettings):
     """A CoSER report's statistics and whether the HTML keeps the code cells; ``allow_mixed``
     compares runs whose settings differ (with a warning at the top)."""

@@ -1,14 +1,15 @@
-"""Typed settings of the pipeline stages: frozen dataclasses that also load from YAML mappings,
-where an unknown key or a wrong type is an error naming the key (``SettingsError``)."""
+"""Typed settings of the pipeline stages: frozen pydantic models that also load from YAML
+mappings, where an unknown key or a wrong type is a one-line error naming the key
+(``SettingsError``). A benchmark package's own settings derive from ``Settings`` too."""
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WrapValidator
 
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine import runs
@@ -26,31 +27,69 @@ class SettingsError(ConfigError):
     """Settings that cannot be used (an unknown key, a wrong type, an impossible value)."""
 
 
-def _accepts(annotation: Any, value: Any) -> bool:
-    """Whether ``value`` fits a simple annotation (int, float, str, bool, X | None, tuples)."""
+def _keep_int(value: Any, handler: Any) -> Any:
+    # A whole number given for a number field stays an int (YAML's and the command line's 0 is not
+    # 0.0): a request's digest covers its JSON, where the two differ.
+    checked = handler(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else checked
+
+
+# A number field: an int or a float, never a bool or a string.
+Number = Annotated[float, WrapValidator(_keep_int)]
+# Names given as a YAML list or a tuple, kept as a tuple.
+Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)]
+
+
+def _expected(annotation: Any) -> str:
+    """A field's type as an error names it: ``int``, ``float | None``, ``a list of strings``."""
     origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _expected(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        return any(_accepts(arg, value) for arg in typing.get_args(annotation))
+        return " | ".join(_expected(arg) for arg in typing.get_args(annotation))
     if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return "None"
     if origin is tuple:
-        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-    return isinstance(value, annotation)
+        return "a list of strings"
+    return getattr(annotation, "__name__", str(annotation))
 
 
-class Settings:
-    """Shared loading of settings dataclasses (the pipeline's and a benchmark package's own):
-    ``from_mapping`` checks keys and types, naming the key and where it was found."""
+def error_line(exc: ValidationError, fields: Mapping[str, Any]) -> str:
+    """The first problem of a ``ValidationError`` as one line naming the key: what it must be and
+    what it got, that it is required, or that it is unknown."""
+    error = exc.errors()[0]
+    if error["type"] == "value_error" and isinstance(error.get("ctx", {}).get("error"), ConfigError):
+        # A check of ``model_post_init``: its own message already names what is wrong.
+        return str(error["ctx"]["error"])
+    key = str(error["loc"][0]) if error["loc"] else "settings"
+    if error["type"] == "missing":
+        return f"{key!r} is required"
+    if error["type"] == "extra_forbidden":
+        return f"unknown key(s) {[key]}; expected some of {list(fields)}"
+    field = fields.get(key)
+    expected = _expected(field.annotation) if field is not None else error["msg"]
+    return f"{key!r} must be {expected}, got {error['input']!r}"
+
+
+class Settings(BaseModel):
+    """Settings of a stage, shared by the pipeline's and a benchmark package's own: frozen,
+    every key checked with its type (no coercion: ``'4'`` is no int), ``from_mapping`` loads a
+    YAML section and names where a problem was found. A subclass checks what its fields cannot
+    say alone in ``model_post_init``, raising ``SettingsError``."""
+
+    # Validators are built on first use: the command line reads these classes' defaults to build
+    # its parser, and `--help` should not pay for building them.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(error_line(exc, type(self).model_fields)) from None
 
     @classmethod
     def keys(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        return list(cls.model_fields)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], where: str = "settings"):
@@ -59,23 +98,24 @@ class Settings:
         unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise SettingsError(f"{where}: unknown key(s) {unknown}; expected some of {cls.keys()}")
-        hints = typing.get_type_hints(cls)
-        for key, value in values.items():
-            if not _accepts(hints[key], value):
-                raise SettingsError(f"{where}: {key!r} must be {hints[key]}, got {value!r}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
         try:
             return cls(**values)
         except ConfigError as exc:
             raise SettingsError(f"{where}: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return self.model_dump()
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes``, checked as a new one is."""
+        return type(self)(**{**self.as_dict(), **changes})
 
     @classmethod
     def default(cls, name: str) -> Any:
-        """A field's default: what a command-line option that is left out means."""
-        return next(f.default for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
+        """A field's default: what a command-line option that is left out means (None for a
+        required field)."""
+        field = cls.model_fields[name]
+        return None if field.is_required() else field.default
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -105,7 +145,6 @@ def _ray_settings(settings: GenerateSettings | ScoreSettings):
     return RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker)
 
 
-@dataclass(frozen=True)
 class GenerateSettings(Settings):
     """How replies are generated (S4: a platform choice, recorded in run.json). Decoding values
     left None are not sent: the provider's or the model's default applies."""
@@ -116,17 +155,17 @@ class GenerateSettings(Settings):
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 32
     max_tokens: int = 1024
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
     seed: int | None = None
     preset: str | None = None
     limit: int | None = None
     ids: str | None = None
     retry_errors: bool = False
     max_attempts: int = 8
-    retry_base_delay: float = 1.0
-    retry_max_delay: float = 60.0
-    timeout: float = 300.0
+    retry_base_delay: Number = 1.0
+    retry_max_delay: Number = 60.0
+    timeout: Number = 300.0
     # hf backend; None: cpu in this process, and with engine ray cuda on a worker given a GPU.
     device: str | None = None
     dtype: str = "auto"
@@ -135,19 +174,19 @@ class GenerateSettings(Settings):
     max_context: int | None = None
     context_tokenizer: str | None = None
     same_answer_limit: int = 3
-    offline_latency: float = 0.0
-    offline_fault_rate: float = 0.0
-    price_in: float | None = None
-    price_out: float | None = None
+    offline_latency: Number = 0.0
+    offline_fault_rate: Number = 0.0
+    price_in: Number | None = None
+    price_out: Number | None = None
     # "local": this process; "ray" (hf backend only): batches on the workers of a Ray cluster (at
     # ``address``, else a local one), each a model replica with ``gpus_per_worker`` GPUs; the
     # records are written by this process either way.
     engine: str = "local"
     address: str | None = None
     workers: int = 1
-    gpus_per_worker: float = 0.0
+    gpus_per_worker: Number = 0.0
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         from charactereval_lib.engine.generation.backends import BACKENDS
 
         if self.backend not in BACKENDS:
@@ -188,7 +227,6 @@ class GenerateSettings(Settings):
                               offline_fault_rate=self.offline_fault_rate)
 
 
-@dataclass(frozen=True)
 class ScoreSettings(Settings):
     """How rows are scored by the reward model (S6, S8); the mode is recorded with every score."""
 
@@ -205,9 +243,9 @@ class ScoreSettings(Settings):
     engine: str = "local"
     address: str | None = None
     workers: int = 1
-    gpus_per_worker: float = 0.0
+    gpus_per_worker: Number = 0.0
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         from charactereval_lib.charactereval.reward.scorer import MODES, parse_shard
 
         if self.mode not in MODES:
@@ -241,7 +279,6 @@ class ScoreSettings(Settings):
         )
 
 
-@dataclass(frozen=True)
 class JudgeSettings(Settings):
     """How rows are scored by an LLM judge (``score --scorer judge``) through an
     OpenAI-compatible endpoint. ``spec`` is a spec FILE for every metric or a DIR of
@@ -252,17 +289,17 @@ class JudgeSettings(Settings):
     spec: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 32
-    temperature: float | None = 0.0
+    temperature: Number | None = 0.0
     max_tokens: int = 1024
     max_attempts: int = 8
-    retry_base_delay: float = 1.0
-    retry_max_delay: float = 60.0
-    timeout: float = 300.0
+    retry_base_delay: Number = 1.0
+    retry_max_delay: Number = 60.0
+    timeout: Number = 300.0
     same_answer_limit: int = 3
-    price_in: float | None = None
-    price_out: float | None = None
+    price_in: Number | None = None
+    price_out: Number | None = None
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         if not self.judge_model:
             raise SettingsError("judge_model is required (--judge-model)")
         for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
@@ -285,7 +322,6 @@ class JudgeSettings(Settings):
                                                    "same_answer_limit")}).backend_options()
 
 
-@dataclass(frozen=True)
 class SummarizeSettings(Settings):
     """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
     model by default; ``judge_model`` picks one judge of a run that holds several), and whether
@@ -293,12 +329,12 @@ class SummarizeSettings(Settings):
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
-    level: float = DEFAULT_LEVEL
+    level: Number = DEFAULT_LEVEL
     allow_mixed: bool = False
     scorer: str = runs.REWARD_MODEL
     judge_model: str | None = None
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         if self.scorer not in runs.SCORERS:
             raise SettingsError(f"scorer {self.scorer!r}: expected one of {', '.join(runs.SCORERS)}")
         _positive("n_boot", self.n_boot)
@@ -306,20 +342,19 @@ class SummarizeSettings(Settings):
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
 
 
-@dataclass(frozen=True)
 class PanelSettings(Settings):
     """A panel of judges on one run (``charactereval.panel``): the judge models (two or more,
     each already scored the run), the verdict (``majority``, ties to the lowest grade, or
     ``mean``) and the bootstrap settings of the intervals."""
 
-    judge_models: tuple[str, ...]
+    judge_models: Names
     verdict: str = "majority"
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
-    level: float = DEFAULT_LEVEL
+    level: Number = DEFAULT_LEVEL
     allow_mixed: bool = False
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         from charactereval_lib.charactereval.panel import VERDICTS
 
         if len(set(self.judge_models)) < 2 or len(set(self.judge_models)) != len(self.judge_models):
@@ -332,21 +367,20 @@ class PanelSettings(Settings):
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
 
 
-@dataclass(frozen=True)
 class ReportSettings(SummarizeSettings):
     """What a rendered report shows beside the statistics' settings. ``scorer`` is the scorer of
     the report's main sections; the judge's grades are shown beside the reward model's whenever
     a run holds both (``judge_model`` picks the judge of a run that holds several)."""
 
-    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    baselines: Names = DEFAULT_BASELINES
     show_code: bool = False
     verify_data: bool = True
     # The judges a reward-model report shows beside it (empty: ``judge_model``, else every judge
     # of the run); ``batch`` also renders each one's own judge report.
-    judges: tuple[str, ...] = ()
+    judges: Names = ()
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
         from charactereval_lib.charactereval.paper_table import paper_models
 
         known = paper_models()

@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -25,23 +26,20 @@ SUMMARY = "toy_summary.json"
 REPORT = "report.html"
 
 
-@dataclass(frozen=True)
 class RunSettings(Settings):
     model: str
     base_url: str | None = None
     concurrency: int = 4
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any) -> None:
         if self.concurrency <= 0:
             raise SettingsError(f"concurrency must be a positive number, got {self.concurrency}")
 
 
-@dataclass(frozen=True)
 class SummarizeSettings(Settings):
     pass
 
 
-@dataclass(frozen=True)
 class ReportSettings(Settings):
     title: str = "ToyBench report"
 
