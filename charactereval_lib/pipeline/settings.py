@@ -62,11 +62,12 @@ def error_line(exc: ValidationError, fields: Mapping[str, Any]) -> str:
         # A check of ``model_post_init``: its own message already names what is wrong.
         return str(error["ctx"]["error"])
     key = str(error["loc"][0]) if error["loc"] else "settings"
-    if error["type"] == "missing":
-        return f"{key!r} is required"
+    field = fields.get(key)
+    # Left out, or None where the command line passes an option that was not given.
+    if error["type"] == "missing" or (error.get("input") is None and field is not None and field.is_required()):
+        return f"{key} is required"
     if error["type"] == "extra_forbidden":
         return f"unknown key(s) {[key]}; expected some of {list(fields)}"
-    field = fields.get(key)
     expected = _expected(field.annotation) if field is not None else error["msg"]
     return f"{key!r} must be {expected}, got {error['input']!r}"
 
