@@ -104,7 +104,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         if argv is None or name == wanted:
             importlib.import_module(f"charactereval_lib.cli.{module}").PARSERS[name](p)
-    # Every other registered benchmark (engine.benchmarks) under its own command.
+    # Every other registered benchmark (engine.benchmarks) under its own command; looking for
+    # installed ones costs a scan of every distribution's entry points, which a command of this
+    # package's own does not need.
+    if wanted in COMMANDS:
+        return parser
     for benchmark in benchmarks.registry().values():
         if benchmark.command is None or benchmark.command in COMMANDS:
             continue

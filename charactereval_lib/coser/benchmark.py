@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.versions import VERSIONS
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.benchmarks import Benchmark
 
 NAME = "coser"
+# What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
+# simulation, every critique, and the summary.
+TURNS = "coser_turns.jsonl"
+SCENES = "coser_scenes.jsonl"
+JUDGEMENTS = "coser_judgements.jsonl"
+SUMMARY = "coser_summary.json"
 
 
 def recognises(manifest: dict[str, Any]) -> bool:

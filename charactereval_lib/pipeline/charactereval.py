@@ -229,7 +229,7 @@ def _plain(markdown: str) -> str:
 
 def summarize(
     run: str | os.PathLike[str] | runs.RunDir,
-    settings: SummarizeSettings = SummarizeSettings(),
+    settings: SummarizeSettings | None = None,
     *,
     data_dir: str | os.PathLike[str] | None = None,
     out: str | os.PathLike[str] | None = None,
@@ -240,6 +240,7 @@ def summarize(
     ``settings.allow_mixed``."""
     from charactereval_lib.charactereval.summary import summarize_run
 
+    settings = settings if settings is not None else SummarizeSettings()
     run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
     faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
@@ -275,7 +276,7 @@ def _notebook_parameters(settings: ReportSettings, data_dir: str | os.PathLike[s
 
 def report(
     run: str | os.PathLike[str] | runs.RunDir,
-    settings: ReportSettings = ReportSettings(),
+    settings: ReportSettings | None = None,
     *,
     data_dir: str | os.PathLike[str] | None = None,
     out: str | os.PathLike[str] | None = None,
@@ -287,6 +288,7 @@ def report(
     from charactereval_lib.charactereval.judge import report_names
     from charactereval_lib.engine import report as notebooks
 
+    settings = settings if settings is not None else ReportSettings()
     run = _analysable(run)
     judge_models, warnings = _report_scorers(run, settings)
     judge_model = judge_models[0] if settings.scorer == runs.JUDGE else None
@@ -322,7 +324,7 @@ def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_
 def compare(
     run_list: Sequence[str | os.PathLike[str] | runs.RunDir],
     out_dir: str | os.PathLike[str],
-    settings: ReportSettings = ReportSettings(),
+    settings: ReportSettings | None = None,
     *,
     data_dir: str | os.PathLike[str] | None = None,
 ) -> ReportOutcome:
@@ -334,6 +336,7 @@ def compare(
     from charactereval_lib.charactereval.judge import common_judge
     from charactereval_lib.engine import report as notebooks
 
+    settings = settings if settings is not None else ReportSettings()
     if len(run_list) < 2:
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]

@@ -266,12 +266,13 @@ def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
 
 
 def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
-                    settings: CoserSummarizeSettings = CoserSummarizeSettings()) -> SummaryOutcome:
+                    settings: CoserSummarizeSettings | None = None) -> SummaryOutcome:
     """CoSER statistics (``coser.run.compute_summary``) written to ``RUN/coser_summary.json``;
     the warnings are the reasons the run is not comparable with the paper's anchor."""
     from charactereval_lib.coser.report import comparability
     from charactereval_lib.coser.run import summarize
 
+    settings = settings if settings is not None else CoserSummarizeSettings()
     run = _coser_run_dir(run)
     faults.check_writable(run.path, "run directory")
     summary = summarize(run, n_boot=settings.n_boot, seed=settings.seed)
@@ -279,16 +280,17 @@ def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
 
 
 def coser_analysis(run: str | os.PathLike[str] | runs.RunDir,
-                   settings: CoserSummarizeSettings = CoserSummarizeSettings()):
+                   settings: CoserSummarizeSettings | None = None):
     """One CoSER run loaded for a report (``coser.report.CoserAnalysis``): its summary computed
     afresh (nothing written), its settings, the anchor and the tables and figures the notebooks show."""
     from charactereval_lib.coser.report import load_analysis
 
+    settings = settings if settings is not None else CoserSummarizeSettings()
     return load_analysis(_coser_run_dir(run), n_boot=settings.n_boot, seed=settings.seed)
 
 
 def coser_report(run: str | os.PathLike[str] | runs.RunDir,
-                 settings: CoserReportSettings = CoserReportSettings(), *,
+                 settings: CoserReportSettings | None = None, *,
                  out: str | os.PathLike[str] | None = None) -> ReportOutcome:
     """One CoSER run's report: ``OUT/report.ipynb`` (papermill) and ``OUT/report.html`` (OUT:
     the run directory unless given), both written only once the notebook ran through. The
@@ -296,6 +298,7 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
     from charactereval_lib.coser.report import comparability
     from charactereval_lib.engine import report as notebooks
 
+    settings = settings if settings is not None else CoserReportSettings()
     run = _coser_run_dir(run)
     out_dir = Path(out) if out else run.path
     parameters = {"run_dir": str(run.path.resolve()), "n_boot": settings.n_boot, "seed": settings.seed,
@@ -306,13 +309,14 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
 
 
 def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_dir: str | os.PathLike[str],
-                  settings: CoserReportSettings = CoserReportSettings()) -> ReportOutcome:
+                  settings: CoserReportSettings | None = None) -> ReportOutcome:
     """A comparison report of several CoSER runs (the first is the reference):
     ``OUT/comparison.ipynb`` and ``OUT/comparison.html``. Runs that differ in protocol version
     or in a model besides the actor's are refused unless ``allow_mixed``."""
     from charactereval_lib.coser.report import comparability, compare_problems
     from charactereval_lib.engine import report as notebooks
 
+    settings = settings if settings is not None else CoserReportSettings()
     if len(run_list) < 2:
         raise runs.RunError("coser compare needs at least two runs")
     resolved = [_coser_run_dir(r) for r in run_list]
