@@ -46,4 +46,7 @@ BENCHMARK = Benchmark(
           "verify": "charactereval_lib.pipeline.data:data_verify"},
     notebooks=("analyse.ipynb", "compare.ipynb"),
     artifacts=(runs.MANIFEST, runs.GENERATIONS, runs.ROWS, runs.SCORES, runs.JUDGE_SCORES, runs.SUMMARY),
+    board="charactereval_lib.charactereval.eligibility:SPEC",
+    explorer="charactereval_lib.charactereval.explorer:explorer",
+    report="report.html",
 )

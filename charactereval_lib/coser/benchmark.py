@@ -40,4 +40,7 @@ BENCHMARK = Benchmark(
     data={"fetch": f"{PIPELINE}:coser_data_fetch", "verify": f"{PIPELINE}:coser_data_verify"},
     notebooks=("coser_report.ipynb", "coser_compare.ipynb"),
     artifacts=(runs.MANIFEST, TURNS, SCENES, JUDGEMENTS, SUMMARY),
+    board="charactereval_lib.coser.eligibility:SPEC",
+    explorer="charactereval_lib.coser.explorer:explorer",
+    report="report.html",
 )

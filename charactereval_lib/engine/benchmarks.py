@@ -65,7 +65,8 @@ class Benchmark:
     ``stage(run, settings, **options)`` (``report`` also takes ``out``), ``settings`` being an
     instance of the stage's settings class, built from a mapping by its ``from_mapping``.
     ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines);
-    ``artifacts`` names the files its runs hold."""
+    ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
+    what the leaderboard shows of its runs."""
 
     name: str
     title: str
@@ -84,6 +85,11 @@ class Benchmark:
     command_help: str = ""
     add_commands: Ref | None = None
     artifacts: tuple[str, ...] = ()
+    # The leaderboard's part (``engine.board.BoardSpec``), the sample explorer of a run page
+    # (``explorer(view, context)``) and the rendered report a run directory may hold.
+    board: Ref | None = None
+    explorer: Ref | None = None
+    report: str | None = None
 
     def stage(self, name: str) -> Callable[..., Any]:
         if name not in self.stages:
@@ -156,8 +162,10 @@ def registry() -> dict[str, Benchmark]:
 def get(name: str) -> Benchmark:
     known = registry()
     if name not in known:
+        # An editable install made before the registry existed has no entry points: reinstall it.
         raise BenchmarkError(f"unknown benchmark {name!r}; registered: {', '.join(sorted(known)) or 'none'} "
-                             f"(a package registers one by an entry point in {ENTRY_POINT_GROUP} or ${ENV})")
+                             f"(a package registers one by an entry point in {ENTRY_POINT_GROUP} or ${ENV}; "
+                             "after an upgrade, install the workbench again: pip install -e .)")
     return known[name]
 
 
