@@ -2,9 +2,10 @@
 
 Each command lives in a module of this package (``COMMANDS`` names it, with its help line); a
 module is imported only for the command that runs (or whose ``--help`` is asked for), so that
-``charactereval --help`` stays fast whatever the commands import. A registered benchmark
-(``engine.benchmarks``) without a module here gets its own command too: its declared hook, else
-one action per stage (``cli.stages``).
+``charactereval --help`` stays fast whatever the commands import; for the same reason a command
+function imports the heavy modules it uses (torch, pandas, the HTTP clients) when it runs. A
+registered benchmark (``engine.benchmarks``) without a module here gets its own command too: its
+declared hook, else one action per stage (``cli.stages``).
 """
 
 from __future__ import annotations
