@@ -42,6 +42,14 @@ arguments)::
         score: {}                   # any other score setting (pipeline.ScoreSettings)
 
 A bare list of models is accepted too.
+
+A model of another registered benchmark (``engine.benchmarks``; e.g. CoSER) names it with
+``benchmark:`` (or the config's top-level ``benchmark:`` names it for every entry that does
+not); its entry holds ``name``, an optional ``data_dir`` and one mapping of settings per stage
+(``run:``, ``summarize:``, ``report:``), and it runs its benchmark's stages in that order, in
+this process, after the CharacterEval models (``defaults`` and the comparison are theirs)::
+
+      - {name: coser-a, benchmark: coser, run: {actor_model: my-model, preset: smoke}}
 """
 
 from __future__ import annotations
@@ -49,16 +57,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import model_validator
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import faults, progress, runs
+from charactereval_lib.engine import benchmarks, faults, progress, runs
 from charactereval_lib.engine.validation import Document, expect, is_int, is_number, problem, validate
 
+# The benchmark of the models this module runs itself; the others run through the registry.
+CHARACTEREVAL = "charactereval"
+# A model's name names its run directory.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
@@ -81,6 +93,16 @@ class ModelSpec:
     generate: pipeline.GenerateSettings
     score: pipeline.ScoreSettings
     subset: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkModel:
+    """A model of another benchmark: its stages' settings, by stage name."""
+
+    name: str
+    benchmark: str
+    settings: dict[str, Any]
+    data_dir: str | None = None
 
 
 class RayBatch(Document):
@@ -113,6 +135,8 @@ class BatchConfig:
     # Progress bars on stderr (``batch`` without --quiet, on a terminal): the overall bar and
     # each step's own.
     progress: bool = False
+    # The models of other benchmarks, run through the registry.
+    others: list[BenchmarkModel] = field(default_factory=list)
 
 
 @dataclass
@@ -152,7 +176,7 @@ class ModelEntry(Document):
     unknown_key_hint: ClassVar[str] = " (other settings go under generate: or score:)"
 
     name: Annotated[str, expect("letters, digits, '.', '_' or '-' (the name of the run directory)",
-                                lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v))]
+                                lambda v: isinstance(v, str) and _SAFE_NAME.match(v))]
     backend: _Text
     model: _Text
     rm: _Text
@@ -190,8 +214,11 @@ SCORE_SHORTHANDS = ("device", "mode")
 class BatchDocument(Document):
     """A batch config file as written (see the module docstring)."""
 
-    models: Annotated[list[ModelEntry], expect("a non-empty list of model entries",
-                                               lambda v: isinstance(v, list) and bool(v))]
+    # The CharacterEval entries (load_config refuses an empty ``models`` before splitting them
+    # from the entries of other benchmarks).
+    models: Annotated[list[ModelEntry], expect("a list of model entries", lambda v: isinstance(v, list))]
+    # The benchmark of entries that do not name theirs (default charactereval).
+    benchmark: str | None = None
     output_dir: str | None = None
     comparison: str | None = None
     data_dir: str | None = None
@@ -231,9 +258,20 @@ def load_config(path: Path | str) -> BatchConfig:
         raw = {"models": raw}
     if not isinstance(raw, dict):
         raise BatchError(f"{path}: expected a mapping with 'models' (or a list of models), got {type(raw).__name__}")
+    entries = raw.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise BatchError(f"{path}: models: expected a non-empty list of model entries, got {entries!r}")
+    # Entries of other benchmarks are checked by their benchmark's settings; the CharacterEval
+    # ones (``defaults`` applied) by this module's models.
+    top = raw.get("benchmark") or CHARACTEREVAL
+    chosen = [_entry_benchmark(entry, top) for entry in entries]
+    others = [_other_model(path, k, entry, chosen[k]) for k, entry in enumerate(entries) if chosen[k] != CHARACTEREVAL]
     defaults = raw.get("defaults")
-    if isinstance(defaults, dict) and isinstance(raw.get("models"), list):
-        raw = {**raw, "models": [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in raw["models"]]}
+    own = [_without_benchmark(entry) if isinstance(entry, dict) else entry
+           for k, entry in enumerate(entries) if chosen[k] == CHARACTEREVAL]
+    if isinstance(defaults, dict):
+        own = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in own]
+    raw = {**raw, "models": own}
 
     def entry_label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
         # A model entry is named by its name, as the summary and the run directory name it.
@@ -245,7 +283,13 @@ def load_config(path: Path | str) -> BatchConfig:
 
     document = validate(BatchDocument, raw, str(path), BatchError, label=entry_label)
     specs = [_model_spec(path, entry) for entry in document.models]
-    output_dir = Path(document.output_dir or runs.outputs_dir())
+    names = [s.name for s in specs] + [o.name for o in others]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BatchError(f"{path}: duplicate model name(s) {duplicates}")
+    # Under the workspace, as the runs are (``RunDir.resolve``): the summary and the comparison
+    # belong beside them.
+    output_dir = runs.workspace_root() / (document.output_dir or runs.OUTPUTS_DIR)
     report_values = {"n_boot": document.n_boot}
     if document.baselines is not None:
         report_values["baselines"] = document.baselines
@@ -264,7 +308,44 @@ def load_config(path: Path | str) -> BatchConfig:
         models=specs,
         engine=document.engine,
         ray=document.ray or RayBatch(),
+        others=others,
     )
+
+
+def _entry_benchmark(entry: Any, top: str) -> str:
+    return entry.get("benchmark") or top if isinstance(entry, dict) else top
+
+
+def _without_benchmark(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "benchmark"}
+
+
+def _other_model(path: Path, index: int, entry: Any, name: str) -> BenchmarkModel:
+    """A model entry of another benchmark, its settings checked by that benchmark's classes."""
+    where = f"{path}: models[{index}]"
+    if not isinstance(entry, dict):
+        raise BatchError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    if "name" in entry:
+        where = f"{path}: model {entry['name']!r}"
+    benchmark = benchmarks.get(name)
+    allowed = {"name", "benchmark", "data_dir", *benchmark.stages}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise BatchError(f"{where}: unknown key(s) {unknown} for a {benchmark.title} model; expected some of "
+                         f"{sorted(allowed)}")
+    if not isinstance(entry.get("name"), str) or not _SAFE_NAME.match(entry["name"]):
+        raise BatchError(f"{where}: 'name' is required: letters, digits, '.', '_' or '-' (it names the run "
+                         "directory)")
+    settings = {}
+    for stage in benchmark.stages:
+        values = entry.get(stage) or {}
+        if not isinstance(values, dict):
+            raise BatchError(f"{where}: '{stage}' must be a mapping of {stage} settings")
+        try:
+            settings[stage] = benchmark.make_settings(stage, values, f"{where}: {stage}")
+        except pipeline.SettingsError as exc:
+            raise BatchError(str(exc)) from None
+    return BenchmarkModel(entry["name"], benchmark.name, settings, entry.get("data_dir"))
 
 
 def _model_spec(path: Path, entry: ModelEntry) -> ModelSpec:
@@ -294,7 +375,8 @@ def preflight(config: BatchConfig) -> list[str]:
 
     problems = []
     try:
-        load_official_data(config.data_dir)
+        if config.models:
+            load_official_data(config.data_dir)
     except DataError as exc:
         problems.append(f"data: {exc}")
     if config.engine == "ray" and config.ray.address:
@@ -365,10 +447,10 @@ def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, ru
         missing = ", ".join(j for j in config.report.judges if j not in held)
         print(f"   {result.name}: no scores of judge(s) {missing}; the report shows {', '.join(judges) or 'every judge of the run'}",
               flush=True)
-    result.report = str(pipeline.report(run, replace(config.report, judges=judges), data_dir=config.data_dir).html)
+    result.report = str(pipeline.report(run, config.report.replace(judges=judges), data_dir=config.data_dir).html)
     for model in judges:
         _step(result, f"report of judge {model}")
-        judged = replace(config.report, scorer=runs.JUDGE, judge_model=model, judges=())
+        judged = config.report.replace(scorer=runs.JUDGE, judge_model=model, judges=())
         result.judge_reports.append(str(pipeline.report(run, judged, data_dir=config.data_dir).html))
 
 
@@ -418,11 +500,14 @@ def run_batch(config: BatchConfig) -> BatchResult:
     are marked interrupted, the rest are not started, and the summary says so."""
     outcome = BatchResult()
     with faults.sigterm_interrupts():
-        if config.engine == "ray":
+        if config.engine == "ray" and config.models:
             _run_on_ray(config, outcome)
-        else:
+        elif config.models:
             _run_in_turn(config, outcome)
-        finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok"]
+        if config.others and not outcome.interrupted:
+            _run_other_benchmarks(config, outcome)
+        own = {spec.name for spec in config.models}
+        finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok" and m.name in own]
         if outcome.interrupted:
             outcome.comparison_error = "skipped: the batch was interrupted"
         elif len(finished) >= 2:
@@ -439,7 +524,7 @@ def run_batch(config: BatchConfig) -> BatchResult:
 
 
 def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelResult:
-    return ModelResult(spec.name, str(config.output_dir / spec.name), status="interrupted",
+    return ModelResult(spec.name, _new_result(spec, config).run_dir, status="interrupted",
                        error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
 
 
@@ -457,6 +542,41 @@ def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
                 break
             finally:
                 bar.model_done()
+
+
+def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
+    """Each model of another benchmark, its stages in order (``benchmarks.STAGES``) through the
+    registry; a failure is recorded and the batch goes on, an interrupt stops it."""
+    from charactereval_lib.engine.generation.engine import GenerationInterrupted
+
+    for model in config.others:
+        benchmark = benchmarks.get(model.benchmark)
+        run = runs.RunDir.resolve(config.output_dir / model.name)
+        result = ModelResult(model.name, str(run.path))
+        started = time.monotonic()
+        try:
+            for stage in (s for s in benchmarks.STAGES if s in benchmark.stages):
+                _step(result, f"{benchmark.name} {stage}")
+                done = benchmark.call(stage, run, model.settings[stage], data_dir=model.data_dir,
+                                      progress=config.progress)
+                if stage == "run" and getattr(done, "errors", None):
+                    result.failed_samples = len(done.errors)
+                if stage == "report":
+                    result.report = str(done.html)
+            result.failed_step = None
+        except (KeyboardInterrupt, GenerationInterrupted):
+            outcome.models.append(ModelResult(model.name, str(run.path), status="interrupted",
+                                              error="stopped by the user; re-run the batch to resume",
+                                              seconds=round(time.monotonic() - started, 1)))
+            outcome.interrupted = True
+            return
+        except Exception as exc:  # noqa: BLE001 - one model's failure of any kind must not stop the batch
+            result.status = "failed"
+            result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) \
+                else str(exc)
+            print(f"!! {model.name}: {result.failed_step} failed: {result.error}", flush=True)
+        result.seconds = round(time.monotonic() - started, 1)
+        outcome.models.append(result)
 
 
 def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:

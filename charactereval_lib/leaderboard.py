@@ -2,8 +2,9 @@
 write the static site (``engine.board`` ranks, ``engine.site`` writes; each benchmark declares
 its rules and its explorer in its own package).
 
-Runs are found by their ``run.json`` alone: ``BENCHMARKS`` is the one table that says which
-benchmark a manifest belongs to and where that benchmark's board and explorer live.
+Runs are found by their ``run.json`` alone: ``BENCHMARKS``, read from the benchmark registry
+(``engine.benchmarks``: every benchmark that declares a board), says which benchmark a manifest
+belongs to and where that benchmark's board and explorer live.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.charactereval import eligibility as ce_eligibility
-from charactereval_lib.charactereval import explorer as ce_explorer
-from charactereval_lib.coser import eligibility as coser_eligibility
-from charactereval_lib.coser import explorer as coser_explorer
-from charactereval_lib.engine import board, runs, site
+from charactereval_lib.engine import benchmarks, board, runs, site
 from charactereval_lib.engine.board import BoardSpec, RunView
 
 
@@ -32,10 +29,11 @@ class Benchmark:
 
 
 BENCHMARKS: dict[str, Benchmark] = {
-    ce_eligibility.BENCHMARK: Benchmark(ce_eligibility.SPEC, ce_eligibility.recognises, ce_explorer.explorer,
-                                        "report.html"),
-    coser_eligibility.BENCHMARK: Benchmark(coser_eligibility.SPEC, coser_eligibility.recognises,
-                                           coser_explorer.explorer, "report.html"),
+    declared.name: Benchmark(benchmarks.resolve(declared.board, f"benchmark {declared.name!r}, board"),
+                             declared.recognises_manifest,
+                             benchmarks.resolve(declared.explorer, f"benchmark {declared.name!r}, explorer"),
+                             declared.report)
+    for declared in benchmarks.registry().values() if declared.board is not None
 }
 
 

@@ -13,7 +13,7 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.charactereval.requests import generation_task, make_requests
-from charactereval_lib.engine.generation.engine import LOCK_FILE, run_generation
+from charactereval_lib.engine.generation.engine import generation_job, run_generation
 from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.charactereval.transform import generation_outputs
@@ -213,7 +213,7 @@ def test_a_torn_last_line_is_cut_and_the_run_completes(server, tmp_path):
 def test_a_second_writer_is_refused(server, tmp_path):
     data = synthetic_data(2)
     run = tmp_path / "run"
-    with runs.RunDir.resolve(run).writer_lock(LOCK_FILE, "`generate`"):
+    with generation_job(runs.RunDir.resolve(run)).locked():
         with pytest.raises(runs.RunError, match="another `generate` is writing"):
             run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
 

@@ -23,7 +23,7 @@ from charactereval_lib.engine.generation.estimate import estimate_cost, estimate
 from charactereval_lib.engine.generation.offline import offline_reply
 from charactereval_lib.engine.generation.openai_backend import read_api_key, retry_after
 from charactereval_lib.engine.generation.retry import AdaptiveLimiter, RetryPolicy
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.charactereval.protocol import COLON, PROTOCOL_VERSION
 from tests.generation_support import FAKE_KEY, synthetic_data
 
 
@@ -185,8 +185,8 @@ def test_api_key_env_must_be_a_name_and_is_never_echoed(monkeypatch):
 
 def test_offline_replies_are_deterministic_role_lines_some_multiline():
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(64)]
-    replies = [offline_reply("甲乙", d) for d in digests]
-    assert replies == [offline_reply("甲乙", d) for d in digests]
+    replies = [offline_reply("甲乙", d, COLON) for d in digests]
+    assert replies == [offline_reply("甲乙", d, COLON) for d in digests]
     assert all(r.startswith("甲乙：") for r in replies)
     multiline = [r for r in replies if "\n" in r]
     assert 0 < len(multiline) < len(replies)

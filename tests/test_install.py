@@ -16,16 +16,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "charactereval_lib"
 
-# Bottom to top. A module may import only from its own layer or the layers below it.
-LAYERS = [
-    ("protocol constants", ["charactereval_lib.charactereval.protocol", "charactereval_lib.coser.versions"]),
-    ("engine", ["charactereval_lib.engine"]),
-    ("benchmark protocols", ["charactereval_lib.charactereval", "charactereval_lib.coser"]),
-    ("pipeline", ["charactereval_lib.pipeline", "charactereval_lib.batch", "charactereval_lib.reproduction",
-                  "charactereval_lib.leaderboard"]),
-    ("command line", ["charactereval_lib.cli"]),
-]
+ENGINE = "charactereval_lib.engine"
 TESTING = "charactereval_lib.testing"
+
+
+def benchmark_packages() -> list[str]:
+    """Every benchmark package of the library: a subpackage that declares itself in the registry
+    (its ``benchmark.py``)."""
+    return sorted(f"charactereval_lib.{path.parent.name}" for path in PACKAGE.glob("*/benchmark.py"))
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """Bottom to top. A module may import only from its own layer or the layers below it;
+    modules of the library's top level (pipeline, batch, leaderboard, ...) are one layer."""
+    tops = sorted(f"charactereval_lib.{p.stem if p.is_file() else p.name}" for p in PACKAGE.iterdir()
+                  if (p.suffix == ".py" and p.stem not in ("__init__", "cli")) or
+                  (p.is_dir() and (p / "__init__.py").exists() and p.name not in ("cli", "engine", "testing") and
+                   not (p / "benchmark.py").exists()))
+    return [("engine", [ENGINE]), ("benchmark packages", benchmark_packages()), ("pipeline", tops),
+            ("command line", ["charactereval_lib.cli"])]
+
+
+LAYERS = layers()
 
 
 def module_name(path: Path) -> str:
@@ -73,6 +85,23 @@ def test_no_module_imports_a_higher_layer_and_the_product_never_imports_test_cod
                 wrong.append(f"{module} imports test scaffolding {target}")
             elif own is not None and layer_of(target) is not None and layer_of(target) > own:
                 wrong.append(f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    assert wrong == []
+
+
+def test_the_layers_are_found_and_no_benchmark_imports_another():
+    packages = benchmark_packages()
+    assert {"charactereval_lib.charactereval", "charactereval_lib.coser"} <= set(packages)
+    assert "charactereval_lib.pipeline" in LAYERS[2][1] and "charactereval_lib.batch" in LAYERS[2][1]
+    graph = imports()
+    wrong = []
+    for module, targets in graph.items():
+        own = next((p for p in packages if module == p or module.startswith(p + ".")), None)
+        for target in targets:
+            other = next((p for p in packages if target == p or target.startswith(p + ".")), None)
+            if own is not None and other is not None and other != own:
+                wrong.append(f"{module} (benchmark {own}) imports {target} (benchmark {other})")
+            if module.startswith(ENGINE) and other is not None:
+                wrong.append(f"{module} (engine) imports {target} (benchmark {other})")
     assert wrong == []
 
 

@@ -54,11 +54,11 @@ def test_one_row_has_no_correlation_or_kappa_and_one_unit_no_alpha():
 
 
 def test_the_metaeval_table_says_n_lt_2_and_undefined():
-    from charactereval_lib.cli import _undefined
+    from charactereval_lib.cli.options import undefined
 
-    assert _undefined({"value": None, "n": 1}) == "n<2"
-    assert _undefined({"value": None, "n": 9}) == "undefined"
-    assert _undefined({"value": 0.25, "n": 9}) == "0.250"
+    assert undefined({"value": None, "n": 1}) == "n<2"
+    assert undefined({"value": None, "n": 9}) == "undefined"
+    assert undefined({"value": 0.25, "n": 9}) == "0.250"
 
 
 def test_battle_shows_counts_over_valid_battles_and_warns_of_invalid_answers(official_data, official_dir, tmp_path,

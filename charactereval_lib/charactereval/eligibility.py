@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.documents import CharacterEvalManifest
+from charactereval_lib.charactereval.benchmark import NAME as BENCHMARK
+from charactereval_lib.charactereval.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
@@ -26,7 +28,6 @@ from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, Boar
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.stats import percentile_interval
 
-BENCHMARK = "charactereval"
 HEADLINE = "overall: mean of the 3 dimension averages (a platform choice; the paper has no overall score)"
 # Failed samples (None/"ERROR" replies) leave every mean, which raises a score (seed 001 row 11);
 # the cap keeps that effect small and the count is shown on every row.
@@ -119,11 +120,6 @@ RULES = (
 ANCHOR_TEXT = (f"a released generation (`charactereval data fetch --with-results`, then `import-official`) scored "
                f"by this board's checkpoint, all of its 12 metric means within "
                f"{ANCHOR_TOLERANCE:g} of the paper's Table 4 row (half a unit of its third decimal)")
-
-
-def recognises(manifest: dict[str, Any]) -> bool:
-    version = str(manifest.get("protocol_version", ""))
-    return manifest.get("benchmark", BENCHMARK) == BENCHMARK and version.startswith("charactereval-")
 
 
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:

@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
+from charactereval_lib.coser.benchmark import NAME as BENCHMARK
+from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
@@ -23,7 +25,6 @@ from charactereval_lib.engine import runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
-BENCHMARK = "coser"
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
             "Storyline Quality), the paper's Average column")
 # The fixed parameters of a scene simulation (seed 004 H04, H05, H26); the version's own fields
@@ -124,10 +125,6 @@ RULES = (
 ANCHOR_TEXT = ("a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose 95% scene-bootstrap "
                "interval, widened by half a unit of the paper's second decimal, contains the paper's value for each "
                "of the four dimensions and their average")
-
-
-def recognises(manifest: dict[str, Any]) -> bool:
-    return manifest.get("benchmark") == BENCHMARK
 
 
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:

@@ -28,6 +28,8 @@ from typing import Any
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
 from charactereval_lib.engine import jobs
 from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
+# A run's files are named where the benchmark declares what its runs contain.
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.data import Scene
 from charactereval_lib.coser.judge import reference_str, simulation_str
 from charactereval_lib.coser.metrics_worker import metrics_worker
@@ -43,10 +45,6 @@ from charactereval_lib.coser.simulation import (
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 
-TURNS = "coser_turns.jsonl"
-SCENES = "coser_scenes.jsonl"
-JUDGEMENTS = "coser_judgements.jsonl"
-SUMMARY = "coser_summary.json"
 LOCK = ".coser.lock"
 
 

@@ -182,7 +182,8 @@ class RoleClients:
         from charactereval_lib.engine.generation.backends import make_backend as engine_backend
         from charactereval_lib.engine.generation.retry import RetryPolicy
 
-        options = BackendOptions(concurrency=concurrency, policy=policy or RetryPolicy())
+        # Offline placeholder replies name their speaker as a transcript line does (``coser.text``).
+        options = BackendOptions(concurrency=concurrency, policy=policy or RetryPolicy(), offline_separator="：")
         build = make_backend or engine_backend
         self._backends = {}
         for name in ROLES:

@@ -557,18 +557,6 @@ class RunDir:
             raise RunError(f"{self.path}: no such run directory")
         return self
 
-    def require_benchmark(self, benchmark: str) -> RunDir:
-        """Refuse a run of the other benchmark (``charactereval`` or ``coser``), naming the
-        commands that read it: "run ... first" would send the user the wrong way."""
-        coser = self.manifest().get("benchmark") == "coser"
-        if coser and benchmark != "coser":
-            raise RunError(f"{self.path}: a CoSER run, not a CharacterEval one; `charactereval coser summarize`, "
-                           "`coser report` and `coser compare` read it")
-        if benchmark == "coser" and not coser and (self.manifest_path.exists() or self.generations.exists()):
-            raise RunError(f"{self.path}: a CharacterEval run, not a CoSER one; `charactereval summarize`, "
-                           "`report`, `compare`, `battle` and `panel` read it")
-        return self
-
     def require(self, path: Path, hint: str) -> Path:
         """``path`` if it exists, else a one-line error saying what to run first."""
         if not path.exists():
@@ -683,7 +671,3 @@ class RunDir:
             )
         return problems
 
-    def writer_lock(self, name: str, what: str) -> contextlib.AbstractContextManager[None]:
-        """One writer per artifact stream: a second process on the same run stops at once
-        instead of interleaving records (see ``exclusive_lock``)."""
-        return exclusive_lock(self.path / name, f"{self.path}: another {what} is writing this run")

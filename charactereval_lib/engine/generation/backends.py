@@ -29,6 +29,9 @@ class BackendOptions:
     context_tokenizer: str | None = None
     offline_latency_s: float = 0.0
     offline_fault_rate: float = 0.0
+    # What the offline backend's replies put between the speaker and the line: the benchmark's
+    # own (the engine knows none); the offline backend refuses to start without it.
+    offline_separator: str | None = None
 
 
 def make_backend(name: str, model: str, params: DecodingParams, options: BackendOptions = BackendOptions()) -> Backend:
@@ -46,6 +49,9 @@ def make_backend(name: str, model: str, params: DecodingParams, options: Backend
     if name == "offline":
         from charactereval_lib.engine.generation.offline import OfflineBackend
 
-        return OfflineBackend(model, params, concurrency=options.concurrency, policy=options.policy,
+        if options.offline_separator is None:
+            raise ConfigError("the offline backend needs the benchmark's speaker separator (offline_separator)")
+        return OfflineBackend(model, params, separator=options.offline_separator, concurrency=options.concurrency,
+                              policy=options.policy,
                               latency_s=options.offline_latency_s, fault_rate=options.offline_fault_rate)
     raise ConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -65,16 +65,8 @@ class GenerationInterrupted(jobs.JobInterrupted):
 
 
 class RunPlan(jobs.KeyPlan[GenerationRequest]):
-    """A generation session's plan; ``already_ok`` and ``errors_kept`` (ids whose latest record
-    is an error that this session leaves alone, without retry_errors) are the names the CLI reads."""
-
-    @property
-    def already_ok(self) -> int:
-        return self.done
-
-    @property
-    def errors_kept(self) -> int:
-        return self.kept_failed
+    """A generation session's plan (``kept_failed``: ids whose latest record is an error that this
+    session leaves alone, without retry_errors)."""
 
 
 def generation_job(run: runs.RunDir) -> jobs.Job:

@@ -14,7 +14,6 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
 from charactereval_lib.engine.generation.base import body_sha256
@@ -35,11 +34,11 @@ _BODIES = (
 OFFLINE_NOTICE = "offline backend: deterministic placeholder replies that mean nothing"
 
 
-def offline_reply(role: str, digest: str) -> str:
-    """The reply for a request digest: ``role：opener body`` and, for one request in four, a
-    second line."""
+def offline_reply(role: str, digest: str, separator: str) -> str:
+    """The reply for a request digest: ``role``, the benchmark's speaker ``separator``, opener and
+    body, and, for one request in four, a second line."""
     raw = bytes.fromhex(digest)
-    text = role + COLON + _OPENERS[raw[0] % len(_OPENERS)] + _BODIES[raw[1] % len(_BODIES)]
+    text = role + separator + _OPENERS[raw[0] % len(_OPENERS)] + _BODIES[raw[1] % len(_BODIES)]
     if raw[2] % 4 == 0:
         text += "\n" + _BODIES[raw[3] % len(_BODIES)]
     return text
@@ -58,6 +57,7 @@ class OfflineBackend(RetryingBackend):
         model: str,
         params: DecodingParams,
         *,
+        separator: str,
         concurrency: int = 32,
         policy: RetryPolicy | None = None,
         latency_s: float = 0.0,
@@ -70,6 +70,7 @@ class OfflineBackend(RetryingBackend):
                 raise ConfigError(f"{name} must be between 0 and 1, got {rate}")
         self.model = model
         self.params = params
+        self.separator = separator
         self.latency_s = latency_s
         self.fault_rate = fault_rate
         self.permanent_fault_rate = permanent_fault_rate
@@ -102,7 +103,7 @@ class OfflineBackend(RetryingBackend):
             raise PermanentError("SimulatedPermanentFault", "offline backend: simulated permanent failure")
         if _chance(digest, f"attempt-{attempt}") < self.fault_rate:
             raise TransientError("SimulatedFault", f"offline backend: simulated transient failure (attempt {attempt})")
-        reply = offline_reply(request.role, digest)
+        reply = offline_reply(request.role, digest, self.separator)
         prompt, completion = estimate_request_tokens(request.messages), estimate_tokens(reply)
         return GenerationResult(
             id=request.id,

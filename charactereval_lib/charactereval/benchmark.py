@@ -1,0 +1,52 @@
+"""CharacterEval's declaration in the benchmark registry (``engine.benchmarks``).
+
+Its stages live in the pipeline (``charactereval_lib.pipeline``), named here by reference and
+imported on first use; its commands are the command line's own top-level ones (``generate``,
+``transform``, ``score``, ``summarize``, ``report``, ...), so it declares no subcommand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.benchmarks import Benchmark
+
+NAME = "charactereval"
+
+
+def recognises(manifest: dict[str, Any]) -> bool:
+    """A CharacterEval manifest: no other benchmark named (runs written before manifests named
+    their benchmark), and a CharacterEval protocol version."""
+    version = str(manifest.get("protocol_version", ""))
+    return manifest.get("benchmark", NAME) == NAME and version.startswith("charactereval-")
+
+
+def owns(run: runs.RunDir) -> bool:
+    """A run directory of this benchmark: its manifest names no other benchmark, or it has
+    generations without a manifest yet."""
+    if run.manifest_path.exists():
+        return run.manifest().get("benchmark", NAME) == NAME
+    return run.generations.exists()
+
+
+BENCHMARK = Benchmark(
+    name=NAME,
+    title="CharacterEval",
+    protocol_versions=(PROTOCOL_VERSION,),
+    recognises=recognises,
+    owns=owns,
+    readers="`charactereval summarize`, `report`, `compare`, `battle` and `panel`",
+    settings={"summarize": "charactereval_lib.pipeline.settings:SummarizeSettings",
+              "report": "charactereval_lib.pipeline.settings:ReportSettings"},
+    stages={"summarize": "charactereval_lib.pipeline.charactereval:summarize",
+            "report": "charactereval_lib.pipeline.charactereval:report"},
+    data={"fetch": "charactereval_lib.pipeline.data:data_fetch",
+          "verify": "charactereval_lib.pipeline.data:data_verify"},
+    notebooks=("analyse.ipynb", "compare.ipynb"),
+    artifacts=(runs.MANIFEST, runs.GENERATIONS, runs.ROWS, runs.SCORES, runs.JUDGE_SCORES, runs.SUMMARY),
+    board="charactereval_lib.charactereval.eligibility:SPEC",
+    explorer="charactereval_lib.charactereval.explorer:explorer",
+    report="report.html",
+)

@@ -1,0 +1,127 @@
+"""Options and output helpers the command modules share."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from charactereval_lib import pipeline
+
+RUN_HELP = "run directory (a bare name means outputs/NAME)"
+
+
+def data_dir_option(parser: argparse.ArgumentParser) -> None:
+    # Both spellings on every command: the hints and the README use either.
+    parser.add_argument(
+        "--data-dir",
+        "--dir",
+        dest="data_dir",
+        metavar="DIR",
+        help="official data directory (default: $CHARACTEREVAL_DATA_DIR, else data/official/)",
+    )
+
+
+def allow_mixed_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="analyse scores from several scorer configurations anyway (warned about at the top)")
+
+
+def judge_choice_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--judge-model", metavar="M",
+                        help="the judge whose scores are meant, when judge_scores.jsonl holds several judges")
+
+
+def judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
+    g = parser.add_argument_group("judge")
+    g.add_argument("--judge-model", required=required, help="the judge's model id")
+    g.add_argument("--base-url", help="OpenAI-compatible endpoint of the judge")
+    g.add_argument("--spec", metavar="FILE|DIR",
+                   help="score: a judge spec for every metric, or a directory of <metric_en>.yaml; "
+                        "battle: a pairwise spec (default: the shipped specs)")
+    J = pipeline.JudgeSettings
+    g.add_argument("--api-key-env", default=J.default("api_key_env"), metavar="NAME",
+                   help="environment variable holding the API key (default %(default)s); the key is never stored")
+    g.add_argument("--no-api-key", action="store_true", help="send no key (a local server that needs none)")
+    g.add_argument("--concurrency", type=int, default=J.default("concurrency"),
+                   help="most judge calls in flight (default %(default)s)")
+    g.add_argument("--temperature", type=float, default=J.default("temperature"),
+                   help="judge temperature (default %(default)g)")
+    g.add_argument("--max-tokens", type=int, default=J.default("max_tokens"),
+                   help="judge reply length limit (default %(default)s)")
+    g.add_argument("--max-attempts", type=int, default=J.default("max_attempts"),
+                   help="attempts per call, first one included (default %(default)s)")
+    g.add_argument("--timeout", type=float, default=J.default("timeout"), metavar="S",
+                   help="seconds per attempt (default %(default)g)")
+
+
+def engine_options(group: Any, settings: Any, local_and_ray: str, loads: str) -> None:
+    """``--engine`` and its Ray options (``generate`` of the hf backend, ``score``)."""
+    group.add_argument("--engine", choices=list(pipeline.ENGINES), default=settings.default("engine"),
+                       help=f"local (default): {local_and_ray}")
+    group.add_argument("--address", metavar="ADDR",
+                       help="an existing Ray cluster (e.g. auto, HOST:6379); default: start a local one")
+    group.add_argument("--workers", type=int, default=settings.default("workers"), metavar="N",
+                       help=f"Ray workers, each loading {loads} once (default %(default)s)")
+    group.add_argument("--gpus-per-worker", type=float, default=settings.default("gpus_per_worker"), metavar="G",
+                       help="GPUs per Ray worker (default %(default)g: CPU)")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old spelling: it still sets the option and says on stderr which spelling to use."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"warning: {option_string} is deprecated here; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_alias(parser: Any, old: str, new: str, **kwargs: Any) -> None:
+    """``old`` keeps working as a hidden spelling of ``new``, with a one-line notice."""
+    parser.add_argument(old, action=_DeprecatedAlias, new=new, **kwargs)
+
+
+def bootstrap_options(parser: argparse.ArgumentParser, settings: Any, resamples: str = "bootstrap resamples") -> None:
+    """``--n-boot`` and ``--bootstrap-seed`` (the old ``--seed`` too), their defaults read from ``settings``."""
+    parser.add_argument("--n-boot", type=int, default=settings.default("n_boot"),
+                        help=f"{resamples} (default %(default)s)")
+    parser.add_argument("--bootstrap-seed", dest="seed", type=int, default=settings.default("seed"),
+                        help="bootstrap seed (default %(default)s)")
+    deprecated_alias(parser, "--seed", "--bootstrap-seed", dest="seed", type=int)
+
+
+def report_problems(problems: list[str], ok_message: str) -> int:
+    """One ``error:`` line per problem on stderr and exit 1, or the OK line and exit 0."""
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        print(ok_message)
+    return 1 if problems else 0
+
+
+def settings_from_args(cls, args: argparse.Namespace, **overrides):
+    """Typed pipeline settings from the parsed flags (flag dests are the settings' field names)."""
+    values = {key: getattr(args, key) for key in cls.keys() if hasattr(args, key)}
+    return cls(**{**values, **overrides})
+
+
+def warn(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
+def undefined(estimate: dict) -> str:
+    """A statistic's value, or why it has none: ``n<2`` (too few rows), ``undefined`` (no variation)."""
+    if estimate["value"] is not None and estimate["value"] == estimate["value"]:
+        return f"{estimate['value']:.3f}"
+    return "n<2" if estimate["n"] < 2 else "undefined"

@@ -1,0 +1,46 @@
+"""CoSER's declaration in the benchmark registry (``engine.benchmarks``).
+
+Its stages and settings live in the pipeline (``charactereval_lib.pipeline.coser``), named here
+by reference and imported on first use; its commands are ``charactereval coser ...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from charactereval_lib.coser.versions import VERSIONS
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.benchmarks import Benchmark
+
+NAME = "coser"
+# What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
+# simulation, every critique, and the summary.
+TURNS = "coser_turns.jsonl"
+SCENES = "coser_scenes.jsonl"
+JUDGEMENTS = "coser_judgements.jsonl"
+SUMMARY = "coser_summary.json"
+
+
+def recognises(manifest: dict[str, Any]) -> bool:
+    return manifest.get("benchmark") == NAME
+
+
+PIPELINE = "charactereval_lib.pipeline.coser"
+BENCHMARK = Benchmark(
+    name=NAME,
+    title="CoSER",
+    protocol_versions=tuple(sorted(VERSIONS)),
+    recognises=recognises,
+    readers="`charactereval coser summarize`, `coser report` and `coser compare`",
+    command="coser",
+    settings={"run": f"{PIPELINE}:CoserRunSettings", "summarize": f"{PIPELINE}:CoserSummarizeSettings",
+              "report": f"{PIPELINE}:CoserReportSettings"},
+    stages={"run": f"{PIPELINE}:coser_run", "summarize": f"{PIPELINE}:coser_summarize",
+            "report": f"{PIPELINE}:coser_report"},
+    data={"fetch": f"{PIPELINE}:coser_data_fetch", "verify": f"{PIPELINE}:coser_data_verify"},
+    notebooks=("coser_report.ipynb", "coser_compare.ipynb"),
+    artifacts=(runs.MANIFEST, TURNS, SCENES, JUDGEMENTS, SUMMARY),
+    board="charactereval_lib.coser.eligibility:SPEC",
+    explorer="charactereval_lib.coser.explorer:explorer",
+    report="report.html",
+)

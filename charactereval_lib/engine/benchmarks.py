@@ -1,0 +1,184 @@
+"""The benchmark registry: the one place the command line, ``batch`` and run checks learn which
+benchmarks exist. The engine knows none by name.
+
+A benchmark package declares itself once, as a ``Benchmark`` (its name, title, data hooks,
+protocol versions, how it recognises its runs, its settings and stages, its notebooks, its
+command-line hook and what its runs contain), and is found in one of two ways:
+
+- an entry point in the group ``charactereval_lib.benchmarks`` (the built-ins are listed in the
+  library's ``pyproject.toml``; an installed package lists its own), whose value is
+  ``module:attribute``;
+- ``$CHARACTEREVAL_BENCHMARKS``: ``module:attribute`` entries separated by commas, for a
+  package that is importable but not installed (a project's own benchmark, a test's).
+
+Stages and hooks may be given as callables or as ``"module:attribute"`` strings, imported when
+first used: declaring a benchmark then costs nothing, and ``charactereval --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import ConfigError
+
+ENTRY_POINT_GROUP = "charactereval_lib.benchmarks"
+ENV = "CHARACTEREVAL_BENCHMARKS"
+# The stages a benchmark may declare; ``batch`` runs them in this order.
+STAGES = ("run", "summarize", "report")
+
+# A callable, or "module:attribute" naming one (imported on first use).
+Ref = Callable[..., Any] | str
+
+
+class BenchmarkError(ConfigError):
+    """A benchmark that cannot be found, loaded or used as declared (one line naming it)."""
+
+
+def resolve(ref: Ref | type | None, what: str) -> Any:
+    """The object ``ref`` names (``module:attribute``), or ``ref`` itself when it is one."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attribute = ref.partition(":")
+    try:
+        target = importlib.import_module(module)
+        for part in attribute.split(".") if attribute else ():
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise BenchmarkError(f"{what}: cannot load {ref!r} ({type(exc).__name__}: {exc})") from None
+    return target
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark, as its package declares it.
+
+    ``recognises(manifest)`` says whether a ``run.json`` belongs to it; ``owns(run)`` whether a
+    run directory does (default: its manifest is recognised), so that a command of another
+    benchmark can refuse the run and say which commands read it (``readers``). ``settings``
+    and ``stages`` are keyed by stage name (``STAGES``): each stage is called as
+    ``stage(run, settings, **options)`` (``report`` also takes ``out``), ``settings`` being an
+    instance of the stage's settings class, built from a mapping by its ``from_mapping``.
+    ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines);
+    ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
+    what the leaderboard shows of its runs."""
+
+    name: str
+    title: str
+    protocol_versions: tuple[str, ...]
+    recognises: Ref
+    readers: str
+    owns: Ref | None = None
+    settings: Mapping[str, Ref | type] = field(default_factory=dict)
+    stages: Mapping[str, Ref] = field(default_factory=dict)
+    data: Mapping[str, Ref] = field(default_factory=dict)
+    notebooks: tuple[str, ...] = ()
+    # The subcommand of the command line that holds its stages (None: none; the CharacterEval
+    # commands are the command line's own); ``add_commands(parser)`` fills it, by default with
+    # one action per stage (``cli.stages``).
+    command: str | None = None
+    command_help: str = ""
+    add_commands: Ref | None = None
+    artifacts: tuple[str, ...] = ()
+    # The leaderboard's part (``engine.board.BoardSpec``), the sample explorer of a run page
+    # (``explorer(view, context)``) and the rendered report a run directory may hold.
+    board: Ref | None = None
+    explorer: Ref | None = None
+    report: str | None = None
+
+    def stage(self, name: str) -> Callable[..., Any]:
+        if name not in self.stages:
+            raise BenchmarkError(f"benchmark {self.name!r} has no {name} stage (it declares "
+                                 f"{', '.join(self.stages) or 'none'})")
+        return resolve(self.stages[name], f"benchmark {self.name!r}, {name} stage")
+
+    def settings_class(self, stage: str) -> Any:
+        if stage not in self.settings:
+            raise BenchmarkError(f"benchmark {self.name!r} declares no settings for its {stage} stage")
+        return resolve(self.settings[stage], f"benchmark {self.name!r}, {stage} settings")
+
+    def make_settings(self, stage: str, values: Mapping[str, Any] | None, where: str) -> Any:
+        """The stage's settings from a mapping (a YAML section, ``--set`` pairs); errors name
+        ``where`` and the key."""
+        return self.settings_class(stage).from_mapping(dict(values or {}), where)
+
+    def call(self, stage: str, run: Any, settings: Any, *, data_dir: Any = None, progress: bool = False,
+             out: Any = None) -> Any:
+        """One stage, called as the registry's convention says: ``run(run, settings, data_dir=,
+        progress=)``, ``summarize(run, settings)``, ``report(run, settings, out=)``."""
+        function = self.stage(stage)
+        if stage == "run":
+            return function(run, settings, data_dir=data_dir, progress=progress)
+        if stage == "report":
+            return function(run, settings, out=out)
+        return function(run, settings)
+
+    def recognises_manifest(self, manifest: Mapping[str, Any]) -> bool:
+        return bool(resolve(self.recognises, f"benchmark {self.name!r}")(dict(manifest)))
+
+    def owns_run(self, run: runs.RunDir) -> bool:
+        if self.owns is not None:
+            return bool(resolve(self.owns, f"benchmark {self.name!r}")(run))
+        return run.manifest_path.exists() and self.recognises_manifest(run.manifest())
+
+
+def _declared(ref: str, where: str) -> Benchmark:
+    benchmark = resolve(ref, where)
+    if not isinstance(benchmark, Benchmark):
+        raise BenchmarkError(f"{where}: {ref!r} is a {type(benchmark).__name__}, not a Benchmark")
+    return benchmark
+
+
+def _refs() -> list[tuple[str, str]]:
+    """(where it was declared, ``module:attribute``) of every benchmark, installed ones first."""
+    found = [(f"entry point {ep.name!r}", ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    extra = [item.strip() for item in os.environ.get(ENV, "").split(",") if item.strip()]
+    return found + [(f"${ENV}", item) for item in extra]
+
+
+_cache: dict[tuple[tuple[str, str], ...], dict[str, Benchmark]] = {}
+
+
+def registry() -> dict[str, Benchmark]:
+    """Every declared benchmark by name (read again when ``$CHARACTEREVAL_BENCHMARKS`` changes);
+    two declarations of one name are an error."""
+    refs = tuple(_refs())
+    if refs not in _cache:
+        found: dict[str, Benchmark] = {}
+        for where, ref in refs:
+            benchmark = _declared(ref, where)
+            if benchmark.name in found and found[benchmark.name] is not benchmark:
+                raise BenchmarkError(f"{where}: a second benchmark named {benchmark.name!r} ({ref})")
+            found[benchmark.name] = benchmark
+        _cache[refs] = found
+    return _cache[refs]
+
+
+def get(name: str) -> Benchmark:
+    known = registry()
+    if name not in known:
+        # An editable install made before the registry existed has no entry points: reinstall it.
+        raise BenchmarkError(f"unknown benchmark {name!r}; registered: {', '.join(sorted(known)) or 'none'} "
+                             f"(a package registers one by an entry point in {ENTRY_POINT_GROUP} or ${ENV}; "
+                             "after an upgrade, install the workbench again: pip install -e .)")
+    return known[name]
+
+
+def owner(run: runs.RunDir) -> Benchmark | None:
+    """The benchmark a run directory belongs to, None when none claims it (a new run)."""
+    return next((b for b in registry().values() if b.owns_run(run)), None)
+
+
+def require(run: runs.RunDir, name: str) -> runs.RunDir:
+    """``run`` if no other benchmark owns it; else a one-line error naming the benchmark that
+    does and the commands that read its runs ("run ... first" would send the user the wrong way)."""
+    wanted = get(name)
+    found = owner(run)
+    if found is not None and found.name != wanted.name:
+        raise runs.RunError(f"{run.path}: a {found.title} run, not a {wanted.title} one; {found.readers} read it")
+    return run

@@ -1,0 +1,63 @@
+"""The pipeline as typed Python calls: the one API behind the CLI, batch and notebooks.
+
+Each stage takes a run (a name under ``./outputs`` or a path) and typed settings, does its work
+through the engine and the protocol modules, and returns a result object carrying the counts a
+caller prints. Settings are frozen pydantic models (``settings.Settings``) that also load from
+YAML mappings, where an unknown key or a wrong type is a one-line error that names it. Nothing
+here prints; nothing here parses a command line.
+
+    from charactereval_lib import pipeline
+    run = "outputs/demo"
+    pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="demo", limit=20))
+    pipeline.transform(run)
+    pipeline.score(run, pipeline.ScoreSettings(rm="models/tiny-rm"))
+    print(pipeline.summarize(run).summary["dimensions"])
+    pipeline.report(run)
+
+One module per concern: ``settings`` (the typed settings), ``outcomes`` (what stages return),
+``charactereval`` (its stages), ``data`` (the official data, the doctor, the reward-model
+checkpoint), ``judging`` (LLM judges, battles, meta-evaluation, panels), ``coser`` (CoSER's
+settings and stages) and ``board`` (the leaderboard); every public name is re-exported here.
+Stage bodies import the protocol and engine modules they use when they run: the command line
+imports this package to build its parser, and ``--help`` must not pay for numpy, torch or the
+HTTP clients.
+"""
+
+from __future__ import annotations
+
+from charactereval_lib.engine import runs
+from charactereval_lib.pipeline.settings import (DEFAULT_BASELINES, ENGINES, GenerateSettings, JudgeSettings,
+                                                 PanelSettings, ReportSettings, ScoreSettings, Settings, SettingsError,
+                                                 SummarizeSettings)
+from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
+                                                 REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
+from charactereval_lib.pipeline.charactereval import (ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK, GenerateResult, ImportOutcome,
+                                                      ScoreOutcome, TransformOutcome, compare, compare_problems,
+                                                      export_official, generate, import_official, overview, report,
+                                                      run_warnings, score, summarize, transform)
+from charactereval_lib.pipeline.data import (DataCheck, DoctorOutcome, data_fetch, data_groups, data_subset,
+                                             data_verify, doctor, rm_check, rm_download, rm_make_tiny)
+from charactereval_lib.pipeline.judging import (BattleOutcome, JudgeOutcome, MetaevalOutcome, PanelOutcome,
+                                                RmTrainOutcome, battle, convert_rm_train, judge_score, metaeval, panel)
+from charactereval_lib.pipeline.coser import (COSER_BACKENDS, COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK,
+                                              COSER_ROLES, COSER_ROLE_DEFAULTS, COSER_RULES, CoserReportSettings,
+                                              CoserRunOutcome, CoserRunSettings, CoserSummarizeSettings,
+                                              coser_analysis, coser_compare, coser_data_dir, coser_data_fetch,
+                                              coser_data_verify, coser_dry_run, coser_import, coser_report, coser_run,
+                                              coser_summarize)
+from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
+
+__all__ = [
+    "ANALYSE_NOTEBOOK", "BattleOutcome", "COMPARE_NOTEBOOK", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
+    "COSER_BACKENDS", "COSER_COMPARE_NOTEBOOK", "COSER_REPORT_NOTEBOOK", "COSER_ROLES", "COSER_ROLE_DEFAULTS",
+    "COSER_RULES", "CoserReportSettings", "CoserRunOutcome", "CoserRunSettings", "CoserSummarizeSettings",
+    "DEFAULT_BASELINES", "DataCheck", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
+    "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
+    "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
+    "ScoreOutcome", "ScoreSettings", "Settings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
+    "TransformOutcome", "battle", "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
+    "coser_data_dir", "coser_data_fetch", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",
+    "coser_run", "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_verify", "doctor",
+    "export_official", "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel",
+    "report", "rm_check", "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
+]

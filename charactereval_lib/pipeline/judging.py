@@ -1,0 +1,234 @@
+"""LLM judging of CharacterEval runs: judge scores, pairwise battles, meta-evaluation against
+human labels, panels of judges, and the reward model's training annotations as labels."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charactereval_lib.charactereval.data import OfficialData
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.pipeline.charactereval import _analysable, _data, score
+from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings, _positive
+
+
+@dataclass
+class JudgeOutcome:
+    """What ``judge_score`` did: a judge session or a dry run."""
+
+    run: runs.RunDir
+    summary: Any = None  # engine.grading.judging.JudgeSummary of a judge session
+    dry_run: Any = None  # charactereval.judge.JudgeDryRun
+    judge_model: str = ""
+
+
+@dataclass
+class BattleOutcome:
+    """What ``battle`` did: this session's judge calls and the battle summary."""
+
+    out: runs.RunDir
+    session: Any  # engine.grading.judging.JudgeSummary of this session's judge calls
+    summary: dict[str, Any]  # battle_summary.json
+
+
+@dataclass
+class MetaevalOutcome:
+    """What ``metaeval`` did: the scoring step and the agreement summary."""
+
+    out: runs.RunDir
+    summary: dict[str, Any]  # metaeval_summary.json
+    scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
+
+
+@dataclass
+class PanelOutcome:
+    """What ``panel`` wrote: the panel summary (``panel_summary.json``) in ``out``."""
+
+    out: Path
+    summary: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RmTrainOutcome:
+    """What ``convert_rm_train`` wrote: the LABELS file, its source and counts."""
+
+    labels: Path
+    source: Path
+    records: int
+    samples: int
+    role_prefixed: int
+
+
+def judge_score(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: JudgeSettings,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+) -> JudgeOutcome:
+    """``score --scorer judge``: every row of ``rows.jsonl`` graded by an LLM judge into
+    ``judge_scores.jsonl`` (resuming by request digest; see ``charactereval.judge``). A dry run
+    writes ``judge_requests.jsonl`` and estimates tokens and cost, sending nothing. Raises
+    ``JudgeInterrupted`` (records saved) on Ctrl-C / SIGTERM and ``RunAborted`` when the
+    endpoint cannot be reached at all."""
+    from charactereval_lib.charactereval import judge
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+
+    run = benchmarks.require(runs.RunDir.resolve(run), "charactereval")
+    run.require(run.rows, "generate and transform the run first")
+    run.check_protocol(PROTOCOL_VERSION)
+    faults.check_writable(run.path, "run directory")
+    data = _data(data_dir, data)
+    specs = judge.load_specs(settings.spec)
+    items = judge.judge_items(run, data, specs)
+    params = settings.decoding()
+    if dry_run:
+        planned = judge.dry_run(run, items, settings.judge_model, params, price_in=settings.price_in,
+                                price_out=settings.price_out)
+        return JudgeOutcome(run, dry_run=planned, judge_model=settings.judge_model)
+    faults.check_endpoints([settings.base_url], "judge")
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    summary = run_judging(run, run.judge_scores, items, backend, judge_model=settings.judge_model, params=params,
+                          key_fields=judge.KEY_FIELDS, manifest_section=judge.MANIFEST_SECTION,
+                          manifest_key=settings.judge_model, describe=judge.describe(backend.describe(), specs, data),
+                          progress=progress)
+    return JudgeOutcome(run, summary=summary, judge_model=settings.judge_model)
+
+
+def battle(
+    run_a: str | os.PathLike[str] | runs.RunDir,
+    run_b: str | os.PathLike[str] | runs.RunDir,
+    out: str | os.PathLike[str],
+    settings: JudgeSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> BattleOutcome:
+    """Run A against run B: each sample both replied to judged pairwise in both presentation
+    orders (``settings.spec``: a pairwise spec; default the shipped ``battles/role_play.yaml``),
+    resuming into ``OUT/battle_judgements.jsonl``; then win / tie / loss and position
+    consistency with intervals in ``OUT/battle_summary.json``."""
+    from charactereval_lib.charactereval import battle as battles
+    from charactereval_lib.charactereval.judge_specs import load_battle_spec
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+    from charactereval_lib.engine.grading.spec import load_spec
+
+    _positive("n_boot", n_boot)
+    run_a, run_b = (benchmarks.require(runs.RunDir.resolve(r), "charactereval") for r in (run_a, run_b))
+    out_dir = runs.RunDir(Path(out))
+    faults.check_writable(out_dir.path, "battle directory")
+    pair = battles.check_pair(out_dir, run_a, run_b)
+    data = _data(data_dir, data)
+    spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
+    items = battles.battle_items(run_a, run_b, data, spec)
+    params = settings.decoding()
+    faults.check_endpoints([settings.base_url], "judge")
+    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
+    describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
+    session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,
+                          judge_model=settings.judge_model, params=params, key_fields=battles.KEY_FIELDS,
+                          manifest_section=battles.MANIFEST_SECTION, describe=describe, progress=progress)
+    summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
+    return BattleOutcome(out_dir, session, summary)
+
+
+def metaeval(
+    labels: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    settings: JudgeSettings | ScoreSettings,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+    progress: bool = False,
+) -> MetaevalOutcome:
+    """A scorer against human labels (format in ``charactereval.metaeval``): the labels become the
+    rows of the run directory OUT, scored by the judge (``JudgeSettings``) or the reward model
+    (``ScoreSettings``) exactly as a run is, resuming; then metascore, Cohen's kappa,
+    Krippendorff's alpha and the confusion matrix with intervals in ``OUT/metaeval_summary.json``."""
+    from charactereval_lib.charactereval import metaeval as meta
+
+    _positive("n_boot", n_boot)
+    faults.check_writable(out, "metaeval directory")
+    data = _data(data_dir, data)
+    records = meta.read_labels(labels, data)
+    out_run = runs.RunDir(Path(out))
+    meta.write_rows(out_run, records, data)
+    if isinstance(settings, JudgeSettings):
+        scorer, scoring = runs.JUDGE, judge_score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.judge_model
+    else:
+        scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
+        scorer_model = settings.rm
+    judge_model = settings.judge_model if isinstance(settings, JudgeSettings) else None
+    summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer, judge_model), n_boot=n_boot,
+                                seed=seed)
+    summary = {"labels": str(Path(labels).resolve()), "scorer": scorer, "scorer_model": scorer_model,
+               "bootstrap": {"n_boot": n_boot, "seed": seed, "level": DEFAULT_LEVEL}, **summary,
+               "created_at": runs.utc_now()}
+    meta.write_summary(out_run, summary)
+    return MetaevalOutcome(out_run, summary, scoring)
+
+
+def panel(
+    run: str | os.PathLike[str] | runs.RunDir,
+    settings: PanelSettings,
+    out: str | os.PathLike[str] | None = None,
+) -> PanelOutcome:
+    """Several judges' scores of one run combined (``charactereval.panel``): each row's verdict,
+    panel metric means with intervals, the judges' Krippendorff's alpha with its interval and
+    every judge's invalid answers, into ``OUT`` (default ``RUN/panel``). Each judge's records
+    must come from one configuration unless ``allow_mixed``."""
+    from charactereval_lib.charactereval import panel as panels
+
+    run = _analysable(run)
+    warnings = []
+    for model in settings.judge_models:
+        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=runs.JUDGE,
+                                     judge_model=run.select_judge(model))
+        warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
+    out_dir = Path(out) if out is not None else run.artifact(panels.DEFAULT_DIR)
+    faults.check_writable(out_dir, "panel directory")
+    summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
+                                     seed=settings.seed, level=settings.level, warnings=warnings)
+    return PanelOutcome(out_dir, summary, summary["warnings"])
+
+
+def convert_rm_train(
+    out: str | os.PathLike[str],
+    *,
+    source: str | os.PathLike[str] | None = None,
+    keys: Mapping[str, str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    data: OfficialData | None = None,
+) -> RmTrainOutcome:
+    """The reward model's training annotations as a metaeval LABELS file ``out``, written only
+    once every record passed the checks of ``metaeval.rm_train_labels`` (``source``: that file
+    as it is; default: the data directory's ``rm_train_data.json``, checked against the pinned
+    digests). Agreement on these rows is in-sample: the reward model was trained on them."""
+    from charactereval_lib.charactereval import metaeval as meta
+    from charactereval_lib.charactereval.data import load_rm_train
+
+    faults.check_writable(Path(out).parent, "labels directory")
+    data = _data(data_dir, data)
+    path, document = load_rm_train(data_dir, source)
+    labels = meta.rm_train_labels(document, path, data, dict(keys or {}))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl_atomic(out, labels)
+    return RmTrainOutcome(out, path, len(labels), len({label["id"] for label in labels}),
+                          meta.role_prefixed(labels, data))

@@ -1,0 +1,38 @@
+"""A toy third benchmark, defined only here: it proves that a benchmark package outside the
+library registers (``$CHARACTEREVAL_BENCHMARKS=tests.toybench:BENCHMARK``) and runs through the
+library's own command line and ``batch`` without any library change.
+
+Its protocol: each line of ``questions.jsonl`` in its data directory (``{"id", "question",
+"answer"}``) is asked of the model under test through an OpenAI-compatible endpoint; a reply is
+correct when it equals the answer. Its runs hold ``run.json``, ``answers.jsonl``,
+``toy_summary.json`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from charactereval_lib.engine.benchmarks import Benchmark
+
+NAME = "toybench"
+PROTOCOL_VERSION = "toybench-1"
+STAGES = "tests.toybench.stages"
+
+
+def recognises(manifest: dict[str, Any]) -> bool:
+    return manifest.get("benchmark") == NAME
+
+
+BENCHMARK = Benchmark(
+    name=NAME,
+    title="ToyBench",
+    protocol_versions=(PROTOCOL_VERSION,),
+    recognises=recognises,
+    readers="`charactereval toybench summarize` and `toybench report`",
+    command="toybench",
+    command_help="a toy benchmark of the tests: run, summarize, report",
+    settings={"run": f"{STAGES}:RunSettings", "summarize": f"{STAGES}:SummarizeSettings",
+              "report": f"{STAGES}:ReportSettings"},
+    stages={"run": f"{STAGES}:run", "summarize": f"{STAGES}:summarize", "report": f"{STAGES}:report"},
+    artifacts=("run.json", "answers.jsonl", "toy_summary.json", "report.html"),
+)
