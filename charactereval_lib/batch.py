@@ -259,19 +259,20 @@ def load_config(path: Path | str) -> BatchConfig:
     if not isinstance(raw, dict):
         raise BatchError(f"{path}: expected a mapping with 'models' (or a list of models), got {type(raw).__name__}")
     entries = raw.get("models")
-    if not isinstance(entries, list) or not entries:
-        raise BatchError(f"{path}: models: expected a non-empty list of model entries, got {entries!r}")
-    # Entries of other benchmarks are checked by their benchmark's settings; the CharacterEval
-    # ones (``defaults`` applied) by this module's models.
-    top = raw.get("benchmark") or CHARACTEREVAL
-    chosen = [_entry_benchmark(entry, top) for entry in entries]
-    others = [_other_model(path, k, entry, chosen[k]) for k, entry in enumerate(entries) if chosen[k] != CHARACTEREVAL]
-    defaults = raw.get("defaults")
-    own = [_without_benchmark(entry) if isinstance(entry, dict) else entry
-           for k, entry in enumerate(entries) if chosen[k] == CHARACTEREVAL]
-    if isinstance(defaults, dict):
-        own = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in own]
-    raw = {**raw, "models": own}
+    others: list[BenchmarkModel] = []
+    if isinstance(entries, list):
+        # Entries of other benchmarks are checked by their benchmark's settings; the CharacterEval
+        # ones (``defaults`` applied) by this module's models.
+        top = raw.get("benchmark") or CHARACTEREVAL
+        chosen = [_entry_benchmark(entry, top) for entry in entries]
+        others = [_other_model(path, k, entry, chosen[k]) for k, entry in enumerate(entries)
+                  if chosen[k] != CHARACTEREVAL]
+        defaults = raw.get("defaults")
+        own = [_without_benchmark(entry) if isinstance(entry, dict) else entry
+               for k, entry in enumerate(entries) if chosen[k] == CHARACTEREVAL]
+        if isinstance(defaults, dict):
+            own = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in own]
+        raw = {**raw, "models": own}
 
     def entry_label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
         # A model entry is named by its name, as the summary and the run directory name it.
@@ -282,6 +283,8 @@ def load_config(path: Path | str) -> BatchConfig:
         return "", loc
 
     document = validate(BatchDocument, raw, str(path), BatchError, label=entry_label)
+    if not document.models and not others:
+        raise BatchError(f"{path}: models: expected a non-empty list of model entries, got []")
     specs = [_model_spec(path, entry) for entry in document.models]
     names = [s.name for s in specs] + [o.name for o in others]
     duplicates = sorted({n for n in names if names.count(n) > 1})
