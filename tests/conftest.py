@@ -47,6 +47,30 @@ def pytest_unconfigure(config) -> None:
         stop_shared_cluster(Path(os.environ.pop(SESSION_DIR_ENV)))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Work units for ``make test`` (``--dist loadgroup --no-loadscope-reorder``): a file's tests
+    stay together on one xdist worker (its module fixtures are built once) unless the file names
+    an ``xdist_group``, as the Ray files do so that they share one worker and never compete for
+    the cluster at the same time; and the units go out in order of how many slow tests they hold,
+    so the longest start first and no worker is left with a long file at the end. Tryfirst: xdist
+    reads the groups in its own hook of this name."""
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        group = item.get_closest_marker("xdist_group").args[0]
+        first.setdefault(group, index)
+        slow[group] = slow.get(group, 0) + (item.get_closest_marker("slow") is not None)
+
+    def unit(item) -> tuple[int, int]:
+        group = item.get_closest_marker("xdist_group").args[0]
+        return -slow[group], first[group]
+
+    items.sort(key=unit)
+
+
 @pytest.fixture(scope="session")
 def ray_address() -> str:
     """The session's one local Ray cluster, started by the first test that needs it."""
@@ -107,3 +131,64 @@ def synthetic_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def synthetic_data(synthetic_dir: Path) -> OfficialData:
     return load_official_data(synthetic_dir, verify=False)
+
+
+# Fixtures of the support modules' helpers, named by the test files that use them. The two that
+# change the environment are not autouse here: a test file asks for them with
+# ``pytestmark = pytest.mark.usefixtures(...)``.
+@pytest.fixture(scope="module")
+def cluster(ray_address, tmp_path_factory):
+    """This module's connection to the session's Ray cluster; workers import this checkout and
+    keep checkpoint digests in a private cache."""
+    import ray
+
+    from _ray_support import REPO
+
+    cache = tmp_path_factory.mktemp("ray-cache")
+    ray.init(address=ray_address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def private_digest_cache(tmp_path, monkeypatch):
+    """Checkpoint digests are cached per user: each test gets its own cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def rm_dir() -> Path:
+    """The scorer tests' tiny checkpoint (built once per session)."""
+    from _reward_support import tiny_checkpoint
+
+    return tiny_checkpoint(layers=2, hidden=32, heads=4)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(data, data_dir, run_dir, rows): 24 synthetic samples and their transformed rows."""
+    from _reward_support import write_data_dir as write_synthetic_dir
+    from _reward_support import write_rows
+
+    data_dir = write_synthetic_dir(tmp_path / "data", 24)
+    run_dir = tmp_path / "run"
+    rows = write_rows(run_dir, data_dir)
+    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows
+
+
+@pytest.fixture
+def server():
+    """The local OpenAI-compatible test server."""
+    from charactereval_lib.testing.mockserver import MockServer
+
+    with MockServer(hang_s=3.0) as mock:
+        yield mock
+
+
+@pytest.fixture
+def fake_key(monkeypatch):
+    """A recognisable API key, so tests can check it never lands in an artifact."""
+    from tests.generation_support import FAKE_KEY
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)

@@ -9,14 +9,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from charactereval_lib.charactereval import analysis
-from charactereval_lib.charactereval import diagnostics
-from charactereval_lib.charactereval import figures
-from charactereval_lib.engine import plots
-from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
+from charactereval_lib.charactereval import analysis, diagnostics, figures
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.diagnostics import on_bf16_grid
 from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
+from charactereval_lib.engine import plots
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 

@@ -11,22 +11,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
-from charactereval_lib.charactereval.statistics import (
-    group_breakdown,
-    group_summary,
-    metric_clusters,
-    metric_statistics,
-    paired_comparison,
-)
-from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
-from charactereval_lib.engine.stats import (
-    BOOTSTRAP_METHOD,
-    bootstrap_means,
-    minimum_detectable_difference,
-    percentile_interval,
-    resample_counts,
-)
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.statistics import group_breakdown, group_summary, metric_clusters, metric_statistics, paired_comparison
+from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
+from charactereval_lib.engine.stats import BOOTSTRAP_METHOD, bootstrap_means, minimum_detectable_difference, percentile_interval, resample_counts
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 

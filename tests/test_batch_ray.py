@@ -5,6 +5,7 @@ cluster lacks is one line before anything runs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -15,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from _ray_support import cluster  # noqa: F401 - a fixture
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import interruptible
 
-pytest.importorskip("ray")
+# Without importing it: collection (on every xdist worker) should not pay for Ray's import.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("ray is not installed", allow_module_level=True)
+# One xdist worker runs every Ray file: one test file at a time on the shared cluster.
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")

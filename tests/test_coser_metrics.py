@@ -15,7 +15,6 @@ from charactereval_lib.coser.judge import reference_str
 from charactereval_lib.coser.metrics import rouge_l
 from charactereval_lib.coser.official import CASES_KEYS, _model_section, _pick
 from charactereval_lib.coser.versions import COSER_PAPER
-
 from tests.coser_golden import data_dir
 
 GOLDEN = Path(__file__).parent / "golden" / "coser_rouge_l_released.json"

@@ -14,10 +14,9 @@ import pytest
 
 from charactereval_lib import batch, pipeline
 from charactereval_lib.charactereval import analysis
-from charactereval_lib.engine import report
-from charactereval_lib.engine import runs
-from charactereval_lib.cli import main
 from charactereval_lib.charactereval.requests import read_ids_file
+from charactereval_lib.cli import main
+from charactereval_lib.engine import report, runs
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from _reward_support import tiny_checkpoint, write_data_dir
 from charactereval_lib import reproduction
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.reproduce import MISSING_RM, RELEASED_MODELS, released_file
@@ -16,8 +17,6 @@ from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.reproduce import COLUMNS, released_files
-
-from tests._reward_support import tiny_checkpoint, write_data_dir
 from tests.coser_golden import data_dir
 
 CSV_FIELDS = {"model", "source_file", "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within",

@@ -10,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setup are fixtures
-    tiny_checkpoint,
-    write_data_dir,
-    write_rows,
-    private_digest_cache,
-    rm_dir,
-    setup,
-    SYNTH_PROFILES,
-)
-from charactereval_lib.engine import runs
+from _reward_support import SYNTH_PROFILES, write_rows
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
 from charactereval_lib.charactereval.reward import scorer
@@ -27,9 +18,12 @@ from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identit
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+from charactereval_lib.engine import runs
 from tests.generation_support import kill_mid_run
 
 REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.usefixtures("private_digest_cache")
 
 
 def settings(**kw) -> scorer.ScorerSettings:

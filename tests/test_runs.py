@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import runs
 
 
 def test_bare_name_goes_under_outputs_and_paths_stay_paths():
