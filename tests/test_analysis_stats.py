@@ -107,6 +107,7 @@ def test_bootstrap_interval_width_matches_the_standard_error():
     assert (stats["ci_high"] - stats["ci_low"]) == pytest.approx(2 * 1.96 * se, rel=0.1)
 
 
+@pytest.mark.slow
 def test_cluster_bootstrap_coverage_of_a_known_mean():
     # 200 synthetic runs with a known true mean (3.0 for every metric, id effects shared by a
     # sample's metrics): the 95% interval of the dimension average should cover 3.0 about 95%

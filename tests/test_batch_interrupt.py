@@ -12,16 +12,14 @@ import time
 
 import pytest
 
-from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import interruptible
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_whole_batch(signum, official_dir, tmp_path):
-    rm = tmp_path / "tiny-rm"
-    assert main(["rm", "make-tiny", str(rm)]) == 0
+def test_a_signal_stops_the_whole_batch(signum, official_dir, tiny_rm, tmp_path):
+    rm = tiny_rm
     out = tmp_path / "out"
     config = tmp_path / "batch.yaml"
     config.write_text(

@@ -54,6 +54,7 @@ def test_rouge_l_on_long_sentences_and_many_of_them_equals_the_package():
         assert repr(rouge_l(hypothesis, reference)) == repr(package_rouge_l(hypothesis, reference))
 
 
+@pytest.mark.slow
 def test_rouge_l_equals_the_packages_values_on_the_700_released_simulation_texts():
     folder = data_dir() / RELEASED
     if not folder.is_dir():

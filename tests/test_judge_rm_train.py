@@ -85,6 +85,7 @@ def shapes(data):
     ]
 
 
+@pytest.mark.slow
 def test_every_wrong_shape_is_one_line_and_writes_nothing(official_data, official_dir, tmp_path, capsys):
     out = tmp_path / "labels.jsonl"
     for index, (document, message) in enumerate(shapes(official_data)):

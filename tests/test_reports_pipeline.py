@@ -19,13 +19,6 @@ from charactereval_lib.cli import main
 from charactereval_lib.engine import report, runs
 
 
-@pytest.fixture(scope="module")
-def tiny_rm(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("rm") / "tiny-rm"
-    assert main(["rm", "make-tiny", str(path)]) == 0
-    return path
-
-
 @pytest.mark.slow
 def test_batch_finishes_the_other_models_when_one_fails(official_dir, tiny_rm, tmp_path, capsys):
     out = tmp_path / "out"

@@ -35,6 +35,7 @@ def coser_report(tmp_path_factory):
     return out, json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_coser_every_recorded_score_of_the_11_files_is_reproduced_and_the_report_renders(coser_report):
     out, document = coser_report
     assert document["benchmark"] == "coser" and len(document["files"]) == 12
@@ -126,6 +127,7 @@ def released_generations(tmp_path):
     return load_official_data(data, verify=False), files
 
 
+@pytest.mark.slow
 def test_charactereval_with_the_tiny_checkpoint_renders_every_cell_labelled_meaningless(tmp_path):
     data, files = released_generations(tmp_path)
     outcome = reproduction.reproduce("charactereval", tmp_path / "out", rm=str(tiny_checkpoint()), device="cpu",

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from _reward_support import tiny_checkpoint
 from charactereval_lib.charactereval.reward.checkpoint import load_model
 from charactereval_lib.charactereval.reward.download import RM_FILES, RM_REPO, RM_REVISION, check_rm_dir
@@ -32,6 +34,7 @@ def run_cli(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess
     )
 
 
+@pytest.mark.slow
 def test_download_offline_fails_with_one_line(tmp_path):
     # (An unreachable endpoint ends the same way, but only after the hub client's ~25 s of
     # retries, too slow for the suite.)

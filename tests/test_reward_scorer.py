@@ -44,6 +44,7 @@ def test_build_rm_text_is_the_s6_template():
     assert "'性格': 'it\\'s \"quoted\"'" in text  # Python repr quoting is kept
 
 
+@pytest.mark.slow
 def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     data, _, run_dir, rows = setup
     report = scorer.score_run(run_dir, rm_dir, data, settings())
@@ -71,6 +72,7 @@ def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     assert "meaningless" in manifest["checkpoint"]["label"]
 
 
+@pytest.mark.slow
 def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     data, _, run_dir, rows = setup
     scorer.score_run(run_dir, rm_dir, data, settings())
@@ -92,6 +94,7 @@ def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1
 
 
+@pytest.mark.slow
 def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
     data, _, run_dir, rows = setup
     reference_dir = run_dir.parent / "reference"
@@ -205,6 +208,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["faithful", "fast"])
 def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_path, request):
     data, data_dir, run_dir, rows = setup
