@@ -4,7 +4,8 @@ Starting a Ray node takes from seconds to minutes on a busy machine, and several
 (one per test module, per killed driver, per xdist worker) time out ("node timed out during
 startup"). So the first test process that needs Ray starts one head node (``ray start --head
 --block``, ``CPUS`` logical CPUs) under a file lock in a folder every xdist worker of the session shares, and
-waits for it with a generous deadline; every other test process, driver and child connects to it
+waits for it with a generous deadline, starting it again when Ray gives up on its own fixed 30 s
+wait for the node to register; every other test process, driver and child connects to it
 by address. The controller process stops it when the session ends (``stop_shared_cluster``,
 from conftest), by the process id it started.
 """
@@ -28,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 SESSION_DIR_ENV = "CHARACTEREVAL_TEST_RAY_DIR"
 # How long a head node may take to start on a busy machine before the tests give up.
 START_DEADLINE_S = 600.0
-# Logical CPUs: the two-worker pools of two test files at once (xdist runs two), so that neither
-# waits forever for a CPU the other holds.
+# Logical CPUs: one xdist worker runs the Ray files (their xdist_group), one test at a time, but
+# a killed driver's two workers may still hold theirs while the resuming driver's pool starts.
 CPUS = 4
 
 

@@ -145,7 +145,7 @@ def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official
     # Trained on the data's text, as the demo's: a third of the tokens to score (conftest, tiny_rm).
     run("rm", "make-tiny", "tiny-rm", "--from-data", "--vocab", "8000", "--data-dir", str(official_dir))
     for name, model in (("a", "offline-a"), ("b", "offline-b")):
-        run("generate", name, "--backend", "offline", "--model", model, "--limit", "12", "--data-dir", str(official_dir))
+        run("generate", name, "--backend", "offline", "--model", model, "--limit", "4", "--data-dir", str(official_dir))
         run("transform", name, "--data-dir", str(official_dir))
         run("score", name, "--rm", "tiny-rm", "--device", "cpu", "--mode", "fast", "--quiet",
             "--data-dir", str(official_dir))
