@@ -26,7 +26,7 @@ setup: $(STAMP)
 # rendered notebooks and batches, are built once), except that the Ray files form one unit so that
 # one worker drives the shared cluster; tests/conftest.py names the units and orders them, the
 # longest first (hence no reordering by test count). Override XDIST= to run in one process.
-XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 # pytest exits 5 when it collects or selects no test at all: make fails then, as on any non-zero
 # status (never add `|| true` or a `-` prefix here).

@@ -47,28 +47,45 @@ def pytest_unconfigure(config) -> None:
         stop_shared_cluster(Path(os.environ.pop(SESSION_DIR_ENV)))
 
 
-@pytest.hookimpl(tryfirst=True)
+# Test files that run on one xdist worker, one after the other: the Ray files, so that only one of
+# them drives the shared cluster at a time (two at once starved each other's workers).
+ONE_WORKER = {name: "ray" for name in ("tests/test_batch_ray.py", "tests/test_ray_generation.py",
+                                       "tests/test_ray_scorer.py")}
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file (its module fixtures are built once), or the name
+    of the group its file belongs to in ``ONE_WORKER``."""
+    path = nodeid.split("::", 1)[0]
+    return ONE_WORKER.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of ``ONE_WORKER`` as one unit. (pytest-xdist's own
+    ``loadgroup`` marks the group in the node id, which pytest 9 no longer lets it change: every
+    test became a unit of its own.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return FileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Work units for ``make test`` (``--dist loadgroup --no-loadscope-reorder``): a file's tests
-    stay together on one xdist worker (its module fixtures are built once) unless the file names
-    an ``xdist_group``, as the Ray files do so that they share one worker and never compete for
-    the cluster at the same time; and the units go out in order of how many slow tests they hold,
-    so the longest start first and no worker is left with a long file at the end. Tryfirst: xdist
-    reads the groups in its own hook of this name."""
+    """The units go out in the order the items have here (``make test`` passes
+    ``--no-loadscope-reorder``): those with the most slow tests first, so that no worker is left
+    with a long file at the end while the other waits."""
     slow: dict[str, int] = {}
     first: dict[str, int] = {}
     for index, item in enumerate(items):
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-        group = item.get_closest_marker("xdist_group").args[0]
-        first.setdefault(group, index)
-        slow[group] = slow.get(group, 0) + (item.get_closest_marker("slow") is not None)
-
-    def unit(item) -> tuple[int, int]:
-        group = item.get_closest_marker("xdist_group").args[0]
-        return -slow[group], first[group]
-
-    items.sort(key=unit)
+        unit = work_unit(item.nodeid)
+        first.setdefault(unit, index)
+        slow[unit] = slow.get(unit, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (-slow[work_unit(item.nodeid)], first[work_unit(item.nodeid)]))
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,6 @@ from tests.generation_support import interruptible
 # Without importing it: collection (on every xdist worker) should not pay for Ray's import.
 if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is not installed", allow_module_level=True)
-# One xdist worker runs every Ray file: one test file at a time on the shared cluster.
-pytestmark = pytest.mark.xdist_group("ray")
 
 
 def write_config(path: Path, out: Path, data: Path, rm: Path, engine: str) -> Path:

@@ -23,8 +23,6 @@ from charactereval_lib.engine import runs
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 from tests.generation_support import kill_mid_run, synthetic_data
 
-# One xdist worker runs every Ray file: one test file at a time on the shared cluster.
-pytestmark = pytest.mark.xdist_group("ray")
 SAMPLES = 12
 # Timings differ between any two runs; everything else of a record must not.
 TIMINGS = ("latency_s", "elapsed_s")

@@ -19,8 +19,7 @@ from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import kill_mid_run
 
-# One xdist worker runs every Ray file: one test file at a time on the shared cluster.
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("private_digest_cache")]
+pytestmark = pytest.mark.usefixtures("private_digest_cache")
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:
