@@ -47,8 +47,9 @@ def pytest_unconfigure(config) -> None:
         stop_shared_cluster(Path(os.environ.pop(SESSION_DIR_ENV)))
 
 
-# Test files that run on one xdist worker, one after the other: the Ray files, so that only one of
-# them drives the shared cluster at a time (two at once starved each other's workers).
+# Test files that run on one xdist worker, one after the other: the Ray files, so that one driver
+# at a time uses the shared cluster (their kill-and-resume tests time their signals against the
+# workers' progress) and the other xdist worker never starts Ray workers of its own.
 ONE_WORKER = {name: "ray" for name in ("tests/test_batch_ray.py", "tests/test_ray_generation.py",
                                        "tests/test_ray_scorer.py")}
 
