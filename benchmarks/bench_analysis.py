@@ -23,11 +23,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib import pipeline  # noqa: E402
-from charactereval_lib.charactereval import statistics
-from charactereval_lib.charactereval import summary
-from charactereval_lib.charactereval.data import DATA_DIR_ENV, load_official_data  # noqa: E402
-from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run  # noqa: E402
+from charactereval_lib import pipeline
+from charactereval_lib.charactereval import statistics, summary
+from charactereval_lib.charactereval.data import DATA_DIR_ENV, load_official_data
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 # Rows per metric of the official data (DESIGN §2).
 REAL_METRIC_ROWS = {"Empathy": 744, "Diversity": 737, "Communication_skills": 734, "Utterance": 724,

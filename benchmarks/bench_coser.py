@@ -46,15 +46,15 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib.coser import simulation  # noqa: E402
-from charactereval_lib.coser.data import load_test_set  # noqa: E402
-from charactereval_lib.coser.metrics_worker import metrics_worker  # noqa: E402
-from charactereval_lib.coser.run import JUDGEMENTS, TURNS, Preset, run_coser, start_run  # noqa: E402
-from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings  # noqa: E402
-from charactereval_lib.coser.upstream import load_critic_prompts  # noqa: E402
-from charactereval_lib.engine.generation import retry  # noqa: E402
-from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
-from charactereval_lib.engine.runs import JsonlAppender, RunDir, read_jsonl  # noqa: E402
+from charactereval_lib.coser import simulation
+from charactereval_lib.coser.data import load_test_set
+from charactereval_lib.coser.metrics_worker import metrics_worker
+from charactereval_lib.coser.run import JUDGEMENTS, TURNS, Preset, run_coser, start_run
+from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings
+from charactereval_lib.coser.upstream import load_critic_prompts
+from charactereval_lib.engine.generation import retry
+from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.engine.runs import JsonlAppender, RunDir, read_jsonl
 
 
 def settings(url: str) -> SimulationSettings:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib.coser.data import load_test_set, locate_data_dir  # noqa: E402
-from charactereval_lib.coser.judge import reference_str  # noqa: E402
-from charactereval_lib.coser.metrics import rouge_l  # noqa: E402
-from charactereval_lib.coser.official import CASES_KEYS, _model_section, _pick  # noqa: E402
-from charactereval_lib.coser.versions import COSER_PAPER  # noqa: E402
+from charactereval_lib.coser.data import load_test_set, locate_data_dir
+from charactereval_lib.coser.judge import reference_str
+from charactereval_lib.coser.metrics import rouge_l
+from charactereval_lib.coser.official import CASES_KEYS, _model_section, _pick
+from charactereval_lib.coser.versions import COSER_PAPER
 
 RELEASED = Path("upstream") / "rebuttal-d77a6d2" / "exp" / "evaluation"
 

@@ -25,13 +25,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generation import measure, run_raw, run_sdk, start_server, synthetic_data  # noqa: E402
+from bench_generation import measure, run_raw, run_sdk, start_server, synthetic_data
 
-from charactereval_lib import pipeline  # noqa: E402
-from charactereval_lib.charactereval import judge  # noqa: E402
-from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
-from charactereval_lib.engine.generation.base import build_payload  # noqa: E402
+from charactereval_lib import pipeline
+from charactereval_lib.charactereval import judge
+from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.generation.base import build_payload
 
 MODEL = "bench-judge"
 

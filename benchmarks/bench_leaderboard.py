@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib.charactereval.data import load_official_data  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
-from charactereval_lib.leaderboard import build  # noqa: E402
-from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run, full_size_data  # noqa: E402
+from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.engine import runs
+from charactereval_lib.leaderboard import build
+from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run, full_size_data
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

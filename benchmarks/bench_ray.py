@@ -154,10 +154,9 @@ def main() -> int:
 
 def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
     """The hf backend in this process vs on ``workers`` Ray workers, through ``pipeline.generate``."""
-    from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
-
     from charactereval_lib import pipeline
     from charactereval_lib.engine import runs
+    from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 
     model = tmp / "chat-model"
     # Room for the longest real prompt in this tokenizer's (data-blind) tokens.

@@ -476,7 +476,7 @@ def run_stages(spec: ModelSpec, config: BatchConfig, result: ModelResult, stages
         for stage in stages:
             STAGES[stage](spec, config, result, run, data)
         result.failed_step = None
-    except Exception as exc:  # noqa: BLE001 - one model's failure of any kind must not stop the batch
+    except Exception as exc:
         from charactereval_lib.engine.generation.engine import GenerationInterrupted
 
         if isinstance(exc, GenerationInterrupted):
@@ -518,7 +518,7 @@ def run_batch(config: BatchConfig) -> BatchResult:
             try:
                 outcome.comparison = str(pipeline.compare(finished, config.comparison_dir, config.report,
                                                           data_dir=config.data_dir).html)
-            except Exception as exc:  # noqa: BLE001 - the per-model reports stand on their own
+            except Exception as exc:
                 outcome.comparison_error = f"{type(exc).__name__}: {exc}"
         else:
             outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
@@ -573,7 +573,7 @@ def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
                                               seconds=round(time.monotonic() - started, 1)))
             outcome.interrupted = True
             return
-        except Exception as exc:  # noqa: BLE001 - one model's failure of any kind must not stop the batch
+        except Exception as exc:
             result.status = "failed"
             result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) \
                 else str(exc)

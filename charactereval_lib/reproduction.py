@@ -82,9 +82,8 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
 
             document = run(staging, data_dir=data_dir, metrics=metrics, n_boot=n_boot, seed=seed, progress=progress)
         else:
-            from charactereval_lib.charactereval.reproduce import reproduce as run
-
             from charactereval_lib import pipeline
+            from charactereval_lib.charactereval.reproduce import reproduce as run
 
             settings = pipeline.ScoreSettings(rm=rm, device=device)
             document = run(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,

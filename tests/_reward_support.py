@@ -14,9 +14,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.reward.tiny import make_tiny, synthetic_lines, train_sentencepiece, write_tokenizer_files
 
 HERE = Path(__file__).resolve().parent
@@ -123,24 +120,3 @@ def write_rows(run_dir: Path, data_dir: Path, reply: str = "：嗯，好的。")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "rows.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return rows
-
-
-# Fixtures shared by the scorer test files (imported there by name).
-@pytest.fixture(autouse=True)
-def private_digest_cache(tmp_path, monkeypatch):
-    """Checkpoint digests are cached per user: each test gets its own cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def rm_dir() -> Path:
-    return tiny_checkpoint(layers=2, hidden=32, heads=4)
-
-
-@pytest.fixture
-def setup(tmp_path):
-    """(data, data_dir, run_dir, rows): 24 synthetic samples and their transformed rows."""
-    data_dir = write_data_dir(tmp_path / "data", 24)
-    run_dir = tmp_path / "run"
-    rows = write_rows(run_dir, data_dir)
-    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows

@@ -47,6 +47,48 @@ def pytest_unconfigure(config) -> None:
         stop_shared_cluster(Path(os.environ.pop(SESSION_DIR_ENV)))
 
 
+# Test files that run on one xdist worker, one after the other: the Ray files, so that one driver
+# at a time uses the shared cluster (their kill-and-resume tests time their signals against the
+# workers' progress) and the other xdist worker never starts Ray workers of its own.
+ONE_WORKER = {name: "ray" for name in ("tests/test_batch_ray.py", "tests/test_ray_generation.py",
+                                       "tests/test_ray_scorer.py")}
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file (its module fixtures are built once), or the name
+    of the group its file belongs to in ``ONE_WORKER``."""
+    path = nodeid.split("::", 1)[0]
+    return ONE_WORKER.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of ``ONE_WORKER`` as one unit. (pytest-xdist's own
+    ``loadgroup`` marks the group in the node id, which pytest 9 no longer lets it change: every
+    test became a unit of its own.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The units go out in the order the items have here (``make test`` passes
+    ``--no-loadscope-reorder``): those with the most slow tests first, so that no worker is left
+    with a long file at the end while the other waits."""
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = work_unit(item.nodeid)
+        first.setdefault(unit, index)
+        slow[unit] = slow.get(unit, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (-slow[work_unit(item.nodeid)], first[work_unit(item.nodeid)]))
+
+
 @pytest.fixture(scope="session")
 def ray_address() -> str:
     """The session's one local Ray cluster, started by the first test that needs it."""
@@ -66,6 +108,20 @@ def official_dir() -> Path:
 @pytest.fixture(scope="session")
 def official_data(official_dir: Path) -> OfficialData:
     return load_official_data(official_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_rm(official_dir: Path, tmp_path_factory) -> Path:
+    """The tiny random reward model of the tests that score official rows (read only, shared by
+    the session), made as `make demo` makes its own: tokenizer trained on the official data's
+    text. One trained on synthetic text splits those inputs into about three times as many
+    tokens and truncates some at 4,096, and attention costs the square of that: scoring 12
+    samples took 13 s of CPU with it and 6.6 s with this one, which costs no more to make."""
+    from charactereval_lib.cli import main
+
+    path = tmp_path_factory.mktemp("tiny-rm") / "tiny-rm"
+    assert main(["rm", "make-tiny", str(path), "--from-data", "--vocab", "8000", "--data-dir", str(official_dir)]) == 0
+    return path
 
 
 def write_data_dir(
@@ -107,3 +163,64 @@ def synthetic_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def synthetic_data(synthetic_dir: Path) -> OfficialData:
     return load_official_data(synthetic_dir, verify=False)
+
+
+# Fixtures of the support modules' helpers, named by the test files that use them. The two that
+# change the environment are not autouse here: a test file asks for them with
+# ``pytestmark = pytest.mark.usefixtures(...)``.
+@pytest.fixture(scope="module")
+def cluster(ray_address, tmp_path_factory):
+    """This module's connection to the session's Ray cluster; workers import this checkout and
+    keep checkpoint digests in a private cache."""
+    import ray
+
+    from _ray_support import REPO
+
+    cache = tmp_path_factory.mktemp("ray-cache")
+    ray.init(address=ray_address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def private_digest_cache(tmp_path, monkeypatch):
+    """Checkpoint digests are cached per user: each test gets its own cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def rm_dir() -> Path:
+    """The scorer tests' tiny checkpoint (built once per session)."""
+    from _reward_support import tiny_checkpoint
+
+    return tiny_checkpoint(layers=2, hidden=32, heads=4)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(data, data_dir, run_dir, rows): 24 synthetic samples and their transformed rows."""
+    from _reward_support import write_data_dir as write_synthetic_dir
+    from _reward_support import write_rows
+
+    data_dir = write_synthetic_dir(tmp_path / "data", 24)
+    run_dir = tmp_path / "run"
+    rows = write_rows(run_dir, data_dir)
+    return load_official_data(data_dir, verify=False), data_dir, run_dir, rows
+
+
+@pytest.fixture
+def server():
+    """The local OpenAI-compatible test server."""
+    from charactereval_lib.testing.mockserver import MockServer
+
+    with MockServer(hang_s=3.0) as mock:
+        yield mock
+
+
+@pytest.fixture
+def fake_key(monkeypatch):
+    """A recognisable API key, so tests can check it never lands in an artifact."""
+    from tests.generation_support import FAKE_KEY
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)

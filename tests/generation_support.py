@@ -16,7 +16,7 @@ import pytest
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.requests import make_requests
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256
-from charactereval_lib.testing.mockserver import MockServer, request_key
+from charactereval_lib.testing.mockserver import request_key
 from charactereval_lib.testing.synthetic import synthetic_chat_data as synthetic_data  # noqa: F401 - shared
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,20 +37,6 @@ def files_containing(root: Path, secret: str) -> list[Path]:
     """Every file under ``root`` whose bytes contain ``secret``."""
     needle = secret.encode()
     return [p for p in Path(root).rglob("*") if p.is_file() and needle in p.read_bytes()]
-
-
-# Fixtures shared by the generation test files (imported there by name).
-@pytest.fixture
-def server():
-    """The local OpenAI-compatible test server."""
-    with MockServer(hang_s=3.0) as mock:
-        yield mock
-
-
-@pytest.fixture(autouse=True)
-def fake_key(monkeypatch):
-    """A recognisable API key, so tests can check it never lands in an artifact."""
-    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
 
 
 def interruptible() -> None:

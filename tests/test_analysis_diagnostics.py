@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from charactereval_lib.charactereval import diagnostics
-from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.diagnostics import grid_bins, grid_step, on_bf16_grid, score_grid
+from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.testing.synthetic import to_bf16, write_synthetic_data
 
 

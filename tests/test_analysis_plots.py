@@ -9,14 +9,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from charactereval_lib.charactereval import analysis
-from charactereval_lib.charactereval import diagnostics
-from charactereval_lib.charactereval import figures
-from charactereval_lib.engine import plots
-from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
+from charactereval_lib.charactereval import analysis, diagnostics, figures
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.diagnostics import on_bf16_grid
 from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
+from charactereval_lib.engine import plots
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
@@ -89,6 +87,7 @@ def test_radar_marks_metrics_without_an_interval(two_runs):
     assert metrics.get_xticklabels()[1].get_text() == "Coh"
 
 
+@pytest.mark.slow
 def test_grid_histograms_flag_off_grid_scores(two_runs):
     a, _ = two_runs
     clean = figures.score_grid_histograms(a.scores)
@@ -102,6 +101,7 @@ def test_grid_histograms_flag_off_grid_scores(two_runs):
     assert "Off grid in total: 1 of" in flagged.get_suptitle()
 
 
+@pytest.mark.slow
 def test_sample_size_context_failure_and_paired_figures(two_runs, tmp_path):
     a, b = two_runs
     drawn = {
@@ -134,6 +134,7 @@ def test_missing_inputs_give_a_message_not_an_error(two_runs):
     assert "No scores yet" in figures.group_extremes(empty_groups, "role", label="characters").axes[0].texts[0].get_text()
 
 
+@pytest.mark.slow
 def test_count_axes_have_integer_ticks_labels_and_integer_bins(two_runs):
     a, _ = two_runs
     fig = figures.sample_size_figure(a.stats, a.scores, failed=a.failed_by_metric())

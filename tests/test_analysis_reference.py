@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.charactereval import reference
-from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS, metrics_of
+from charactereval_lib.charactereval.statistics import metric_statistics
+from charactereval_lib.engine.resources import resource_path
 
 
 @pytest.fixture(scope="module")

@@ -11,22 +11,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
-from charactereval_lib.charactereval.statistics import (
-    group_breakdown,
-    group_summary,
-    metric_clusters,
-    metric_statistics,
-    paired_comparison,
-)
-from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
-from charactereval_lib.engine.stats import (
-    BOOTSTRAP_METHOD,
-    bootstrap_means,
-    minimum_detectable_difference,
-    percentile_interval,
-    resample_counts,
-)
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.statistics import group_breakdown, group_summary, metric_clusters, metric_statistics, paired_comparison
+from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
+from charactereval_lib.engine.stats import BOOTSTRAP_METHOD, bootstrap_means, minimum_detectable_difference, percentile_interval, resample_counts
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
@@ -119,6 +107,7 @@ def test_bootstrap_interval_width_matches_the_standard_error():
     assert (stats["ci_high"] - stats["ci_low"]) == pytest.approx(2 * 1.96 * se, rel=0.1)
 
 
+@pytest.mark.slow
 def test_cluster_bootstrap_coverage_of_a_known_mean():
     # 200 synthetic runs with a known true mean (3.0 for every metric, id effects shared by a
     # sample's metrics): the 95% interval of the dimension average should cover 3.0 about 95%

@@ -9,20 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import interruptible
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_whole_batch(signum, official_dir, tmp_path):
-    rm = tmp_path / "tiny-rm"
-    assert main(["rm", "make-tiny", str(rm)]) == 0
+def test_a_signal_stops_the_whole_batch(signum, official_dir, tiny_rm, tmp_path):
+    rm = tiny_rm
     out = tmp_path / "out"
     config = tmp_path / "batch.yaml"
     config.write_text(

@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from charactereval_lib.engine import runs
-from charactereval_lib.cli import main
 from charactereval_lib.charactereval.prompts import build_messages
+from charactereval_lib.cli import main
+from charactereval_lib.engine import runs
 
 
 def run_cli(capsys, *argv):

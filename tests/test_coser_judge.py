@@ -11,7 +11,6 @@ from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.prompts import involved_character_profiles
 from charactereval_lib.coser.upstream import DIMENSIONS, load_critic_prompts
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER
-
 from tests.coser_golden import data_dir, golden
 
 

@@ -15,7 +15,6 @@ from charactereval_lib.coser.judge import reference_str
 from charactereval_lib.coser.metrics import rouge_l
 from charactereval_lib.coser.official import CASES_KEYS, _model_section, _pick
 from charactereval_lib.coser.versions import COSER_PAPER
-
 from tests.coser_golden import data_dir
 
 GOLDEN = Path(__file__).parent / "golden" / "coser_rouge_l_released.json"
@@ -55,6 +54,7 @@ def test_rouge_l_on_long_sentences_and_many_of_them_equals_the_package():
         assert repr(rouge_l(hypothesis, reference)) == repr(package_rouge_l(hypothesis, reference))
 
 
+@pytest.mark.slow
 def test_rouge_l_equals_the_packages_values_on_the_700_released_simulation_texts():
     folder = data_dir() / RELEASED
     if not folder.is_dir():

@@ -27,7 +27,6 @@ from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_PAPER
 from charactereval_lib.engine.pinned import DataError
 from charactereval_lib.engine.runs import RunDir, read_jsonl
-
 from tests.coser_golden import data_dir, golden
 
 ACTOR = "Actor"  # placeholder speaker of the reconstructed actor lines

@@ -8,16 +8,8 @@ from functools import lru_cache
 import pytest
 
 from charactereval_lib.coser.data import load_test_set
-from charactereval_lib.coser.prompts import (
-    CONVERSATION_START,
-    ModelRules,
-    build_scene_agents,
-    involved_character_profiles,
-    prompt_stream,
-    scene_rng,
-)
+from charactereval_lib.coser.prompts import CONVERSATION_START, ModelRules, build_scene_agents, involved_character_profiles, prompt_stream, scene_rng
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, get_version
-
 from tests.coser_golden import data_dir, golden
 
 VERSION = {"paper": COSER_PAPER, "head": COSER_HEAD}

@@ -23,7 +23,6 @@ from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.engine.runs import RunDir, read_jsonl
 from charactereval_lib.testing.coser_script import refusal_plan, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
-
 from tests.coser_golden import data_dir
 
 DECLINING = ["refusal", "finish_filter", "filter400", "moderation403"]

@@ -23,7 +23,6 @@ from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.runs import RunDir, write_jsonl_atomic
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
-
 from tests.coser_golden import data_dir
 
 PAPER_MODEL = "gpt-4o-2024-08-06"

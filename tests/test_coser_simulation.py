@@ -21,7 +21,6 @@ from charactereval_lib.coser.run import JUDGEMENTS, SCENES, TURNS
 from charactereval_lib.engine.runs import read_jsonl
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
-
 from tests.coser_golden import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent

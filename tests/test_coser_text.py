@@ -4,6 +4,7 @@ reply parsing of the simulation loop, the judge's answer reading and scoring, th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -12,7 +13,6 @@ from charactereval_lib.coser import text as T
 from charactereval_lib.coser.prompts import ENVIRONMENT
 from charactereval_lib.coser.upstream import DIMENSIONS, load_critic_prompts
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER
-
 from tests.coser_golden import data_dir, golden
 
 VERSIONS = {"paper": (COSER_PAPER,), "head": (COSER_HEAD,), "both": (COSER_PAPER, COSER_HEAD)}
@@ -98,6 +98,11 @@ def scripted(answers):
     return ask, calls
 
 
+def recording(repairs: list) -> Callable[[str, str], str]:
+    """A repair call that records what it was asked and repairs nothing."""
+    return lambda prompt, model: repairs.append((prompt, model)) or "NOFIX"
+
+
 def test_judge_dimension_answers():
     bad = []
     for r in records("judge_dimension"):
@@ -108,7 +113,7 @@ def test_judge_dimension_answers():
         ask, temperatures = scripted([args["raw_judge_output"]] + [sentinel] * 20)
         repairs = []
         result = J.run_dimension_judgement(
-            ask, lambda prompt, model: repairs.append((prompt, model)) or "NOFIX", dim, args["n_actor_rounds"], version, "gpt-4o"
+            ask, recording(repairs), dim, args["n_actor_rounds"], version, "gpt-4o"
         )
         if out.get("run_raises", "").startswith("KeyError"):
             # Upstream crashes; the platform rejects the wrong-dimension answer and retries.
@@ -119,7 +124,7 @@ def test_judge_dimension_answers():
             ask, temperatures = scripted([args["raw_judge_output"]] * 20)
             repairs.clear()
             result = J.run_dimension_judgement(
-                ask, lambda prompt, model: repairs.append((prompt, model)) or "NOFIX", dim, args["n_actor_rounds"], version, "gpt-4o"
+                ask, recording(repairs), dim, args["n_actor_rounds"], version, "gpt-4o"
             )
             assert result.failed and result.scores is None
             assert temperatures == out["temperatures"] and len(result.attempts) == out["judge_calls"]

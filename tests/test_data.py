@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.charactereval import data as data_mod
 from charactereval_lib.charactereval.data import DataError, digests, fetch, load_official_data, locate_data_dir, verify_files
+from charactereval_lib.engine.resources import resource_path
 from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_PROFILES, SYNTHETIC_SAMPLES, write_data_dir
 
 

@@ -388,14 +388,13 @@ def _wait_for(condition, process: subprocess.Popen, what: str, timeout: float = 
 
 
 @pytest.fixture(scope="module")
-def long_run(tmp_path_factory, official_dir):
+def long_run(tmp_path_factory, official_dir, tiny_rm):
     """A run with many rows to score (hundreds of samples, offline replies) and a tiny model."""
     root = tmp_path_factory.mktemp("sigterm")
-    run, rm = root / "run", root / "rm"
+    run, rm = root / "run", tiny_rm
     assert main(["generate", str(run), "--backend", "offline", "--model", "m", "--limit", "600",
                  "--data-dir", str(official_dir), "--no-progress"]) == 0
     assert main(["transform", str(run), "--data-dir", str(official_dir)]) == 0
-    assert main(["rm", "make-tiny", str(rm)]) == 0
     return run, rm
 
 

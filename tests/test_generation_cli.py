@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.requests import make_requests
+from charactereval_lib.engine import runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
 from tests.generation_support import FAKE_KEY, files_containing, interruptible
 
@@ -71,6 +71,7 @@ def final_state(run: Path) -> dict[int, tuple]:
     return {key[0]: (r["status"], r["model_output"], r["request_sha256"], r["finish_reason"]) for key, r in latest.items()}
 
 
+@pytest.mark.slow
 def test_sigkill_several_times_then_resume_equals_an_uninterrupted_run(official_data, official_dir, tmp_path):
     count = 150
     options = ["--backend", "openai", "--limit", str(count), "--concurrency", "4", "--retry-base-delay", "0.01",

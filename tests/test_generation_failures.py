@@ -12,20 +12,16 @@ from collections import Counter
 
 import pytest
 
+from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
-from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.engine.generation.engine import run_generation
 from charactereval_lib.engine.generation.retry import RetryPolicy
 from charactereval_lib.testing.mockserver import HTML_502, SERVED_MODEL, TEXT_500, MockServer
-from tests.generation_support import (  # noqa: F401 - fake_key and server are fixtures
-    FAKE_KEY,
-    keys_by_id,
-    synthetic_data,
-    fake_key,
-    server,
-)
+from tests.generation_support import keys_by_id, synthetic_data
+
+pytestmark = pytest.mark.usefixtures("fake_key")
 
 MODEL = "test-model"
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=0.5)

@@ -9,23 +9,17 @@ from collections import Counter
 
 import pytest
 
+from charactereval_lib.charactereval.requests import generation_task, make_requests
+from charactereval_lib.charactereval.transform import generation_outputs
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
-from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.engine.generation.engine import generation_job, run_generation
-from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from charactereval_lib.engine.generation.retry import RetryPolicy
-from charactereval_lib.charactereval.transform import generation_outputs
-from tests.generation_support import (  # noqa: F401 - fake_key and server are fixtures
-    FAKE_KEY,
-    expected_sha,
-    files_containing,
-    keys_by_id,
-    synthetic_data,
-    fake_key,
-    server,
-)
+from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
+from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
+
+pytestmark = pytest.mark.usefixtures("fake_key")
 
 MODEL = "test-model"
 MAX_ATTEMPTS = 4

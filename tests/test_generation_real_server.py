@@ -31,8 +31,8 @@ from charactereval_lib.engine.generation.base import DecodingParams, build_paylo
 from charactereval_lib.engine.generation.engine import EXIT_FAILED, EXIT_OK, dry_run, exit_code, run_generation  # noqa: E402
 from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
 from charactereval_lib.testing.mockserver import MockServer  # noqa: E402
-from tests.generation_support import synthetic_data  # noqa: E402
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
+from tests.generation_support import synthetic_data  # noqa: E402
 
 SERVE = Path(sys.executable).parent / "transformers"
 MAX_TOKENS = 8

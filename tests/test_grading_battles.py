@@ -8,12 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from charactereval_lib.engine.grading.battles import (
-    battle_requests,
-    battle_summary,
-    combine_orders,
-    judge_battle,
-)
+from charactereval_lib.engine.grading.battles import battle_requests, battle_summary, combine_orders, judge_battle
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, majority, mean_verdict, panel_table
 from charactereval_lib.engine.grading.spec import spec_from_mapping
 

@@ -18,12 +18,7 @@ from charactereval_lib.engine.grading import choices as ch
 from charactereval_lib.engine.grading import errors
 from charactereval_lib.engine.grading import strings as sm
 from charactereval_lib.engine.grading.metaeval import aggregate_run, evals_execution_order, metascore
-from charactereval_lib.engine.grading.spec import (
-    ModelGradedSpec,
-    build_judge_messages,
-    grade_reply,
-    needed_outputs,
-)
+from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply, needed_outputs
 
 GOLDEN_ENV = "EVALS_GOLDEN_DIR"
 

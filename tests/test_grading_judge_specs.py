@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-
-from charactereval_lib.charactereval.judge_specs import (
-    BATTLE_FIELDS,
-    JUDGE_FIELDS,
-    SPEC_DIR,
-    default_spec_path,
-    load_battle_spec,
-    load_default_specs,
-)
+from charactereval_lib.charactereval.judge_specs import BATTLE_FIELDS, JUDGE_FIELDS, SPEC_DIR, default_spec_path, load_battle_spec, load_default_specs
 from charactereval_lib.engine.grading.battles import battle_requests, judge_battle
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.fill import prompt_fields

@@ -6,12 +6,7 @@ import pytest
 
 from charactereval_lib.engine.grading.choices import EVALS, INVALID, STRICT, get_choice
 from charactereval_lib.engine.grading.errors import MissingTemplateKeyError, SpecError
-from charactereval_lib.engine.grading.spec import (
-    build_judge_messages,
-    grade_reply,
-    load_spec,
-    spec_from_mapping,
-)
+from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply, load_spec, spec_from_mapping
 
 SPEC = """\
 prompt: |

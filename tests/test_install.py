@@ -174,9 +174,10 @@ def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official
     assert (installed / "coser" / "manifest.json").exists()
     assert "all files match the pinned digests" in run("data", "verify", "--dir", str(official_dir))
     assert "11/11 checks passed" in run("doctor", "--data-dir", str(official_dir))
-    run("rm", "make-tiny", "tiny-rm")
+    # Trained on the data's text, as the demo's: a third of the tokens to score (conftest, tiny_rm).
+    run("rm", "make-tiny", "tiny-rm", "--from-data", "--vocab", "8000", "--data-dir", str(official_dir))
     for name, model in (("a", "offline-a"), ("b", "offline-b")):
-        run("generate", name, "--backend", "offline", "--model", model, "--limit", "12", "--data-dir", str(official_dir))
+        run("generate", name, "--backend", "offline", "--model", model, "--limit", "4", "--data-dir", str(official_dir))
         run("transform", name, "--data-dir", str(official_dir))
         run("score", name, "--rm", "tiny-rm", "--device", "cpu", "--mode", "fast", "--quiet",
             "--data-dir", str(official_dir))

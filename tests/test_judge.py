@@ -164,9 +164,9 @@ def test_a_custom_spec_file_is_used_for_every_metric(official_data, tmp_path):
                                                       f"{row['metric_en']}.")
 
 
-def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tmp_path):
-    rm = tmp_path / "tiny-rm"
-    assert main(["rm", "make-tiny", str(rm)]) == 0
+@pytest.mark.slow
+def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tiny_rm, tmp_path):
+    rm = tiny_rm
     run = make_run(tmp_path / "run", official_data, 12)
     pipeline.score(run, pipeline.ScoreSettings(rm=str(rm), device="cpu", mode="fast"), data=official_data)
     items = judge.judge_items(run, official_data, judge.load_specs())

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from test_judge import make_run
 
 from charactereval_lib.charactereval import judge
@@ -26,6 +27,7 @@ def judge_command(run: Path, base_url: str, data_dir: Path) -> list[str]:
             "--quiet", "--data-dir", str(data_dir)]
 
 
+@pytest.mark.slow
 def test_judge_run_killed_and_resumed_loses_and_duplicates_nothing(official_data, official_dir, tmp_path):
     run = make_run(tmp_path / "run", official_data, 30)
     rows = run.read_rows()

@@ -55,9 +55,8 @@ def test_metaeval_of_the_judge(official_data, official_dir, tmp_path, capsys):
     assert "metascore" in capsys.readouterr().out
 
 
-def test_metaeval_of_the_tiny_reward_model(official_data, tmp_path):
-    rm = tmp_path / "tiny-rm"
-    assert main(["rm", "make-tiny", str(rm)]) == 0
+def test_metaeval_of_the_tiny_reward_model(official_data, tiny_rm, tmp_path):
+    rm = tiny_rm
     labels = labelled_rows(official_data, 6)
     outcome = pipeline.metaeval(write_labels(tmp_path / "labels.jsonl", labels), tmp_path / "meta",
                                 pipeline.ScoreSettings(rm=str(rm), device="cpu", mode="fast"), n_boot=100,

@@ -17,10 +17,7 @@ from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
-from charactereval_lib.testing.synthetic import (
-    write_synthetic_data,
-    write_synthetic_run,
-)
+from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
 def judge(run, data, server, model="judge-x", **overrides):

@@ -46,7 +46,7 @@ def test_a_valid_file_converts_to_labels_that_metaeval_reads(official_data, offi
     assert f"{out}: 12 label(s) of" in captured.out and "(8 replies start with their role's name)" in captured.out
     assert "in-sample" in captured.err
     labels = read_labels(out, official_data)
-    assert [(l["id"], l["metric_en"], l["reply"], l["label"]) for l in labels] == [
+    assert [(lab["id"], lab["metric_en"], lab["reply"], lab["label"]) for lab in labels] == [
         (r["id"], r["metric_en"], r["model_output"], r["label"]) for r in records]
     # Only Chinese metric names, and other key names given with --field.
     renamed = [{"sample": r["id"], "metric_zh": r["metric_zh"], "response": r["model_output"], "score": r["label"]}
@@ -58,7 +58,7 @@ def test_a_valid_file_converts_to_labels_that_metaeval_reads(official_data, offi
     assert "(this record has keys: sample, metric_zh, response, score)" in err
     outcome = pipeline.convert_rm_train(out, source=source, data=official_data,
                                         keys={"id": "sample", "reply": "response", "label": "score"})
-    assert outcome.records == 12 and [l["metric_en"] for l in read_labels(out, official_data)] == [
+    assert outcome.records == 12 and [lab["metric_en"] for lab in read_labels(out, official_data)] == [
         r["metric_en"] for r in records]
 
 
@@ -85,6 +85,7 @@ def shapes(data):
     ]
 
 
+@pytest.mark.slow
 def test_every_wrong_shape_is_one_line_and_writes_nothing(official_data, official_dir, tmp_path, capsys):
     out = tmp_path / "labels.jsonl"
     for index, (document, message) in enumerate(shapes(official_data)):

@@ -18,7 +18,6 @@ from charactereval_lib.leaderboard import boards, build, read_runs, write
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
 from charactereval_lib.testing.mockserver import MockServer
-
 from tests.coser_golden import data_dir as coser_data_dir
 from tests.test_coser_official import synthetic_file
 

@@ -96,6 +96,7 @@ def choose(page, key: str, **option) -> None:
     page.wait_for_function("document.querySelector('.dt-info').textContent.includes('filtered from')")
 
 
+@pytest.mark.slow
 def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_reasons(page, site):
     open_index(page, site[0])
     boards = page.locator("section.board")

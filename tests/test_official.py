@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.charactereval.official import OfficialFormatError, export_official, import_official
+from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.charactereval.transform import transform_run
 from charactereval_lib.engine import runs
 from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_SAMPLES

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import yaml
+
+from _ray_support import SESSION_DIR_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,3 +50,25 @@ def test_environment_yml_asks_for_the_same_extras_as_pyproject():
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert "make test" in (ROOT / "README.md").read_text()
+
+
+def test_ci_lints_before_the_tests_and_the_test_extra_has_ruff():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("make lint") < ci.index("make test")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "ruff" in names(project["project"]["optional-dependencies"]["test"])
+    assert project["tool"]["ruff"]["lint"]["select"]
+
+
+def test_both_make_targets_fail_when_no_test_is_collected():
+    """pytest's exit status 5 (nothing collected or selected) must fail `make test` and `make
+    test-fast`: run here in this process's environment, on one file, with a filter nothing matches."""
+    # Not this session's Ray folder: the inner pytest would end that cluster when it finishes.
+    env = {**{k: v for k, v in os.environ.items() if k != SESSION_DIR_ENV},
+           "PYTEST_ADDOPTS": "-p no:cacheprovider -k no_test_is_named_like_this tests/test_packaging.py"}
+    for target in ("test", "test-fast"):
+        # -o: never (re)install the environment from here; XDIST=: one process is enough.
+        done = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", target, "XDIST=",
+                               f"BIN={Path(sys.executable).parent}"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and "Error 5" in done.stderr, (target, done.stdout[-1000:], done.stderr[-1000:])

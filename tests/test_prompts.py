@@ -6,15 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from charactereval_lib.charactereval.prompts import (
-    ProtocolError,
-    Turn,
-    build_messages,
-    count_dropped_lines,
-    parse_context,
-    profile_text,
-    system_text,
-)
+from charactereval_lib.charactereval.prompts import ProtocolError, Turn, build_messages, count_dropped_lines, parse_context, profile_text, system_text
 
 PROFILE = {"姓名": "甲", "口头禅": "it's", "朋友": ["乙", {"丙": "邻居"}]}
 INSTRUCTION = "\n现在请你扮演一个角色扮演专家。请你根据上述信息扮演甲进行对话。\n"

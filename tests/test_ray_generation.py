@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from _ray_support import CPUS, cluster  # noqa: E402, F401 - cluster is a fixture
-from charactereval_lib import pipeline  # noqa: E402
-from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
-from charactereval_lib.cli import main  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
-from tests.generation_support import kill_mid_run, synthetic_data  # noqa: E402
-from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
+from _ray_support import CPUS
+from charactereval_lib import pipeline
+from charactereval_lib.charactereval.requests import generation_task, make_requests
+from charactereval_lib.cli import main
+from charactereval_lib.engine import runs
+from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
+from tests.generation_support import kill_mid_run, synthetic_data
 
 SAMPLES = 12
 # Timings differ between any two runs; everything else of a record must not.

@@ -12,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setup are fixtures
-    write_data_dir,
-    write_rows,
-    private_digest_cache,
-    rm_dir,
-    setup,
-    tiny_checkpoint,
-)
+from _ray_support import CPUS
+from _reward_support import write_rows
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import runs
 from tests.generation_support import kill_mid_run
-from _ray_support import CPUS, cluster  # noqa: F401 - cluster is a fixture
+
+pytestmark = pytest.mark.usefixtures("private_digest_cache")
 
 
 def settings(mode: str = "faithful") -> scorer.ScorerSettings:

@@ -22,7 +22,7 @@ def test_the_readme_python_example_runs(official_dir, tmp_path, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert main(["rm", "make-tiny", "models/tiny-rm"]) == 0
-    exec(compile(readme_python_example(), "README.md", "exec"), {})  # noqa: S102 - our own documentation
+    exec(compile(readme_python_example(), "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "'rows':" in printed and "report.html" in printed
     run = tmp_path / "outputs" / "py-demo"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib import batch, pipeline
-from charactereval_lib.engine import runs
-from charactereval_lib.cli import main
 from charactereval_lib.charactereval.data import DataError
-from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.charactereval.protocol import METRICS
+from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.charactereval.subsets import stratified_subset
+from charactereval_lib.cli import main
+from charactereval_lib.engine import runs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,19 +20,13 @@ from charactereval_lib.engine import runs
 from charactereval_lib.testing.mockserver import MockServer
 
 
-@pytest.fixture(scope="module")
-def tiny_rm(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rm") / "tiny-rm"
-    assert main(["rm", "make-tiny", str(path)]) == 0
-    return path
-
-
 def judge(run, server, model, data_dir):
     settings = pipeline.JudgeSettings(judge_model=model, base_url=server.base_url, api_key_env="", concurrency=4,
                                       max_attempts=2, retry_base_delay=0.01, timeout=30.0)
     return pipeline.judge_score(run, settings, data_dir=data_dir)
 
 
+@pytest.mark.slow
 def test_two_judges_and_the_reward_model_render_three_reports_and_a_batch_passes(official_dir, tiny_rm, tmp_path,
                                                                                   capsys):
     out = tmp_path / "out"

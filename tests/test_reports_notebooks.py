@@ -8,12 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from charactereval_lib.engine.resources import resource_path
 from charactereval_lib import pipeline
-from charactereval_lib.engine import report
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.official import export_official, import_official
+from charactereval_lib.engine import report, runs
+from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 NOTEBOOKS = ["analyse.ipynb", "compare.ipynb", "generate.ipynb", "score.ipynb"]
@@ -150,7 +149,9 @@ def test_report_can_show_code(synthetic_runs, tmp_path):
 @pytest.mark.slow
 def test_compare_renders_paired_differences(synthetic_runs, tmp_path):
     data_dir, run_a, run_b = synthetic_runs
-    outcome = pipeline.compare([run_a, run_b], tmp_path / "cmp", pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=200), data_dir=str(data_dir))
+    outcome = pipeline.compare([run_a, run_b], tmp_path / "cmp",
+                               pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=200),
+                               data_dir=str(data_dir))
     notebook, html_path = outcome.notebook, outcome.html
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")

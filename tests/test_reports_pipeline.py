@@ -14,17 +14,9 @@ import pytest
 
 from charactereval_lib import batch, pipeline
 from charactereval_lib.charactereval import analysis
-from charactereval_lib.engine import report
-from charactereval_lib.engine import runs
-from charactereval_lib.cli import main
 from charactereval_lib.charactereval.requests import read_ids_file
-
-
-@pytest.fixture(scope="module")
-def tiny_rm(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("rm") / "tiny-rm"
-    assert main(["rm", "make-tiny", str(path)]) == 0
-    return path
+from charactereval_lib.cli import main
+from charactereval_lib.engine import report, runs
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from _reward_support import tiny_checkpoint, write_data_dir
 from charactereval_lib import reproduction
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.reproduce import MISSING_RM, RELEASED_MODELS, released_file
@@ -16,8 +17,6 @@ from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.reproduce import COLUMNS, released_files
-
-from tests._reward_support import tiny_checkpoint, write_data_dir
 from tests.coser_golden import data_dir
 
 CSV_FIELDS = {"model", "source_file", "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within",
@@ -36,6 +35,7 @@ def coser_report(tmp_path_factory):
     return out, json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_coser_every_recorded_score_of_the_11_files_is_reproduced_and_the_report_renders(coser_report):
     out, document = coser_report
     assert document["benchmark"] == "coser" and len(document["files"]) == 12
@@ -127,6 +127,7 @@ def released_generations(tmp_path):
     return load_official_data(data, verify=False), files
 
 
+@pytest.mark.slow
 def test_charactereval_with_the_tiny_checkpoint_renders_every_cell_labelled_meaningless(tmp_path):
     data, files = released_generations(tmp_path)
     outcome = reproduction.reproduce("charactereval", tmp_path / "out", rm=str(tiny_checkpoint()), device="cpu",

@@ -9,13 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from _reward_support import tiny_checkpoint
-from charactereval_lib.cli import main
 from charactereval_lib.charactereval.reward.checkpoint import load_model
 from charactereval_lib.charactereval.reward.download import RM_FILES, RM_REPO, RM_REVISION, check_rm_dir
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful
 from charactereval_lib.charactereval.reward.tiny import LABEL_KEY, TINY_LABEL, tiny_label
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+from charactereval_lib.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,6 +34,7 @@ def run_cli(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess
     )
 
 
+@pytest.mark.slow
 def test_download_offline_fails_with_one_line(tmp_path):
     # (An unreachable endpoint ends the same way, but only after the hub client's ~25 s of
     # retries, too slow for the suite.)
@@ -97,10 +100,31 @@ def test_make_tiny_writes_a_labelled_official_layout(tmp_path, capsys):
     assert 0 < sigmoid_faithful(load_model(out), ids) < 1
 
 
-def test_make_tiny_too_small_vocabulary_is_one_line(tmp_path, capsys):
-    assert main(["rm", "make-tiny", str(tmp_path / "t"), "--vocab", "300"]) == 2
+def test_make_tiny_too_small_vocabulary_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    assert main(["rm", "make-tiny", str(tmp_path / "new" / "t"), "--vocab", "300"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sentencepiece training failed" in err and "vocab" in err.lower()
+    assert f"{tmp_path / 'new' / 't' / 'tokenizer.model'}: " in err
+    # Neither the directory nor the parent the command would have made.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_tiny_failing_half_way_leaves_the_directory_as_it_was(tmp_path, monkeypatch, capsys):
+    from charactereval_lib.charactereval.reward import tiny
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tiny, "save_checkpoint", no_space)
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    for out in (tmp_path / "fresh" / "tiny", existing):
+        assert main(["rm", "make-tiny", str(out), "--layers", "1", "--hidden", "16", "--heads", "2"]) == 1
+        assert "No space left on device" in capsys.readouterr().err
+    # No half-written checkpoint, no staging folder, nothing made for the fresh path.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing"]
+    assert [p.name for p in existing.iterdir()] == ["notes.txt"]
 
 
 def test_score_requires_rm_and_reports_bad_checkpoints(tmp_path, capsys):

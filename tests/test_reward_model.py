@@ -161,6 +161,7 @@ def test_out_of_vocabulary_ids_are_refused():
         sigmoid_faithful(model, [])
 
 
+@pytest.mark.slow
 def test_fast_mode_equals_faithful_on_grouped_rows():
     """Rows of a 'sample' share a long prefix and differ at the end (like the metrics of one
     sample); fast mode with and without prefix reuse against faithful."""
@@ -183,6 +184,7 @@ def test_fast_mode_equals_faithful_on_grouped_rows():
         assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1, (options, stats)
 
 
+@pytest.mark.slow
 def test_one_forward_serves_ragged_batches_with_and_without_last_position_only():
     """The modules of the faithful path on a right-padded batch whose last two rows continue
     the cached prefix of the first: the head reads each row's last real token whether the final

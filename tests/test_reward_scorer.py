@@ -10,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import (  # noqa: F401 - private_digest_cache, rm_dir, setup are fixtures
-    tiny_checkpoint,
-    write_data_dir,
-    write_rows,
-    private_digest_cache,
-    rm_dir,
-    setup,
-    SYNTH_PROFILES,
-)
-from charactereval_lib.engine import runs
+from _reward_support import SYNTH_PROFILES, write_rows
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
 from charactereval_lib.charactereval.reward import scorer
@@ -27,9 +18,12 @@ from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identit
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
+from charactereval_lib.engine import runs
 from tests.generation_support import kill_mid_run
 
 REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.usefixtures("private_digest_cache")
 
 
 def settings(**kw) -> scorer.ScorerSettings:
@@ -50,6 +44,7 @@ def test_build_rm_text_is_the_s6_template():
     assert "'性格': 'it\\'s \"quoted\"'" in text  # Python repr quoting is kept
 
 
+@pytest.mark.slow
 def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     data, _, run_dir, rows = setup
     report = scorer.score_run(run_dir, rm_dir, data, settings())
@@ -77,6 +72,7 @@ def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     assert "meaningless" in manifest["checkpoint"]["label"]
 
 
+@pytest.mark.slow
 def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     data, _, run_dir, rows = setup
     scorer.score_run(run_dir, rm_dir, data, settings())
@@ -98,6 +94,7 @@ def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     assert stats["exact_equal_fraction"] >= 0.99 and stats["max_diff_grid_steps"] <= 1
 
 
+@pytest.mark.slow
 def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
     data, _, run_dir, rows = setup
     reference_dir = run_dir.parent / "reference"
@@ -211,6 +208,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["faithful", "fast"])
 def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_path, request):
     data, data_dir, run_dir, rows = setup

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 
 
 def test_bare_name_goes_under_outputs_and_paths_stay_paths():

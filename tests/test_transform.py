@@ -6,13 +6,7 @@ import json
 
 import pytest
 
-from charactereval_lib.charactereval.transform import (
-    first_line,
-    generation_outputs,
-    is_failed_output,
-    transform,
-    transform_run,
-)
+from charactereval_lib.charactereval.transform import first_line, generation_outputs, is_failed_output, transform, transform_run
 from charactereval_lib.engine import runs
 
 

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 
+import pandas as pd
 from test_judge_battle import COUNT, write_runs
 
 from charactereval_lib.charactereval import battle
@@ -15,8 +16,6 @@ from charactereval_lib.cli import main
 from charactereval_lib.engine.grading.agreement import krippendorff_alpha, label_agreement, scorer_agreement
 from charactereval_lib.engine.grading.panels import inter_judge_alpha
 from charactereval_lib.testing.mockserver import MockServer
-
-import pandas as pd
 
 
 def label(sample_id, metric, choice):

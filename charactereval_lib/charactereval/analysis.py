@@ -17,14 +17,7 @@ import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from charactereval_lib.engine import reportkit, runs
-from charactereval_lib.engine.manifest import GenerationSection
-from charactereval_lib.engine.reportkit import rendered_by
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
-from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
-from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
-from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
     dimension_estimable,
@@ -34,8 +27,15 @@ from charactereval_lib.charactereval.diagnostics import (
     paired_estimable,
     with_context_lengths,
 )
+from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.official import EVALUATION
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
+from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
+from charactereval_lib.engine import reportkit, runs
+from charactereval_lib.engine.manifest import GenerationSection
+from charactereval_lib.engine.reportkit import rendered_by
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 
 OFFLINE_BACKEND = "offline"
 TINY_MARKER = "tiny"

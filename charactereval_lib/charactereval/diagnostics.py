@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
-from charactereval_lib.engine.stats import minimum_detectable_difference
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, ERROR_OUTPUT, METRICS
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
+from charactereval_lib.engine.stats import minimum_detectable_difference
 
 # --- the bf16 grid ------------------------------------------------------------------------------
 

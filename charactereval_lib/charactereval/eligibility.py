@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.benchmark import NAME as BENCHMARK
 from charactereval_lib.charactereval.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
+from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
 from charactereval_lib.charactereval.statistics import dimension_draws, metric_statistics

@@ -14,7 +14,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.charactereval import reference
-from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
     binned_means,
@@ -29,6 +28,7 @@ from charactereval_lib.charactereval.diagnostics import (
     score_grid,
 )
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
+from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
 from charactereval_lib.engine.plots import (
     RUN_PALETTE,
     count_axis,
@@ -39,7 +39,6 @@ from charactereval_lib.engine.plots import (
     with_cjk_font,
     wrap_label,
 )
-
 
 # Where the score grid's step changes (sigmoid crosses a power of two), within typical scores.
 GRID_STEP_BOUNDARIES = (1.5, 2.0, 3.0)

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
-from charactereval_lib.charactereval.protocol import ERROR_OUTPUT
+from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
+from charactereval_lib.engine import runs
 
 GENERATION = "generation"
 GENERATION_TRANS = "generation_trans"

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from charactereval_lib.charactereval.statistics import Statistics
 from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
+
 # PAPER_TABLE4 and ReferenceError are used as reference.* too (where they were defined before).
 from charactereval_lib.charactereval.paper_table import PAPER_TABLE4, ReferenceError, table_path  # noqa: F401
 from charactereval_lib.charactereval.protocol import DIMENSIONS, MBTI_NOT_REPRODUCED, METRICS
+from charactereval_lib.charactereval.statistics import Statistics
 
 MBTI_COLUMN = "mbti_accuracy"
 DIMENSION_SUFFIX = "_avg"

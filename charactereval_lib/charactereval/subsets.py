@@ -13,8 +13,8 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import DataError, OfficialData
+from charactereval_lib.engine import runs
 
 DEFAULT_SALT = "charactereval-subset-v1"
 

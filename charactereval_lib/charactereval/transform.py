@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import runs
 from charactereval_lib.charactereval.data import OfficialData
-from charactereval_lib.charactereval.protocol import ERROR_OUTPUT
+from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
+from charactereval_lib.engine import runs
 
 
 @dataclass

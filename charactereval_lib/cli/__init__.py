@@ -26,7 +26,6 @@ from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
 
-
 # Errors a user can cause with bad input: reported as one line, no traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DataError,
@@ -73,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.root = root
 
-    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+    def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         # A subcommand's unknown argument is its own error, pointing at its own --help (argparse
         # would hand it up to the top-level parser, whose help does not list it).

@@ -7,7 +7,8 @@ import sys
 
 from charactereval_lib import pipeline
 from charactereval_lib.cli.options import RUN_HELP, bootstrap_options, report_problems, settings_from_args, warn
-from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION, VERSIONS as COSER_VERSIONS
+from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION
+from charactereval_lib.coser.versions import VERSIONS as COSER_VERSIONS
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 

@@ -7,9 +7,17 @@ import sys
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option, fmt,
-                                           judge_options,
-                                           settings_from_args, undefined, warn)
+from charactereval_lib.cli.options import (
+    RUN_HELP,
+    allow_mixed_option,
+    bootstrap_options,
+    data_dir_option,
+    fmt,
+    judge_options,
+    settings_from_args,
+    undefined,
+    warn,
+)
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 

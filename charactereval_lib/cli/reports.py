@@ -7,9 +7,16 @@ import dataclasses
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option,
-                                           judge_choice_option,
-                                           report_problems, settings_from_args, warn)
+from charactereval_lib.cli.options import (
+    RUN_HELP,
+    allow_mixed_option,
+    bootstrap_options,
+    data_dir_option,
+    judge_choice_option,
+    report_problems,
+    settings_from_args,
+    warn,
+)
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 

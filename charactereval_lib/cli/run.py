@@ -7,9 +7,18 @@ import sys
 from pathlib import Path
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import (RUN_HELP, allow_mixed_option, bootstrap_options, data_dir_option,
-                                           deprecated_alias, engine_options, judge_choice_option, judge_options,
-                                           settings_from_args, warn)
+from charactereval_lib.cli.options import (
+    RUN_HELP,
+    allow_mixed_option,
+    bootstrap_options,
+    data_dir_option,
+    deprecated_alias,
+    engine_options,
+    judge_choice_option,
+    judge_options,
+    settings_from_args,
+    warn,
+)
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 

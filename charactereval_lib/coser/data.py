@@ -8,8 +8,8 @@ directory, then ``$COSER_DATA_DIR``, then ``data/coser/``.
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

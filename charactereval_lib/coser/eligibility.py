@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
+from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS

@@ -58,9 +58,9 @@ from charactereval_lib.coser.judge import (
     scores_block,
     simulation_str,
 )
+from charactereval_lib.coser.metrics import surface_metrics
 from charactereval_lib.coser.prompts import NSP
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
-from charactereval_lib.coser.metrics import surface_metrics
 from charactereval_lib.coser.simulation import ROLES, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, ProtocolVersion

@@ -25,9 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine import jobs
-from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
 # A run's files are named where the benchmark declares what its runs contain.
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.data import Scene
@@ -44,6 +41,9 @@ from charactereval_lib.coser.simulation import (
     simulate_scene,
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
+from charactereval_lib.engine import jobs
+from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
+from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
 
 LOCK = ".coser.lock"
 

@@ -49,7 +49,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 from charactereval_lib.coser.data import Scene
 from charactereval_lib.coser.judge import (
     actor_rounds,
@@ -73,6 +72,7 @@ from charactereval_lib.coser.prompts import (
 from charactereval_lib.coser.text import END_CHAT, add_speaker_name, fix_repeation, nsp_fallback, parse_nsp_reply, remove_inner_thoughts
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.coser.versions import COSER_PAPER, ProtocolVersion
+from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 
 ROLES = ("actor", "env", "nsp", "judge", "repair")
 

@@ -91,6 +91,9 @@ def by_status(retry_failed: bool = True) -> Classify:
     return classify
 
 
+RETRY_FAILED = by_status()
+
+
 def recorded_is_done(item: Any, record: dict[str, Any] | None) -> str:
     """The rule for records that exist only once their work succeeded (a failure writes none)."""
     return PENDING if record is None else DONE
@@ -108,7 +111,7 @@ def latest_records(path: Path, key_fields: Sequence[str], *, select: Callable[[A
 
 
 def plan_keys(path: Path, items: Iterable[Item], key_of: Callable[[Item], tuple], key_fields: Sequence[str],
-              classify: Classify = by_status(), *, select: Callable[[Any], bool] | None = None) -> KeyPlan[Item]:
+              classify: Classify = RETRY_FAILED, *, select: Callable[[Any], bool] | None = None) -> KeyPlan[Item]:
     """Which ``items`` still need doing given the records ``path`` holds: each item's key
     (``key_of``, the values of ``key_fields`` in its records) is looked up among the latest
     records ``select`` accepts, and ``classify`` decides from that record."""
@@ -171,7 +174,7 @@ class Job:
             self.lock, f"{self.where}: another {self.what} is writing it (lock {self.lock.name}){self.hint}")
 
     def plan(self, path: Path, items: Iterable[Item], key_of: Callable[[Item], tuple], key_fields: Sequence[str],
-             classify: Classify = by_status(), *, select: Callable[[Any], bool] | None = None) -> KeyPlan[Item]:
+             classify: Classify = RETRY_FAILED, *, select: Callable[[Any], bool] | None = None) -> KeyPlan[Item]:
         """``plan_keys``, its warnings kept in ``warnings``."""
         plan = plan_keys(path, items, key_of, key_fields, classify, select=select)
         self.warnings.extend(plan.warnings)

@@ -26,26 +26,85 @@ HTTP clients.
 from __future__ import annotations
 
 from charactereval_lib.engine import runs
-from charactereval_lib.pipeline.settings import (DEFAULT_BASELINES, ENGINES, GenerateSettings, JudgeSettings,
-                                                 PanelSettings, ReportSettings, ScoreSettings, Settings, SettingsError,
-                                                 SummarizeSettings)
-from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
-                                                 REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
-from charactereval_lib.pipeline.charactereval import (ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK, GenerateResult, ImportOutcome,
-                                                      ScoreOutcome, TransformOutcome, compare, compare_problems,
-                                                      export_official, generate, import_official, overview, report,
-                                                      run_warnings, score, summarize, transform)
-from charactereval_lib.pipeline.data import (DataCheck, DoctorOutcome, data_fetch, data_groups, data_subset,
-                                             data_verify, doctor, rm_check, rm_download, rm_make_tiny)
-from charactereval_lib.pipeline.judging import (BattleOutcome, JudgeOutcome, MetaevalOutcome, PanelOutcome,
-                                                RmTrainOutcome, battle, convert_rm_train, judge_score, metaeval, panel)
-from charactereval_lib.pipeline.coser import (COSER_BACKENDS, COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK,
-                                              COSER_ROLES, COSER_ROLE_DEFAULTS, COSER_RULES, CoserReportSettings,
-                                              CoserRunOutcome, CoserRunSettings, CoserSummarizeSettings,
-                                              coser_analysis, coser_compare, coser_data_dir, coser_data_fetch,
-                                              coser_data_verify, coser_dry_run, coser_import, coser_report, coser_run,
-                                              coser_summarize)
 from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
+from charactereval_lib.pipeline.charactereval import (
+                                                 ANALYSE_NOTEBOOK,
+                                                 COMPARE_NOTEBOOK,
+                                                 GenerateResult,
+                                                 ImportOutcome,
+                                                 ScoreOutcome,
+                                                 TransformOutcome,
+                                                 compare,
+                                                 compare_problems,
+                                                 export_official,
+                                                 generate,
+                                                 import_official,
+                                                 overview,
+                                                 report,
+                                                 run_warnings,
+                                                 score,
+                                                 summarize,
+                                                 transform,
+)
+from charactereval_lib.pipeline.coser import (
+                                                 COSER_BACKENDS,
+                                                 COSER_COMPARE_NOTEBOOK,
+                                                 COSER_REPORT_NOTEBOOK,
+                                                 COSER_ROLE_DEFAULTS,
+                                                 COSER_ROLES,
+                                                 COSER_RULES,
+                                                 CoserReportSettings,
+                                                 CoserRunOutcome,
+                                                 CoserRunSettings,
+                                                 CoserSummarizeSettings,
+                                                 coser_analysis,
+                                                 coser_compare,
+                                                 coser_data_dir,
+                                                 coser_data_fetch,
+                                                 coser_data_verify,
+                                                 coser_dry_run,
+                                                 coser_import,
+                                                 coser_report,
+                                                 coser_run,
+                                                 coser_summarize,
+)
+from charactereval_lib.pipeline.data import (
+                                                 DataCheck,
+                                                 DoctorOutcome,
+                                                 data_fetch,
+                                                 data_groups,
+                                                 data_subset,
+                                                 data_verify,
+                                                 doctor,
+                                                 rm_check,
+                                                 rm_download,
+                                                 rm_make_tiny,
+)
+from charactereval_lib.pipeline.judging import (
+                                                 BattleOutcome,
+                                                 JudgeOutcome,
+                                                 MetaevalOutcome,
+                                                 PanelOutcome,
+                                                 RmTrainOutcome,
+                                                 battle,
+                                                 convert_rm_train,
+                                                 judge_score,
+                                                 metaeval,
+                                                 panel,
+)
+from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
+from charactereval_lib.pipeline.settings import (
+                                                 DEFAULT_BASELINES,
+                                                 ENGINES,
+                                                 GenerateSettings,
+                                                 JudgeSettings,
+                                                 PanelSettings,
+                                                 ReportSettings,
+                                                 ScoreSettings,
+                                                 Settings,
+                                                 SettingsError,
+                                                 SummarizeSettings,
+)
 
 __all__ = [
     "ANALYSE_NOTEBOOK", "BattleOutcome", "COMPARE_NOTEBOOK", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",

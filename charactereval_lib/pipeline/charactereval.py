@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, Any
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import benchmarks, faults, runs
-from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome,
-                                                 SummaryOutcome)
-from charactereval_lib.pipeline.settings import (GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings,
-                                                 _ray_settings)
+from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome, SummaryOutcome
+from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings, _ray_settings
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,8 +11,7 @@ from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
-from charactereval_lib.pipeline.outcomes import (COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML,
-                                                 REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome)
+from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
 COSER_ROLES = ("actor", "env", "nsp", "judge")

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS_PER_METRIC, EXPECTED_SAMPLES
-from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.official import export_official, import_official
+from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import load_paper_table
 from charactereval_lib.coser.judge import dimension_score
 from charactereval_lib.coser.report import load_anchor

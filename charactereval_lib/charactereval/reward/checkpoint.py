@@ -165,7 +165,7 @@ def _open_bin(path: Path, map_location: str = "cpu") -> tuple[dict[str, torch.Te
             if "mmap" not in str(exc) and "zip" not in str(exc).lower():
                 raise
             obj, mapped = torch.load(path, map_location=map_location, weights_only=True), False
-    except Exception as exc:  # noqa: BLE001 - any failure to unpickle is a bad file
+    except Exception as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path.name}: unreadable weights file ({detail[:200]})") from None
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):

@@ -74,7 +74,7 @@ def download_rm(dest: str | Path = DEFAULT_RM_DIR, *, endpoint: str | None = Non
             allow_patterns=list(RM_FILES),
             endpoint=endpoint,
         )
-    except Exception as exc:  # noqa: BLE001 - network, auth, disk: all end the same way here
+    except Exception as exc:
         hint = (
             "HF_HUB_OFFLINE is set, so nothing can be fetched"
             if constants.HF_HUB_OFFLINE

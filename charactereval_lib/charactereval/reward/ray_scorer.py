@@ -21,8 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.ray_cluster import AUTO_DEVICE, ActorPool, RaySettings, WorkerInfo
 from charactereval_lib.charactereval.reward.scorer import (
     RowInput,
     ScorerSettings,
@@ -31,6 +29,8 @@ from charactereval_lib.charactereval.reward.scorer import (
     score_rows,
     work_units,
 )
+from charactereval_lib.engine import runs
+from charactereval_lib.engine.ray_cluster import AUTO_DEVICE, ActorPool, RaySettings, WorkerInfo
 
 
 class ScoringWorker:

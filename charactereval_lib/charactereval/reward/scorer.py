@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charactereval_lib.engine import jobs, runs
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
+from charactereval_lib.engine import jobs, runs
 
 if TYPE_CHECKING:  # the model module imports torch; the scorer imports it only when scoring
     from charactereval_lib.charactereval.reward.model import FastOptions

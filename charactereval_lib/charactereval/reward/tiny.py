@@ -13,7 +13,9 @@ then stays in DIR; nothing of the data goes anywhere else).
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -81,10 +83,19 @@ def data_lines(data_dir: str | Path) -> list[str]:
 def train_sentencepiece(lines: Iterable[str], out_path: str | Path, vocab_size: int, *, seed_sentences: int = 200_000) -> Path:
     """Train a BPE model with Baichuan's options and write it to ``out_path``. The vocabulary
     may come out smaller than asked when the text is small (hard_vocab_limit off)."""
+    out_path = Path(out_path)
+    model = _trained_model(lines, vocab_size, seed_sentences, out_path)
+    # Created only once training worked: a failed one leaves no empty directory behind.
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_bytes(model)
+    return out_path
+
+
+def _trained_model(lines: Iterable[str], vocab_size: int, seed_sentences: int, shown_as: Path) -> bytes:
+    """The trained model file's bytes; a failed training is a CheckpointError naming ``shown_as``,
+    where the model was to be written."""
     import sentencepiece as spm
 
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         with open(corpus, "w", encoding="utf-8") as f:
@@ -95,9 +106,8 @@ def train_sentencepiece(lines: Iterable[str], out_path: str | Path, vocab_size: 
             _train(spm, corpus, prefix, vocab_size, seed_sentences)
         except RuntimeError as exc:
             detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise CheckpointError(f"{out_path}: sentencepiece training failed ({detail[:300]})") from None
-        out_path.write_bytes((Path(tmp) / "sp.model").read_bytes())
-    return out_path
+            raise CheckpointError(f"{shown_as}: sentencepiece training failed ({detail[:300]})") from None
+        return (Path(tmp) / "sp.model").read_bytes()
 
 
 def _train(spm, corpus: Path, prefix: Path, vocab_size: int, seed_sentences: int) -> None:
@@ -202,16 +212,42 @@ def make_tiny(
     if hidden % heads:
         raise CheckpointError(f"--hidden {hidden} must be a multiple of --heads {heads}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer_lines is not None:
         lines = tokenizer_lines
     elif data_dir is not None:
         lines = data_lines(data_dir)
     else:
         lines = synthetic_lines(4000, seed)
-    sp_path = train_sentencepiece(lines, out_dir / "tokenizer.model", vocab_size)
+    # Trained before anything is created: the step that fails on bad options leaves no trace.
+    tokenizer = _trained_model(lines, vocab_size, 200_000, out_dir / "tokenizer.model")
+    # The checkpoint is built beside DIR and moved in file by file once complete, so that an
+    # error half-way leaves DIR as it was (or absent, with any parents this call made).
+    made = next((p for p in reversed([out_dir, *out_dir.parents]) if not p.exists()), None)
+    source = "the official data's text" if data_dir is not None and tokenizer_lines is None else "synthetic text"
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+        try:
+            _write_tiny(staging, tokenizer, layers=layers, hidden=hidden, heads=heads, intermediate=intermediate,
+                        model_max_length=model_max_length, shards=shards, seed=seed, source=source)
+            out_dir.mkdir(exist_ok=True)
+            for path in staging.iterdir():
+                os.replace(path, out_dir / path.name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _write_tiny(out_dir: Path, tokenizer: bytes, *, layers: int, hidden: int, heads: int, intermediate: int | None,
+                model_max_length: int, shards: int, seed: int, source: str) -> None:
     import sentencepiece as spm
 
+    sp_path = out_dir / "tokenizer.model"
+    sp_path.write_bytes(tokenizer)
     actual_vocab = spm.SentencePieceProcessor(model_file=str(sp_path)).get_piece_size()
     config = RMConfig(
         vocab_size=actual_vocab,
@@ -225,7 +261,6 @@ def make_tiny(
     save_checkpoint(state, out_dir, kind="bin", shards=shards)
     (out_dir / CONFIG).write_text(json.dumps(config_json(config), indent=2) + "\n", encoding="utf-8")
     write_tokenizer_files(out_dir, model_max_length)
-    source = "the official data's text" if data_dir is not None and tokenizer_lines is None else "synthetic text"
     (out_dir / "README.md").write_text(
         f"# {TINY_LABEL}\n\n"
         f"Made by `charactereval rm make-tiny`: BaichuanCharRM layout, {layers} layers, hidden {hidden}, "
@@ -233,7 +268,6 @@ def make_tiny(
         f"{source}. Use it to try the scoring pipeline end to end, never to report results.\n",
         encoding="utf-8",
     )
-    return out_dir
 
 
 def tiny_label(model_dir: str | Path) -> str | None:

@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 

@@ -30,7 +30,6 @@ from charactereval_lib.engine.generation.base import (
 )
 from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids, config_context
 
-
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Requests generated together, each with its prompt's token ids.
 Batch = list[tuple[GenerationRequest, list[int]]]

@@ -14,9 +14,8 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, build_payload
+from charactereval_lib.engine.generation.base import STATUS_OK, ConfigError, DecodingParams, GenerationRequest, GenerationResult, body_sha256, build_payload
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine.generation.base import body_sha256
 from charactereval_lib.engine.generation.retry import PermanentError, RetryingBackend, RetryPolicy, TransientError
 
 # Generic phrases written for this backend (not from the test set).

@@ -288,7 +288,7 @@ class RetryingBackend(ABC):
     def stats(self) -> dict[str, Any]:
         return {"concurrency": self.limiter.stats() if self.limiter else None}
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a default that backends holding connections override
         """Nothing to release by default."""
 
 
