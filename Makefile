@@ -31,7 +31,7 @@ XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 # pytest exits 5 when it collects or selects no test at all: make fails then, as on any non-zero
 # status (never add `|| true` or a `-` prefix here).
 test: setup
-	$(BIN)/python -m pytest $(XDIST)
+	$(BIN)/python -m pytest $(XDIST) --durations=15
 
 # The edit-test loop: the same without the tests marked slow (Ray, notebook executions, signalled
 # and killed children). `make test` stays the whole suite, the one CI runs.
