@@ -36,6 +36,7 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data
+from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload
@@ -104,7 +105,7 @@ def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
 
 
 def run_engine_only(data: OfficialData, concurrency: int, latency: float) -> int:
-    backend = OfflineBackend(MODEL, DecodingParams.resolve(), concurrency=concurrency, latency_s=latency)
+    backend = OfflineBackend(MODEL, DecodingParams.resolve(), separator=COLON, concurrency=concurrency, latency_s=latency)
     with tempfile.TemporaryDirectory() as tmp:
         run_generation(Path(tmp), make_requests(data.samples, data), backend, generation_task(data), progress=False)
         return sum(1 for r in runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
