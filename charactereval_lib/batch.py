@@ -631,10 +631,19 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
                 ray.cancel(ref)
             ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
             now = time.monotonic()
-            for index, _, started in in_flight.values():
+            for index, stage, started in in_flight.values():
                 results[index] = _interrupted(config.models[index], config, results[index].seconds + now - started)
+                if stage == GENERATION:
+                    _close_cancelled_generation(runs.RunDir.resolve(config.output_dir / config.models[index].name))
             outcome.interrupted = True
         outcome.models = [results[index] for index in sorted(results)]
+
+
+def _close_cancelled_generation(run: runs.RunDir) -> None:
+    """A cancelled task can be killed before its generation records how it ended (its clean-up
+    races the driver's exit, seen under load): a generation still marked running is interrupted."""
+    if run.manifest_path.exists() and (runs.load_manifest(run.path).get("generation") or {}).get("status") == "running":
+        runs.update_manifest(run.path, generation={"status": "interrupted"})
 
 
 def _summary_record(config: BatchConfig, outcome: BatchResult) -> dict[str, Any]:
