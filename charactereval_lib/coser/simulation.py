@@ -69,7 +69,15 @@ from charactereval_lib.coser.prompts import (
     scene_rng,
     speakers_with_environment,
 )
-from charactereval_lib.coser.text import END_CHAT, add_speaker_name, fix_repeation, nsp_fallback, parse_nsp_reply, remove_inner_thoughts
+from charactereval_lib.coser.text import (
+    END_CHAT,
+    FULL_WIDTH_SPEAKER_SEPARATOR,
+    add_speaker_name,
+    fix_repeation,
+    nsp_fallback,
+    parse_nsp_reply,
+    remove_inner_thoughts,
+)
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.coser.versions import COSER_PAPER, ProtocolVersion
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
@@ -182,8 +190,10 @@ class RoleClients:
         from charactereval_lib.engine.generation.backends import make_backend as engine_backend
         from charactereval_lib.engine.generation.retry import RetryPolicy
 
-        # Offline placeholder replies name their speaker as a transcript line does (``coser.text``).
-        options = BackendOptions(concurrency=concurrency, policy=policy or RetryPolicy(), offline_separator="：")
+        # Offline placeholder replies name their role with the full-width separator, one of the two
+        # that CoSER's transcript lines take (``coser.text``); its records were made with it.
+        options = BackendOptions(concurrency=concurrency, policy=policy or RetryPolicy(),
+                                 offline_separator=FULL_WIDTH_SPEAKER_SEPARATOR)
         build = make_backend or engine_backend
         self._backends = {}
         for name in ROLES:

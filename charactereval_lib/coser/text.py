@@ -14,6 +14,10 @@ from typing import Any
 from charactereval_lib.coser.versions import ProtocolVersion
 
 END_CHAT = "<END CHAT>"
+# The speaker separators of a transcript line: upstream ``add_speaker_name`` writes ``Name: ``
+# and takes a line that starts ``Name：`` (full width) as already prefixed too.
+SPEAKER_SEPARATOR = ":"
+FULL_WIDTH_SPEAKER_SEPARATOR = "\uff1a"
 
 # Thought brackets are removed line-locally and non-greedily: `.` does not cross a newline, so
 # a multi-line `[...]` survives and `[a [b] c]` leaves ` c]` (upstream regex semantics).
@@ -46,9 +50,9 @@ def add_speaker_name(dialogue: str, speaker: str) -> str:
     with the full-width ``speaker：``."""
     for line in dialogue.split("\n"):
         line = line.strip()
-        if line.startswith(f"{speaker}:") or line.startswith(f"{speaker}："):
+        if line.startswith(f"{speaker}{SPEAKER_SEPARATOR}") or line.startswith(f"{speaker}{FULL_WIDTH_SPEAKER_SEPARATOR}"):
             return dialogue
-    return f"{speaker}: {dialogue}"
+    return f"{speaker}{SPEAKER_SEPARATOR} {dialogue}"
 
 
 # HEAD's label regex (958f962). Reconstructed from the golden vectors: the separator class is
