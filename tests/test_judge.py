@@ -149,7 +149,7 @@ def test_score_rejects_mixed_scorer_flags(official_dir, tmp_path, capsys):
     assert main(["score", str(tmp_path / "r"), "--judge-model", "x", "--data-dir", str(official_dir)]) == 2
     assert "--scorer judge" in capsys.readouterr().err
     assert main(["score", str(tmp_path / "r"), "--scorer", "judge", "--data-dir", str(official_dir)]) == 2
-    assert "judge_model is required" in capsys.readouterr().err
+    assert "error: judge_model: missing (required: a string)" in capsys.readouterr().err
 
 
 def test_a_custom_spec_file_is_used_for_every_metric(official_data, tmp_path):

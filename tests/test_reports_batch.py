@@ -91,7 +91,7 @@ def test_shipped_configs_load():
         ("- {name: x, backend: offline, model: m, rm: r, score: {mode: quick}}\n", r"model 'x': score: mode 'quick'"),
         ("- {name: x, backend: offline, model: m, rm: r, limit: 0}\n", r"model 'x': generate: limit must be a positive"),
         ("- {name: x, backend: offline, model: m, rm: r, generate: {concurrency: '4'}}\n",
-         r"model 'x': generate: 'concurrency' must be"),
+         "model 'x': generate: concurrency: expected an integer, got '4'"),
     ],
 )
 def test_setting_typos_are_caught_before_anything_runs(tmp_path, text, message):

@@ -63,8 +63,8 @@ def test_unknown_keys_are_refused_with_the_accepted_ones_and_missing_keys_say_wh
         "batch.yaml: unknown key(s) ['titel']; expected some of ['models', 'title']"
     assert error_of({"models": [{"name": "a", "max_token": 3}]}) == \
         "batch.yaml: models[0]: unknown key(s) ['max_token']; expected some of ['max_tokens', 'name'] (see the docs)"
-    assert error_of({"models": [{}]}) == "batch.yaml: models[0].name: missing (required)"
-    assert error_of({"models": [{"max_tokens": 2}]}) == "batch.yaml: models[0].name: missing (required)"
+    assert error_of({"models": [{}]}) == "batch.yaml: models[0].name: missing (required: a string)"
+    assert error_of({"models": [{"max_tokens": 2}]}) == "batch.yaml: models[0].name: missing (required: a string)"
 
     class Limits(Document):
         max_tokens: Annotated[int, expect("a positive integer", lambda v: is_int(v) and v > 0)]
@@ -146,7 +146,7 @@ def test_a_current_manifest_is_read_as_written(tmp_path):
 
 @pytest.mark.parametrize(("content", "where"), [
     ({"generation": {"sessions": 3}}, "generation.sessions: expected a list, got 3"),
-    ({"manifest_schema": 2, "protocol_version": 1}, "protocol_version: expected a string, got 1"),
+    ({"manifest_schema": 2, "protocol_version": 1}, "protocol_version: expected a string or null, got 1"),
     ({"manifest_schema": "2"}, "manifest_schema: expected an integer, got '2'"),
     ({"manifest_schema": 9}, "manifest_schema: layout 9 is newer than this workbench reads (2)"),
     (["not", "a", "manifest"], "(document): expected a mapping, got ['not', 'a', 'manifest']"),
@@ -170,7 +170,7 @@ def test_the_command_line_says_a_damaged_manifest_in_one_line(tmp_path, capsys):
     (run / runs.MANIFEST).write_text('{"generation": {"model": ["m"]}}', encoding="utf-8")
     assert main(["summarize", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {run / runs.MANIFEST}: generation.model: expected a string, got ['m']"]
+    assert err == [f"error: {run / runs.MANIFEST}: generation.model: expected a string or null, got ['m']"]
 
 
 # --- summaries ---------------------------------------------------------------------------------------
@@ -210,4 +210,35 @@ def test_a_coser_summary_is_read_typed_and_a_damaged_one_named(tmp_path):
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(runs.RunError) as caught:
         coser_documents.load_summary(path)
-    assert str(caught.value) == f"{path}: ended_by.failed: missing (required)"
+    assert str(caught.value) == f"{path}: ended_by.failed: missing (required: an integer)"
+
+
+def test_settings_errors_are_worded_as_every_document_error():
+    """The pipeline's settings go through the same formatter as documents: where (when loaded
+    from a mapping), the key, what was expected and what was got."""
+    from charactereval_lib import pipeline
+
+    def error_of_settings(make) -> str:
+        with pytest.raises(pipeline.SettingsError) as caught:
+            make()
+        return str(caught.value)
+
+    generate = pipeline.GenerateSettings
+    assert error_of_settings(lambda: generate(backend="offline", model="m", concurrency="4")) == \
+        "concurrency: expected an integer, got '4'"
+    assert error_of_settings(lambda: generate(model="m")) == "backend: missing (required: a string)"
+    assert error_of_settings(lambda: generate.from_mapping({"backend": "offline", "model": "m", "temperature": "hot"},
+                                                           "b.yaml: model 'x': generate")) == \
+        "b.yaml: model 'x': generate: temperature: expected a number or null, got 'hot'"
+    assert error_of_settings(lambda: pipeline.PanelSettings.from_mapping({"judge_models": "ab"}, "p.yaml")) == \
+        "p.yaml: judge_models: expected a list of strings, got 'ab'"
+    unknown = error_of_settings(lambda: pipeline.SummarizeSettings.from_mapping({"nboot": 3}, "s.yaml"))
+    assert unknown.startswith("s.yaml: unknown key(s) ['nboot']; expected some of [") and "'n_boot'" in unknown
+    # A check of model_post_init is shown in its own words, after where it was found.
+    assert error_of_settings(lambda: generate.from_mapping({"backend": "offline", "model": "m", "limit": 0}, "g")) == \
+        "g: limit must be a positive number, got 0"
+
+
+def test_a_required_setting_left_out_on_the_command_line_is_missing(tmp_path, capsys):
+    assert main(["coser", "run", str(tmp_path / "run"), "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: actor_model: missing (required: a string)\n"

@@ -106,8 +106,10 @@ def report_problems(problems: list[str], ok_message: str) -> int:
 
 
 def settings_from_args(cls, args: argparse.Namespace, **overrides):
-    """Typed pipeline settings from the parsed flags (flag dests are the settings' field names)."""
-    values = {key: getattr(args, key) for key in cls.keys() if hasattr(args, key)}
+    """Typed pipeline settings from the parsed flags (flag dests are the settings' field names).
+    A required setting whose option was not given (None) is left out: it is missing."""
+    values = {key: getattr(args, key) for key in cls.keys()
+              if hasattr(args, key) and (getattr(args, key) is not None or not cls.model_fields[key].is_required())}
     return cls(**{**values, **overrides})
 
 

@@ -1,20 +1,20 @@
 """Typed settings of the pipeline stages: frozen pydantic models that also load from YAML
 mappings, where an unknown key or a wrong type is a one-line error naming the key
-(``SettingsError``). A benchmark package's own settings derive from ``Settings`` too."""
+(``SettingsError``, worded by ``engine.validation.format_error`` as every document's errors
+are). A benchmark package's own settings derive from ``Settings`` too."""
 
 from __future__ import annotations
 
-import types
-import typing
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WrapValidator
+from pydantic import BeforeValidator, ConfigDict, ValidationError, WrapValidator
 
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.validation import Document, format_error
 
 # Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
 DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
@@ -40,53 +40,21 @@ Number = Annotated[float, WrapValidator(_keep_int)]
 Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)]
 
 
-def _expected(annotation: Any) -> str:
-    """A field's type as an error names it: ``int``, ``float | None``, ``a list of strings``."""
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _expected(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_expected(arg) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return "None"
-    if origin is tuple:
-        return "a list of strings"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def error_line(exc: ValidationError, fields: Mapping[str, Any]) -> str:
-    """The first problem of a ``ValidationError`` as one line naming the key: what it must be and
-    what it got, that it is required, or that it is unknown."""
-    error = exc.errors()[0]
-    if error["type"] == "value_error" and isinstance(error.get("ctx", {}).get("error"), ConfigError):
-        # A check of ``model_post_init``: its own message already names what is wrong.
-        return str(error["ctx"]["error"])
-    key = str(error["loc"][0]) if error["loc"] else "settings"
-    field = fields.get(key)
-    # Left out, or None where the command line passes an option that was not given.
-    if error["type"] == "missing" or (error.get("input") is None and field is not None and field.is_required()):
-        return f"{key} is required"
-    if error["type"] == "extra_forbidden":
-        return f"unknown key(s) {[key]}; expected some of {list(fields)}"
-    expected = _expected(field.annotation) if field is not None else error["msg"]
-    return f"{key!r} must be {expected}, got {error['input']!r}"
-
-
-class Settings(BaseModel):
+class Settings(Document):
     """Settings of a stage, shared by the pipeline's and a benchmark package's own: frozen,
-    every key checked with its type (no coercion: ``'4'`` is no int), ``from_mapping`` loads a
-    YAML section and names where a problem was found. A subclass checks what its fields cannot
-    say alone in ``model_post_init``, raising ``SettingsError``."""
+    every key checked with its type (no coercion: ``'4'`` is no int), unknown keys refused,
+    ``from_mapping`` loads a YAML section and names where a problem was found. A subclass checks
+    what its fields cannot say alone in ``model_post_init``, raising ``SettingsError``."""
 
     # Validators are built on first use: the command line reads these classes' defaults to build
     # its parser, and `--help` should not pay for building them.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
+    model_config = ConfigDict(defer_build=True)
 
     def __init__(self, **values: Any) -> None:
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise SettingsError(error_line(exc, type(self).model_fields)) from None
+            raise SettingsError(format_error(exc, model=type(self))) from None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -96,12 +64,12 @@ class Settings(BaseModel):
     def from_mapping(cls, values: Mapping[str, Any], where: str = "settings"):
         """Settings from a mapping (a YAML section); unknown keys and wrong types are errors
         that name the key and ``where`` it was found."""
-        unknown = sorted(set(values) - set(cls.keys()))
-        if unknown:
-            raise SettingsError(f"{where}: unknown key(s) {unknown}; expected some of {cls.keys()}")
         try:
-            return cls(**values)
+            return cls.model_validate(dict(values))
+        except ValidationError as exc:
+            raise SettingsError(format_error(exc, where, model=cls)) from None
         except ConfigError as exc:
+            # A check outside pydantic's validation (e.g. a benchmark's own, reading a file).
             raise SettingsError(f"{where}: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
