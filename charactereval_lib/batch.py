@@ -64,7 +64,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import model_validator
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import benchmarks, faults, progress, runs
+from charactereval_lib.engine import benchmarks, faults, jobs, progress, runs
 from charactereval_lib.engine.validation import Document, expect, is_int, is_number, problem, validate
 
 # The benchmark of the models this module runs itself; the others run through the registry.
@@ -550,8 +550,6 @@ def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
 def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
     """Each model of another benchmark, its stages in order (``benchmarks.STAGES``) through the
     registry; a failure is recorded and the batch goes on, an interrupt stops it."""
-    from charactereval_lib.engine.generation.engine import GenerationInterrupted
-
     for model in config.others:
         benchmark = benchmarks.get(model.benchmark)
         run = runs.RunDir.resolve(config.output_dir / model.name)
@@ -567,7 +565,7 @@ def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
                 if stage == "report":
                     result.report = str(done.html)
             result.failed_step = None
-        except (KeyboardInterrupt, GenerationInterrupted):
+        except (KeyboardInterrupt, jobs.JobInterrupted):
             outcome.models.append(ModelResult(model.name, str(run.path), status="interrupted",
                                               error="stopped by the user; re-run the batch to resume",
                                               seconds=round(time.monotonic() - started, 1)))

@@ -1,12 +1,14 @@
 """The CoSER simulation engine end to end on the local mock server with deterministic actors,
 environment, NSP and judge (``testing.coser_script``): a smoke run through the CLI, injected
-faults, and a SIGKILL mid-scene whose resume equals an uninterrupted run."""
+faults, a SIGKILL mid-scene whose resume equals an uninterrupted run, and Ctrl-C / SIGTERM
+ending in one interrupted line with the session's counts."""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,11 +19,12 @@ import pytest
 
 from charactereval_lib import cli
 from charactereval_lib.coser.prompts import NSP
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES, TURNS
-from charactereval_lib.engine.runs import read_jsonl
+from charactereval_lib.coser.run import JUDGEMENTS, LOCK, SCENES, TURNS
+from charactereval_lib.engine.runs import load_manifest, read_jsonl
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir
+from tests.generation_support import interruptible
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,3 +148,37 @@ def test_sigkill_mid_scene_then_resume_equals_an_uninterrupted_run(clean_run, tm
     steps = [(t["repeat"], t["scene"], t["step"]) for t in read_jsonl(run / TURNS).records]
     assert len(steps) == len(set(steps))
     assert len(server.received) - sent_before == len(read_jsonl(clean_run / TURNS).records) - len(recorded) + 8
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_ends_in_one_line_with_the_counts_and_the_run_resumes(stop, clean_run, tmp_path):
+    run = tmp_path / "stopped"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with MockServer(reply=scripted_reply, latency_s=0.05) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", *run_args(run, server.base_url),
+                                 "--quiet"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=interruptible)
+        deadline = time.monotonic() + 120
+        while len(read_jsonl(run / TURNS).records) < 4:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no turns recorded within 120 s"
+            time.sleep(0.01)
+        proc.send_signal(stop)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, (out, err)
+        assert err.splitlines() == [err.strip()] and "Traceback" not in err
+        said = re.match(r"CoSER run interrupted: (\d+) done, (\d+) failed, (\d+) remaining; every record received "
+                        r"is saved: re-run the same command to resume$", err.strip())
+        assert said, err
+        counts = dict(zip(("done", "failed", "remaining"), map(int, said.groups())))
+        # A busy machine may let the first scene finish before the signal lands, never both.
+        assert sum(counts.values()) == 2 and counts["remaining"] >= 1 and counts["failed"] == 0
+        turns = read_jsonl(run / TURNS)
+        assert not turns.warnings and len(turns.records) >= 4 and not (run / LOCK).exists()
+        coser = load_manifest(run)["coser"]
+        assert coser["status"] == "interrupted" and coser["session"] == counts
+
+        server.latency_s = 0.0
+        assert cli.main(run_args(run, server.base_url, "--quiet")) == 0
+    assert outcome(run) == outcome(clean_run)
+    assert load_manifest(run)["coser"]["status"] == "complete"

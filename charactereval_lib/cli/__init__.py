@@ -22,7 +22,7 @@ from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.prompts import ProtocolError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
-from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine import benchmarks, faults, jobs, runs
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
 
@@ -142,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunAborted, faults.Unreachable) as exc:
         _error(exc)
         return 1
+    except jobs.JobInterrupted as exc:
+        # A job that a command does not report itself (a CoSER run): its counts in one line.
+        print(f"{exc}; every record received is saved: re-run the same command to resume", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -20,6 +20,8 @@ from charactereval_lib.engine.validation import validate
 
 
 class CoserSection(Section):
+    # running, complete, partial (some scene runs failed) or interrupted; absent before it was recorded.
+    status: str | None = None
     # The settings a resumed run must match (models, protocol, fixed parameters, roles).
     identity: dict[str, Any] = {}
     endpoints: dict[str, Any] = {}

@@ -13,7 +13,8 @@ Scenes run concurrently, turns within a scene sequentially. A run is the engine'
 scene), judgements by (repeat, scene, dimension). Resuming (the same command again) skips
 finished work, continues each unfinished scene from its last recorded turn and judges what
 is not judged yet; a SIGKILL loses at most the lines still queued for writing (the last
-moments' calls, asked again on resume).
+moments' calls, asked again on resume). Ctrl-C or SIGTERM stops the calls in flight, writes
+every record received, marks the run interrupted in run.json and raises ``CoserInterrupted``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from charactereval_lib.coser.simulation import (
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.engine import jobs
+from charactereval_lib.engine.generation.engine import cancel_on_sigterm
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
 from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
 
@@ -80,6 +82,31 @@ def coser_job(run_dir: RunDir) -> jobs.Job:
     return jobs.Job(run_dir.path, run_dir.path / LOCK, "CoSER run")
 
 
+@dataclass
+class CoserSession:
+    """What a session of a run did, in scene runs (repeat x scene): ``done`` simulated and
+    judged (including those finished by an earlier session), ``failed`` stopped by a call that
+    gave up, the rest not finished."""
+
+    scenes: int
+    done: int = 0
+    failed: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.scenes - self.done - self.failed
+
+    def line(self) -> str:
+        return f"{self.done}/{self.scenes} scene runs complete, {self.failed} failed, {self.remaining} remaining"
+
+
+class CoserInterrupted(jobs.JobInterrupted):
+    """The run was stopped (Ctrl-C / SIGTERM); every record received is saved."""
+
+    def __init__(self, session: CoserSession) -> None:
+        super().__init__("CoSER run", session)
+
+
 class CoserRun:
     """One run directory's state: the latest record of each turn, finished scene, judged
     dimension and surface-metrics record (the job's reading warnings in ``job.warnings``)."""
@@ -112,13 +139,16 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                     progress: bool = False) -> dict[str, Any]:
     """Simulate and judge every (repeat, scene) of the preset that is not finished yet (with
     ``progress``, a bar of finished scene runs on stderr). The caller holds the run's writer lock
-    (``coser_job(run_dir).locked()``)."""
+    (``coser_job(run_dir).locked()``). Raises ``CoserInterrupted`` when cancelled (Ctrl-C,
+    SIGTERM), once every record received is written and run.json says so."""
     from tqdm import tqdm
 
     job = coser_job(run_dir)
     state = CoserRun(job, run_dir)
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
+    session = CoserSession(len(work))
+    interrupted = False
     limit = asyncio.Semaphore(scene_concurrency)
     with job.appender(run_dir.artifact(TURNS), background=True) as turns, \
             job.appender(run_dir.artifact(SCENES), background=True) as scene_log, \
@@ -132,6 +162,9 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                     await judge(repeat, scene, record)
                 except CallFailed as exc:
                     errors.append(f"repeat {repeat} scene {scene.key}: {exc}")
+                    session.failed += 1
+                else:
+                    session.done += 1
                 bar.update()
 
         async def simulate(repeat: int, scene: Scene) -> dict[str, Any]:
@@ -179,8 +212,21 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
             for result in results or ():
                 judge_log.write({**base, "kind": "dimension", **result})
 
-        with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
-            await asyncio.gather(*(one(r, s) for r, s in work))
+        stop_on_sigterm = cancel_on_sigterm()
+        try:
+            with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
+                await asyncio.gather(*(one(r, s) for r, s in work))
+        except asyncio.CancelledError:
+            # Every scene task has stopped by now (gather waits for their cancellation), so what
+            # they received is queued and the appenders' close writes it.
+            interrupted = True
+        finally:
+            stop_on_sigterm()
+    status = "interrupted" if interrupted else "partial" if errors else "complete"
+    run_dir.update_manifest(coser={"status": status, "session": {"done": session.done, "failed": session.failed,
+                                                                 "remaining": session.remaining}})
+    if interrupted:
+        raise CoserInterrupted(session)
     return {"scenes": len(work), "errors": errors, "warnings": job.warnings, "calls": dict(clients.calls)}
 
 
@@ -193,7 +239,7 @@ def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, sce
     """Check (or record) the run's settings in run.json; never a key, only key variable names."""
     check_identity(run_dir, settings, preset)
     run_dir.update_manifest(protocol_version=settings.version.name, benchmark="coser", coser={
-        "identity": settings.identity(), "endpoints": settings.endpoints(), "preset": preset.name, "repeats": preset.repeats,
+        "status": "running", "identity": settings.identity(), "endpoints": settings.endpoints(), "preset": preset.name, "repeats": preset.repeats,
         "scenes": [s.key for s in scenes], "data_dir": str(data_dir),
         "models": {name: settings.role(name).model for name in ("actor", "env", "nsp", "judge", "repair")},
     })

@@ -279,7 +279,7 @@ async def drive(
     signal handling. Returns True when the run was cancelled (Ctrl-C, SIGTERM)."""
     from tqdm import tqdm
 
-    stop_on_sigterm = _cancel_on_sigterm()
+    stop_on_sigterm = cancel_on_sigterm()
     bar = tqdm(total=len(requests), disable=not progress, unit="req", desc=desc, dynamic_ncols=True)
     stream = backend.stream(requests)
     failed = 0
@@ -300,7 +300,7 @@ async def drive(
     return interrupted
 
 
-def _cancel_on_sigterm() -> Any:
+def cancel_on_sigterm() -> Any:
     """SIGTERM stops a run like Ctrl-C does (asyncio.run already handles SIGINT). Returns the
     function that removes the handler; a no-op where handlers cannot be installed (threads)."""
     loop = asyncio.get_running_loop()
