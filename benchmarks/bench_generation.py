@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.charactereval.requests import generation_task, make_requests
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload
 from charactereval_lib.engine.generation.engine import generate_async, run_generation
 from charactereval_lib.engine.generation.offline import OfflineBackend
@@ -100,7 +100,7 @@ def run_ours(base_url: str, data: OfficialData, concurrency: int) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(main(Path(tmp)))
-        records = runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records
+        records = artifacts.read_jsonl(Path(tmp) / runs.GENERATIONS).records
         return sum(1 for r in records if r["status"] == "ok")
 
 
@@ -108,7 +108,7 @@ def run_engine_only(data: OfficialData, concurrency: int, latency: float) -> int
     backend = OfflineBackend(MODEL, DecodingParams.resolve(), separator=COLON, concurrency=concurrency, latency_s=latency)
     with tempfile.TemporaryDirectory() as tmp:
         run_generation(Path(tmp), make_requests(data.samples, data), backend, generation_task(data), progress=False)
-        return sum(1 for r in runs.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
+        return sum(1 for r in artifacts.read_jsonl(Path(tmp) / runs.GENERATIONS).records if r["status"] == "ok")
 
 
 def run_raw(base_url: str, payloads: list[dict], concurrency: int) -> int:

@@ -30,7 +30,7 @@ from bench_generation import measure, run_raw, run_sdk, start_server, synthetic_
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.base import build_payload
 
 MODEL = "bench-judge"
@@ -51,7 +51,7 @@ def prepare_run(path: Path, data: OfficialData, count: int) -> runs.RunDir:
     pipeline.generate(path, pipeline.GenerateSettings(backend="offline", model="demo"), data=data)
     pipeline.transform(path, data=data)
     run = runs.RunDir.resolve(path)
-    runs.write_jsonl_atomic(run.rows, run.read_rows()[:count])
+    artifacts.write_jsonl_atomic(run.rows, run.read_rows()[:count])
     return run
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run, full_size_data
 
@@ -52,7 +52,7 @@ def read_everything(root: Path) -> int:
         for name in ("generations.jsonl", "rows.jsonl", "scores.jsonl", "coser_scenes.jsonl", "coser_judgements.jsonl"):
             path = manifest.parent / name
             if path.exists():
-                records += len(runs.read_jsonl(path).records)
+                records += len(artifacts.read_jsonl(path).records)
     return records
 
 

@@ -80,7 +80,7 @@ def main() -> int:
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.tiny import make_tiny
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine import artifacts, runs
 
     if args.local_threads:
         torch.set_num_threads(args.local_threads)
@@ -126,7 +126,7 @@ def main() -> int:
                     "setup_seconds": wall - report.seconds,
                     "rows_per_s": report.scored / report.seconds,
                 }
-                records[name] = {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(run_dir / runs.SCORES).records}
+                records[name] = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records}
             local, one, ray = timings["local"], timings["ray_1_worker"], timings["ray"]
             results["modes"][mode] = {
                 **timings,
@@ -155,7 +155,7 @@ def main() -> int:
 def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
     """The hf backend in this process vs on ``workers`` Ray workers, through ``pipeline.generate``."""
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine import artifacts, runs
     from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 
     model = tmp / "chat-model"
@@ -172,7 +172,7 @@ def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
         timings[name] = {"generation_seconds": session.elapsed_s, "setup_seconds": wall - session.elapsed_s,
                          "requests_per_s": session.ok / session.elapsed_s}
         records[name] = sorted((json.dumps({k: v for k, v in r.items() if k not in ("latency_s", "elapsed_s")}, sort_keys=True)
-                                for r in runs.read_jsonl(tmp / f"generate-{name}" / runs.GENERATIONS).records))
+                                for r in artifacts.read_jsonl(tmp / f"generate-{name}" / runs.GENERATIONS).records))
     local, ray = timings["local"], timings["ray"]
     result = {"requests": samples, "max_tokens": 16, "batch_size": 8, "model": {"layers": 2, "hidden": 32}, **timings,
               "speedup_ray_vs_local": local["generation_seconds"] / ray["generation_seconds"],

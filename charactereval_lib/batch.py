@@ -64,7 +64,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import model_validator
 
 from charactereval_lib import pipeline
-from charactereval_lib.engine import benchmarks, faults, jobs, progress, runs
+from charactereval_lib.engine import artifacts, benchmarks, faults, jobs, progress, runs
 from charactereval_lib.engine.validation import Document, expect, is_int, is_number, problem, validate
 
 # The benchmark of the models this module runs itself; the others run through the registry.
@@ -249,7 +249,7 @@ def load_config(path: Path | str) -> BatchConfig:
     if not path.exists():
         raise BatchError(f"{path}: batch config missing")
     try:
-        raw = yaml.safe_load(runs.read_text(path))
+        raw = yaml.safe_load(artifacts.read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -522,7 +522,7 @@ def run_batch(config: BatchConfig) -> BatchResult:
                 outcome.comparison_error = f"{type(exc).__name__}: {exc}"
         else:
             outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
-    runs.write_json_atomic(config.output_dir / SUMMARY_FILE, _summary_record(config, outcome))
+    artifacts.write_json_atomic(config.output_dir / SUMMARY_FILE, _summary_record(config, outcome))
     return outcome
 
 

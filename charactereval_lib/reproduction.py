@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.reportkit import rendered_by
 
 BENCHMARKS = ("coser", "charactereval")
@@ -88,7 +88,7 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
             settings = pipeline.ScoreSettings(rm=rm, device=device)
             document = run(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,
                            score=lambda run_dir: pipeline.score(run_dir, settings, data=data, progress=progress))
-        runs.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
+        artifacts.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
         notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
                          title=f"{benchmark} reproduction")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import interruptible
 
 
@@ -40,7 +40,7 @@ models:
                                preexec_fn=interruptible)
     generations = out / "first" / runs.GENERATIONS
     deadline = time.monotonic() + 60
-    while not (generations.exists() and len(runs.read_jsonl(generations).records) >= 4):
+    while not (generations.exists() and len(artifacts.read_jsonl(generations).records) >= 4):
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
         time.sleep(0.1)
     process.send_signal(signum)
@@ -51,6 +51,6 @@ models:
     summary = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
     assert summary["interrupted"] and [m["status"] for m in summary["models"]] == ["interrupted"]
     # Everything received before the signal is saved, once per sample, and no torn line is left.
-    read = runs.read_jsonl(generations)
+    read = artifacts.read_jsonl(generations)
     ids = [r["id"] for r in read.records]
     assert 4 <= len(ids) < 40 and len(ids) == len(set(ids)) and not read.warnings

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import interruptible
 
 # Without importing it: collection (on every xdist worker) should not pay for Ray's import.
@@ -57,7 +57,7 @@ def summary(out: Path) -> dict:
 
 def records(path: Path) -> list[dict]:
     return sorted((json.dumps({k: v for k, v in r.items() if k not in ("latency_s", "elapsed_s")}, sort_keys=True)
-                   for r in runs.read_jsonl(path).records))
+                   for r in artifacts.read_jsonl(path).records))
 
 
 @pytest.mark.slow
@@ -134,7 +134,7 @@ models:
                                start_new_session=True, preexec_fn=interruptible)
     generations = [out / name / runs.GENERATIONS for name in ("first", "second")]
     deadline = time.monotonic() + 120
-    while not all(g.exists() and len(runs.read_jsonl(g).records) >= 4 for g in generations):
+    while not all(g.exists() and len(artifacts.read_jsonl(g).records) >= 4 for g in generations):
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
@@ -144,7 +144,7 @@ models:
     assert summary["interrupted"] and [m["status"] for m in summary["models"]] == ["interrupted", "interrupted"]
     for path in generations:
         # What each task received before the signal is saved, once per sample, no torn line.
-        read = runs.read_jsonl(path)
+        read = artifacts.read_jsonl(path)
         ids = [r["id"] for r in read.records]
         assert 4 <= len(ids) < 400 and len(ids) == len(set(ids)) and not read.warnings
         assert runs.load_manifest(path.parent)["generation"]["status"] == "interrupted"

@@ -11,7 +11,7 @@ import pytest
 
 from charactereval_lib.charactereval.prompts import build_messages
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 
 
 def run_cli(capsys, *argv):
@@ -121,7 +121,7 @@ def test_import_of_a_raw_generation_subset_with_failures(official_data, official
     run = tmp_path / "run"
     code, out, _ = run_cli(capsys, "import-official", str(source), str(run), "--data-dir", str(official_dir))
     assert code == 0 and "2 failed generation(s)" in out
-    rows = runs.read_jsonl(run / "rows.jsonl").records
+    rows = artifacts.read_jsonl(run / "rows.jsonl").records
     assert rows and all(r["model_output"] == "" for r in rows)
     manifest = runs.load_manifest(run)
     assert manifest["transform"]["counts"]["missing"] == 4564 - 50
@@ -196,7 +196,7 @@ def test_import_of_a_generation_trans_file_keeps_rows_exactly(official_data, off
     run = tmp_path / "run"
     code, out, _ = run_cli(capsys, "import-official", str(source), str(run), "--data-dir", str(official_dir))
     assert code == 0 and f"imported an official generation_trans file: {len(records)} rows" in out
-    rows = runs.read_jsonl(run / "rows.jsonl").records
+    rows = artifacts.read_jsonl(run / "rows.jsonl").records
     assert [(r["id"], r["metric_en"], r["model_output"]) for r in rows] == [
         (r["id"], r["metric_en"], r["model_output"]) for r in records]
     assert not (run / "scores.jsonl").exists()
@@ -230,7 +230,7 @@ def test_summarize_names_the_scorer_and_refuses_a_mix(official_data, official_di
     assert code == 0 and f"scorers: imported unknown checkpoint mode=imported ({len(records)} rows)" in out
     assert "mix" not in err
     first = records[0]
-    with runs.JsonlAppender(run / "scores.jsonl") as out_file:
+    with artifacts.JsonlAppender(run / "scores.jsonl") as out_file:
         out_file.write({"id": first["id"], "metric_en": first["metric_en"], "score": 3.0, "mode": "fast",
                         "checkpoint_sha256": "ab" * 32})
     code, out, err = run_cli(capsys, "summarize", str(run))

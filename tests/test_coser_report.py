@@ -20,7 +20,8 @@ from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, interval, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine.runs import RunDir, write_jsonl_atomic
+from charactereval_lib.engine.artifacts import write_jsonl_atomic
+from charactereval_lib.engine.runs import RunDir
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir

@@ -20,7 +20,7 @@ import pytest
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_run
 from tests.generation_support import interruptible
 
@@ -63,7 +63,7 @@ def workspace(tmp_path_factory, official_data):
                           official_data.id2metric)
     write_synthetic_run(root / "run", subset)
     (root / "coser-run").mkdir()
-    runs.write_json_atomic(root / "coser-run" / runs.MANIFEST, {"benchmark": "coser", "protocol_version": "coser-paper"})
+    artifacts.write_json_atomic(root / "coser-run" / runs.MANIFEST, {"benchmark": "coser", "protocol_version": "coser-paper"})
     (root / "coser-run" / "coser_judgements.jsonl").write_text("")
     (root / "a-file").write_text("not a directory\n")
     return root
@@ -204,12 +204,12 @@ def test_a_sweep_of_bad_inputs_gives_one_line_each(workspace, official_dir, tmp_
 
 def write_judge_records(run: Path) -> list[dict]:
     """Judge ``good`` graded every row; every call of judge ``failed`` failed. Returns the rows."""
-    rows = runs.read_jsonl(run / runs.ROWS).records
+    rows = artifacts.read_jsonl(run / runs.ROWS).records
     records = [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "good",
                 "parser": "evals", "status": "ok", "score": 1 + k % 5, "invalid": False} for k, r in enumerate(rows)]
     records += [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "failed",
                  "parser": "evals", "status": "error", "score": None} for r in rows]
-    runs.write_jsonl_atomic(run / runs.JUDGE_SCORES, records)
+    artifacts.write_jsonl_atomic(run / runs.JUDGE_SCORES, records)
     return rows
 
 
@@ -243,7 +243,7 @@ def test_lock_files_are_gone_after_a_clean_finish_and_a_stale_one_is_taken_over(
     assert main(["rm", "make-tiny", str(rm), "--layers", "1", "--hidden", "16", "--heads", "2"]) == 0
     assert main(["score", str(run), "--rm", str(rm), "--data-dir", str(official_dir), "--quiet"]) == 0
     capsys.readouterr()
-    assert len(runs.read_jsonl(run / runs.SCORES).records) > 0
+    assert len(artifacts.read_jsonl(run / runs.SCORES).records) > 0
     assert sorted(p.name for p in run.iterdir() if "lock" in p.name) == []
     # While one writer holds the lock, a second one stops at once; after it, no file is left.
     with scorer.scoring_job(run / runs.SCORES).locked():
@@ -411,7 +411,7 @@ def test_sigterm_stops_score_like_ctrl_c(long_run, official_dir, tmp_path):
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, (stdout, stderr)
     assert stderr.strip().splitlines()[-1] == "interrupted" and "Traceback" not in stderr
-    read = runs.read_jsonl(scores)
+    read = artifacts.read_jsonl(scores)
     keys = [(r["id"], r["metric_en"]) for r in read.records]
     assert len(keys) >= 3 and len(keys) == len(set(keys)) and not read.warnings
     assert manifest["scoring"]["started_at"] and not (run / "scores.jsonl.lock").exists()

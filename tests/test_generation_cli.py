@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.charactereval.requests import make_requests
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
 from tests.generation_support import FAKE_KEY, files_containing, interruptible
 
@@ -65,9 +65,9 @@ def varied_plan(key: str, attempt: int, payload: dict) -> str:
 
 
 def final_state(run: Path) -> dict[int, tuple]:
-    read = runs.read_jsonl(run / runs.GENERATIONS)
+    read = artifacts.read_jsonl(run / runs.GENERATIONS)
     assert not read.warnings, read.warnings  # no torn line in the final parse
-    latest = runs.latest_by_key(read.records, "id")
+    latest = artifacts.latest_by_key(read.records, "id")
     return {key[0]: (r["status"], r["model_output"], r["request_sha256"], r["finish_reason"]) for key, r in latest.items()}
 
 
@@ -98,7 +98,7 @@ def test_sigkill_several_times_then_resume_equals_an_uninterrupted_run(official_
     expected = final_state(reference)
     assert len(expected) == count and {s for s, *_ in expected.values()} == {"ok"}
     assert final_state(run) == expected
-    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     # Killed requests were in flight, never recorded: each id was written exactly once.
     assert Counter(r["id"] for r in records) == Counter({i: 1 for i in expected})
     assert "skipped" in finished.stdout and f"{count} ok" in finished.stdout
@@ -120,7 +120,7 @@ def test_an_interrupt_stops_cleanly_and_the_run_resumes(stop, official_dir, tmp_
         assert proc.returncode == 130, err
         assert "interrupted after" in out and "re-run the same command to resume" in err
         assert "Traceback" not in err
-        saved = runs.read_jsonl(run / runs.GENERATIONS)
+        saved = artifacts.read_jsonl(run / runs.GENERATIONS)
         assert not saved.warnings and 4 <= len(saved.records) < count
         generation = runs.load_manifest(run)["generation"]
         assert generation["status"] == "interrupted" and generation["sessions"][-1]["interrupted"] is True
@@ -129,7 +129,7 @@ def test_an_interrupt_stops_cleanly_and_the_run_resumes(stop, official_dir, tmp_
         server.latency_s = 0.0
         resumed = run_cli(generate_cmd(run, official_dir, *options))
     assert resumed.returncode == 0, resumed.stderr
-    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     assert len(records) == count and len({r["id"] for r in records}) == count
     assert f"skipped {len(saved.records)} already ok" in resumed.stdout
 

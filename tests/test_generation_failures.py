@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.engine.generation.engine import run_generation
@@ -33,8 +33,8 @@ def backend_at(base_url: str, *, policy: RetryPolicy = FAST, concurrency: int = 
 
 
 def latest(run_dir) -> dict[int, dict]:
-    read = runs.read_jsonl(run_dir / runs.GENERATIONS)
-    return {key[0]: record for key, record in runs.latest_by_key(read.records, "id").items()}
+    read = artifacts.read_jsonl(run_dir / runs.GENERATIONS)
+    return {key[0]: record for key, record in artifacts.latest_by_key(read.records, "id").items()}
 
 
 def closed_port() -> int:

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
+from charactereval_lib.engine import artifacts, runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
 from charactereval_lib.engine.generation.base import DecodingParams  # noqa: E402
 from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
@@ -52,7 +52,7 @@ def generate(model_dir: Path, run: Path, data, *, batch_size: int, params: Decod
     params = params or DecodingParams.resolve(max_tokens=MAX_TOKENS)
     backend = make_backend("hf", str(model_dir), params, BackendOptions(batch_size=batch_size, dtype="float32"))
     summary = run_generation(run, make_requests(data.samples, data), backend, generation_task(data), progress=False)
-    latest = runs.latest_by_key(runs.read_jsonl(run / runs.GENERATIONS).records, "id")
+    latest = artifacts.latest_by_key(artifacts.read_jsonl(run / runs.GENERATIONS).records, "id")
     return backend, summary, {key[0]: record for key, record in latest.items()}
 
 
@@ -136,7 +136,7 @@ def test_a_sample_that_fails_inside_generate_is_an_error_record_for_it_alone(mod
     backend = make_backend("hf", str(model_dirs["short"]), params,
                            BackendOptions(batch_size=8, dtype="float32", max_context=4096))
     summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data), progress=False)
-    records = {k[0]: r for k, r in runs.latest_by_key(runs.read_jsonl(tmp_path / "run" / runs.GENERATIONS).records,
+    records = {k[0]: r for k, r in artifacts.latest_by_key(artifacts.read_jsonl(tmp_path / "run" / runs.GENERATIONS).records,
                                                         "id").items()}
     lengths = {r.id: len(backend.prompt_ids(r)) for r in make_requests(data.samples, data)}
     assert set(records) == set(lengths)

@@ -11,7 +11,7 @@ import pytest
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.charactereval.transform import generation_outputs
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.engine.generation.engine import generation_job, run_generation
@@ -35,9 +35,9 @@ def backend_for(server: MockServer, params: DecodingParams | None = None, *, con
 
 
 def latest(run_dir) -> dict[int, dict]:
-    read = runs.read_jsonl(run_dir / runs.GENERATIONS)
+    read = artifacts.read_jsonl(run_dir / runs.GENERATIONS)
     assert not read.warnings
-    return {key[0]: record for key, record in runs.latest_by_key(read.records, "id").items()}
+    return {key[0]: record for key, record in artifacts.latest_by_key(read.records, "id").items()}
 
 
 # Scenario -> (actions per attempt, expected status, error class, expected attempts).
@@ -73,7 +73,7 @@ def test_every_fault_gives_the_exact_record_and_nothing_is_lost_or_leaked(server
 
     summary = run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
 
-    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     assert sorted(r["id"] for r in records) == sorted(s.id for s in data.samples)  # one each
     shas = expected_sha(data, MODEL, DecodingParams.resolve())
     for sample_id, record in latest(run).items():
@@ -184,7 +184,7 @@ def test_resume_skips_ok_ids_and_retries_errors_only_when_asked(server, tmp_path
     assert retried.pending == 4 and retried.ok == 4
     state = latest(run)
     assert all(record["status"] == "ok" for record in state.values())
-    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     # The log keeps the history: the 4 old errors, then one ok per id.
     assert len(records) == 16 and Counter(r["status"] for r in records) == {"ok": 12, "error": 4}
     sessions = runs.load_manifest(run)["generation"]["sessions"]
@@ -200,7 +200,7 @@ def test_a_torn_last_line_is_cut_and_the_run_completes(server, tmp_path):
         log.write('{"id": 1004, "status": "ok", "model_out')  # a crash mid-write
     summary = run_generation(run, make_requests(data.samples, data), backend_for(server), generation_task(data), progress=False)
     assert summary.pending == 6
-    read = runs.read_jsonl(run / runs.GENERATIONS)
+    read = artifacts.read_jsonl(run / runs.GENERATIONS)
     assert not read.warnings and sorted(r["id"] for r in read.records) == [s.id for s in data.samples]
 
 

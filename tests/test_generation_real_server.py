@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn", reason="transformers[serving] (the test extra) is
 transformers = pytest.importorskip("transformers")
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
+from charactereval_lib.engine import artifacts, runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256  # noqa: E402
 from charactereval_lib.engine.generation.engine import EXIT_FAILED, EXIT_OK, dry_run, exit_code, run_generation  # noqa: E402
@@ -107,7 +107,7 @@ def openai_backend(base_url: str, model: str, *, max_tokens: int = MAX_TOKENS):
 
 
 def replies(run: Path) -> dict[int, dict]:
-    latest = runs.latest_by_key(runs.read_jsonl(run / runs.GENERATIONS).records, "id")
+    latest = artifacts.latest_by_key(artifacts.read_jsonl(run / runs.GENERATIONS).records, "id")
     return {key[0]: record for key, record in latest.items()}
 
 
@@ -143,7 +143,7 @@ def test_transformers_serve_interop_kill_restart_resume_and_hf_equality(served, 
     served.start()
     dry_run(run, make_requests(data.samples, data), generation_task(data), DecodingParams.resolve(), backend="openai",
             model=model)
-    wanted = {r["id"]: r["messages"] for r in runs.read_jsonl(run / runs.REQUESTS).records}
+    wanted = {r["id"]: r["messages"] for r in artifacts.read_jsonl(run / runs.REQUESTS).records}
     with MockServer(forward_to=served.base_url) as proxy:
         resumed = run_generation(run, make_requests(data.samples, data), openai_backend(proxy.base_url, model), generation_task(data), retry_errors=True,
                                  progress=False)

@@ -127,7 +127,7 @@ def test_json_match_on_an_integer_over_the_digit_limit_is_no_match():
 
 def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tmp_path):
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine import artifacts, runs
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
     from charactereval_lib.testing.mockserver import MockServer
@@ -147,7 +147,7 @@ def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tm
         summary = run_judging(run, run.judge_scores, items, backend, judge_model="j", params=params,
                               key_fields=("id",), manifest_section="judge_scoring", describe={})
         assert len(server.received) == 1
-    records = {r["id"]: r for r in runs.read_jsonl(run.judge_scores).records}
+    records = {r["id"]: r for r in artifacts.read_jsonl(run.judge_scores).records}
     assert records[1]["status"] == "ok" and records[1]["score"] is not None
     assert records[2]["status"] == "error" and records[2]["score"] is None
     assert records[2]["error"] == {"class": "refused_sample",

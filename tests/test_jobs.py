@@ -9,7 +9,7 @@ import pytest
 
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.coser import run as coser_run
-from charactereval_lib.engine import jobs, runs
+from charactereval_lib.engine import artifacts, jobs, runs
 from charactereval_lib.engine.generation.engine import GenerationInterrupted, SessionSummary, generation_job
 from charactereval_lib.engine.grading.judging import JudgeInterrupted, JudgeSummary, judge_job
 
@@ -71,7 +71,7 @@ def test_the_appender_repairs_a_torn_tail_and_says_so(tmp_path):
     assert job.latest(out, ("k",)) == {(1,): {"k": 1}}
     with job.appender(out) as appender:
         appender.write({"k": 2})
-    assert runs.read_jsonl(out).records == [{"k": 1}, {"k": 2}]
+    assert artifacts.read_jsonl(out).records == [{"k": 1}, {"k": 2}]
     assert "torn last line" in job.warnings[0] and "removed a torn last line" in job.warnings[1]
 
 

@@ -15,7 +15,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge, judge_figures
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.judging import item_sha256
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
@@ -67,7 +67,7 @@ def test_judge_grades_every_row_keeps_invalid_answers_retries_and_resumes(offici
         assert summary.pending == len(rows) and summary.graded == len(rows) - 1
         assert summary.invalid == 2 and summary.refusals == 1 and sum(summary.errors.values()) == 1
 
-        records = runs.read_jsonl(run.judge_scores).records
+        records = artifacts.read_jsonl(run.judge_scores).records
         assert len(records) == len(rows)
         by_key = {(r["id"], r["metric_en"]): r for r in records}
         for record in records:
@@ -101,7 +101,7 @@ def test_judge_grades_every_row_keeps_invalid_answers_retries_and_resumes(offici
         again = pipeline.judge_score(run, judge_settings(server), data=official_data).summary
         assert again.already_done == len(rows) - 1 and again.pending == 1 and again.errors_retried == 1
         assert len(server.received) == first_sent + 3
-        assert len(runs.read_jsonl(run.judge_scores).records) == len(rows) + 1
+        assert len(artifacts.read_jsonl(run.judge_scores).records) == len(rows) + 1
 
     # The judge summary counts invalid answers; the reward-model summary is untouched.
     outcome = pipeline.summarize(run, pipeline.SummarizeSettings(scorer="judge", n_boot=50))
@@ -136,7 +136,7 @@ def test_judge_dry_run_writes_requests_and_estimates_cost(official_data, officia
                  "--price-in", "2.5", "--price-out", "10", "--data-dir", str(official_dir)])
     out = capsys.readouterr().out
     assert code == 0
-    requests = runs.read_jsonl(run.artifact(judge.JUDGE_REQUESTS)).records
+    requests = artifacts.read_jsonl(run.artifact(judge.JUDGE_REQUESTS)).records
     assert len(requests) == len(run.read_rows())
     assert {(r["id"], r["metric_en"]) for r in requests} == {(r["id"], r["metric_en"]) for r in run.read_rows()}
     assert all(r["messages"][-1]["role"] == "user" and r["judge_model"] == "judge-x" for r in requests)

@@ -10,7 +10,7 @@ import pytest
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import battle
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
 
 COUNT = 8
@@ -24,7 +24,7 @@ def write_runs(tmp_path, data):
         run = runs.RunDir(tmp_path / name)
         rows = [{"id": s.id, "role": s.role, "novel_name": s.novel_name, "metric_en": m, "metric_zh": z,
                  "model_output": f"{s.role}：{mark} {s.id}"} for s in samples for m, z in data.id2metric[str(s.id)]]
-        runs.write_jsonl_atomic(run.rows, rows)
+        artifacts.write_jsonl_atomic(run.rows, rows)
         made.append(run)
     return made
 
@@ -46,7 +46,7 @@ def test_a_judge_that_always_prefers_the_first_position_is_never_consistent(offi
     assert summary["n"] == COUNT and summary["invalid"] == 0
     assert summary["position_consistency"]["value"] == 0.0 and summary["tie"]["value"] == 1.0
     assert summary["win"]["value"] == 0.0 and summary["loss"]["value"] == 0.0
-    records = runs.read_jsonl(tmp_path / "battle" / battle.JUDGEMENTS).records
+    records = artifacts.read_jsonl(tmp_path / "battle" / battle.JUDGEMENTS).records
     assert sorted(r["order"] for r in records) == ["ab"] * COUNT + ["ba"] * COUNT
 
 

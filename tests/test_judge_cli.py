@@ -15,7 +15,7 @@ import pytest
 from test_judge import make_run
 
 from charactereval_lib.charactereval import judge
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,13 +37,13 @@ def test_judge_run_killed_and_resumed_loses_and_duplicates_nothing(official_data
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and process.poll() is None:
-            if len(runs.read_jsonl(run.judge_scores).records) >= 8:
+            if len(artifacts.read_jsonl(run.judge_scores).records) >= 8:
                 break
             time.sleep(0.01)
         assert process.poll() is None, f"the judge run ended before it could be killed: {process.communicate()}"
         process.send_signal(signal.SIGKILL)
         process.wait(10)
-        killed_at = len(runs.read_jsonl(run.judge_scores).records)
+        killed_at = len(artifacts.read_jsonl(run.judge_scores).records)
         assert 8 <= killed_at < len(rows)
         assert run.manifest()["judge_scoring"]["judges"]["judge-x"]["status"] == "running"  # the kill left no false "complete"
 
@@ -52,7 +52,7 @@ def test_judge_run_killed_and_resumed_loses_and_duplicates_nothing(official_data
     assert resumed.returncode == 0, resumed.stderr
     assert f"skipped {killed_at} already judged" in resumed.stdout
 
-    records = runs.read_jsonl(run.judge_scores).records
+    records = artifacts.read_jsonl(run.judge_scores).records
     keys = Counter((r["id"], r["metric_en"]) for r in records)
     assert len(records) == len(rows) and set(keys.values()) == {1}
     assert set(keys) == {(r["id"], r["metric_en"]) for r in rows}

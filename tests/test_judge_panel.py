@@ -18,7 +18,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, majority, panel_table
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
@@ -102,7 +102,7 @@ def test_panel_end_to_end(panel_run, tmp_path, capsys):
     assert "Krippendorff's alpha (ordinal)" in printed
     assert "judge-b: 1 invalid, 0 not judged; judge-c: 0 invalid, 1 not judged" in printed
 
-    verdicts = {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(out / "panel_verdicts.jsonl").records}
+    verdicts = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(out / "panel_verdicts.jsonl").records}
     assert set(verdicts) == set(expected)
     for key, grades in expected.items():
         assert verdicts[key]["grades"] == grades
@@ -134,7 +134,7 @@ def test_panel_end_to_end(panel_run, tmp_path, capsys):
     # The mean verdict, into the default folder of the run.
     outcome = pipeline.panel(run, pipeline.PanelSettings(judge_models=JUDGES[:2], verdict="mean", n_boot=50))
     assert outcome.out == run.path / "panel"
-    mean_verdicts = runs.read_jsonl(outcome.out / "panel_verdicts.jsonl").records
+    mean_verdicts = artifacts.read_jsonl(outcome.out / "panel_verdicts.jsonl").records
     for record in mean_verdicts:
         grades = [g for m, g in expected[record["id"], record["metric_en"]].items() if m != "judge-c" and g is not None]
         assert record["verdict"] == pytest.approx(sum(grades) / len(grades))

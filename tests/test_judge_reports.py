@@ -15,7 +15,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
@@ -107,7 +107,7 @@ def test_several_judges_in_one_run(judged, capsys):
     data_dir, _, a, _, _ = judged
     run = runs.RunDir(a)
     assert run.judge_models() == ["judge-x", "judge-three"]
-    records = runs.read_jsonl(run.judge_scores).records
+    records = artifacts.read_jsonl(run.judge_scores).records
     assert len(records) == 2 * len(run.read_rows())
     # Each judge resumes on its own records: nothing is sent again.
     with MockServer(default_action="judge") as server:
@@ -138,8 +138,8 @@ def copy_run(source, target, parser=None, rows=None):
     target.mkdir()
     for name in ("generations.jsonl", "rows.jsonl", "scores.jsonl", "run.json", "judge_scores.jsonl"):
         (target / name).write_bytes((source / name).read_bytes())
-    records = runs.read_jsonl(target / "judge_scores.jsonl").records
-    runs.write_jsonl_atomic(target / "judge_scores.jsonl",
+    records = artifacts.read_jsonl(target / "judge_scores.jsonl").records
+    artifacts.write_jsonl_atomic(target / "judge_scores.jsonl",
                             records + [{**r, "parser": parser} for r in records[:rows]])
     return target
 

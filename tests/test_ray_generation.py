@@ -19,7 +19,7 @@ from _ray_support import CPUS
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 from tests.generation_support import kill_mid_run, synthetic_data
 
@@ -46,7 +46,7 @@ def records(run: Path, leave_out: tuple[str, ...] = ()) -> list[dict]:
     """The run's records without timings (and ``leave_out``), checking that no id was written
     twice."""
     found = [{k: v for k, v in r.items() if k not in TIMINGS + leave_out}
-             for r in runs.read_jsonl(run / runs.GENERATIONS).records]
+             for r in artifacts.read_jsonl(run / runs.GENERATIONS).records]
     ids = [r["id"] for r in found]
     assert len(ids) == len(set(ids)), "a request was recorded twice"
     return sorted(found, key=lambda r: r["id"])
@@ -112,11 +112,11 @@ DRIVER = textwrap.dedent(
     from charactereval_lib import pipeline
     from charactereval_lib.engine import runs
     from tests.generation_support import synthetic_data
-    write = runs.JsonlAppender.write
+    write = artifacts.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
         time.sleep(0.3)  # widen the window in which the parent kills us
-    runs.JsonlAppender.write = slow_write
+    artifacts.JsonlAppender.write = slow_write
     settings = pipeline.GenerateSettings(backend="hf", model=sys.argv[2], max_tokens=6, batch_size=2, dtype="float32",
                                          engine="ray", workers=2, address=sys.argv[4])
     pipeline.generate(sys.argv[1], settings, data=synthetic_data(int(sys.argv[3])))
@@ -129,7 +129,7 @@ def test_a_killed_driver_resumes_without_duplicates(ray_address, model_dir, refe
     run = tmp_path / "run"
     generations = run / runs.GENERATIONS
     kill_mid_run(request, DRIVER, [str(run), str(model_dir), str(SAMPLES), ray_address], generations, tmp_path)
-    before = len(runs.read_jsonl(generations).records)
+    before = len(artifacts.read_jsonl(generations).records)
     assert 3 <= before < SAMPLES, "the kill must land mid-run"
 
     # The other engine resumes the run: same identity, so it only generates what is missing.

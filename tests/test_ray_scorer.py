@@ -16,7 +16,7 @@ from _ray_support import CPUS
 from _reward_support import write_rows
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import kill_mid_run
 
 pytestmark = pytest.mark.usefixtures("private_digest_cache")
@@ -32,11 +32,11 @@ def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> d
     ref = run_dir.parent / f"reference-{mode}"
     write_rows(ref, data_dir)
     scorer.score_run(ref, rm_dir, data, settings(mode))
-    return {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(ref / runs.SCORES).records}
+    return {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(ref / runs.SCORES).records}
 
 
 def keys_once(path: Path) -> list[tuple[int, str]]:
-    keys = [(r["id"], r["metric_en"]) for r in runs.read_jsonl(path).records]
+    keys = [(r["id"], r["metric_en"]) for r in artifacts.read_jsonl(path).records]
     assert len(keys) == len(set(keys)), "a row was written twice"
     return keys
 
@@ -50,7 +50,7 @@ def test_two_workers_score_bitwise_like_one_process(cluster, setup, rm_dir, mode
     engine = RayEngine(RaySettings(workers=2))
     report = scorer.score_run(run_dir, rm_dir, data, settings(mode), engine)
     assert report.scored == len(rows)
-    records = runs.read_jsonl(run_dir / runs.SCORES).records
+    records = artifacts.read_jsonl(run_dir / runs.SCORES).records
     assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
     expected = reference(run_dir, data_dir, data, rm_dir, mode)
     # Every field, the sigmoid bit for bit included.
@@ -78,7 +78,7 @@ def test_a_worker_killed_mid_run_costs_nothing(cluster, setup, rm_dir):
     assert killed and report.scored == len(rows)
     assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
     expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
-    assert {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(run_dir / runs.SCORES).records} == expected
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
     assert runs.load_manifest(run_dir)["scoring"]["ray"]["worker_restarts"] == 1
 
 
@@ -87,11 +87,11 @@ DRIVER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from charactereval_lib.engine import runs
-    write = runs.JsonlAppender.write
+    write = artifacts.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
         time.sleep(0.05)  # widen the window in which the parent kills us
-    runs.JsonlAppender.write = slow_write
+    artifacts.JsonlAppender.write = slow_write
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
@@ -109,14 +109,14 @@ def test_a_killed_driver_resumes_without_duplicates(cluster, ray_address, setup,
     scores = run_dir / runs.SCORES
     kill_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir), ray_address], scores, tmp_path,
                         env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
-    before = runs.read_jsonl(scores).records
+    before = artifacts.read_jsonl(scores).records
     assert 3 <= len(before) < len(rows), "the kill must land mid-run"
 
     report = scorer.score_run(run_dir, rm_dir, data, settings(), RayEngine(RaySettings(workers=2)))
     assert report.already_scored == len(before) and report.scored == len(rows) - len(before)
     assert len(keys_once(scores)) == len(rows)
     expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
-    assert {(r["id"], r["metric_en"]): r for r in runs.read_jsonl(scores).records} == expected
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(scores).records} == expected
 
 
 def test_without_ray_the_engine_fails_in_one_line(setup, rm_dir, monkeypatch, capsys):
@@ -147,7 +147,7 @@ def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
     cuda = scorer.ScorerSettings(device="cuda", progress=False)
     with pytest.raises(runs.RunError, match=r"^a Ray worker could not start: --device cuda: CUDA is not available"):
         scorer.score_run(run_dir, rm_dir, data, cuda, RayEngine(RaySettings(workers=1)))
-    assert not runs.read_jsonl(run_dir / runs.SCORES).records
+    assert not artifacts.read_jsonl(run_dir / runs.SCORES).records
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge_figures
 from charactereval_lib.charactereval.judge import common_judge, report_names
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
 
 
@@ -141,7 +141,7 @@ def test_which_judges_a_report_shows(tmp_path):
 
     run = runs.RunDir(tmp_path / "run")
     run.path.mkdir()
-    runs.write_jsonl_atomic(run.judge_scores, [{"id": 1, "metric_en": "Fluency", "judge_model": m, "status": "ok"}
+    artifacts.write_jsonl_atomic(run.judge_scores, [{"id": 1, "metric_en": "Fluency", "judge_model": m, "status": "ok"}
                                                for m in ("judge-x", "judge-three")])
     # The reward model's report: every judge by default, else the ones named.
     assert shown_judges(run, runs.REWARD_MODEL) == ["judge-x", "judge-three"]

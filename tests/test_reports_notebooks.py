@@ -11,7 +11,7 @@ import pytest
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.official import export_official, import_official
-from charactereval_lib.engine import report, runs
+from charactereval_lib.engine import artifacts, report, runs
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
@@ -178,12 +178,12 @@ def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
     data_dir, _, _ = synthetic_runs
     data = load_official_data(data_dir, verify=False)
     run = write_synthetic_run(tmp_path / "unscored", data, unscored=10**6)
-    assert runs.read_jsonl(run / runs.SCORES).records == []
+    assert artifacts.read_jsonl(run / runs.SCORES).records == []
     outcome = pipeline.report(run, pipeline.ReportSettings(verify_data=False, n_boot=20), data_dir=str(data_dir))
     notebook, html_path = outcome.notebook, outcome.html
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
-    rows = len(runs.read_jsonl(run / runs.ROWS).records)
+    rows = len(artifacts.read_jsonl(run / runs.ROWS).records)
     assert f"Scoring is incomplete: {rows} row(s)" in html and f"0 scored rows of {rows}" in html
     # Every section still renders: figures say there is nothing to show instead of failing.
     assert sections(html)["Score grid (bf16)"].count(PNG) == 1
@@ -232,7 +232,7 @@ def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
     report.execute("generate.ipynb", output, {"run_dir": str(run), "backend": "offline", "model": "demo",
                                               "limit": 3, "dry_run": True, "data_dir": str(official_dir)})
     assert cell_problems(output) == []
-    assert len(runs.read_jsonl(run / runs.REQUESTS).records) == 3
+    assert len(artifacts.read_jsonl(run / runs.REQUESTS).records) == 3
     text = nbformat.read(str(output), as_version=4).cells[-1].outputs[-1]["data"]["text/plain"]
     assert re.search(r"requests\.jsonl \(dry run payloads\)\s+3", text)
 
@@ -255,6 +255,6 @@ def test_generate_notebook_generates_under_papermill(backend, official_dir, tmp_
             parameters["base_url"] = server.base_url
         report.execute("generate.ipynb", output, parameters)
     assert cell_problems(output) == []
-    records = runs.read_jsonl(run / runs.GENERATIONS).records
+    records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     assert len(records) == 4 and all(r["status"] == "ok" for r in records)
     assert (run / runs.ROWS).exists()

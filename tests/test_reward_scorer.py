@@ -18,7 +18,7 @@ from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identit
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import kill_mid_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ def settings(**kw) -> scorer.ScorerSettings:
 
 
 def latest_records(path: Path) -> list[dict]:
-    return runs.read_jsonl(path).records
+    return artifacts.read_jsonl(path).records
 
 
 def test_build_rm_text_is_the_s6_template():
@@ -82,7 +82,7 @@ def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     (run_dir / runs.ROWS).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     changed = scorer.score_run(run_dir, rm_dir, data, settings())
     assert changed.scored == 1
-    latest = runs.latest_by_key(latest_records(run_dir / runs.SCORES), "id", "metric_en")
+    latest = artifacts.latest_by_key(latest_records(run_dir / runs.SCORES), "id", "metric_en")
     assert len(latest) == len(rows)
     # A different mode is a different scoring: every row is scored again.
     fast = scorer.score_run(run_dir, rm_dir, data, settings(mode="fast"))
@@ -194,11 +194,11 @@ CHILD = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from charactereval_lib.engine import runs
-    write = runs.JsonlAppender.write
+    write = artifacts.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
         time.sleep(0.05)  # widen the window in which the parent kills us
-    runs.JsonlAppender.write = slow_write
+    artifacts.JsonlAppender.write = slow_write
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
     data = load_official_data(sys.argv[1], verify=False)

@@ -32,7 +32,7 @@ from charactereval_lib.charactereval.official import EVALUATION
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
-from charactereval_lib.engine import reportkit, runs
+from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
@@ -144,8 +144,8 @@ def load_run(
     if not run_dir.is_dir():
         raise runs.RunError(f"{run_dir}: no such run directory")
     scores, counts = load_run_scores(run_dir, scorer, judge_model)
-    rows = pd.DataFrame(runs.read_jsonl(run_dir / runs.ROWS).records)
-    latest = runs.latest_by_key(runs.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
+    rows = pd.DataFrame(artifacts.read_jsonl(run_dir / runs.ROWS).records)
+    latest = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
     return RunAnalysis(run_dir, runs.load_manifest(run_dir), runs.read_manifest(run_dir, CharacterEvalManifest), rows,

@@ -16,7 +16,7 @@ from typing import Any
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.battles import (
     ORDERS,
     OUTCOMES,
@@ -75,7 +75,7 @@ def battle_outcomes(out: runs.RunDir, spec: ModelGradedSpec, verdicts: Mapping[s
     """Per sample judged in both orders: which reply each order preferred, the outcome for run A
     and whether the verdict survived the swap. Samples with a failed call are left out."""
     mapping = spec_verdicts(spec, verdicts)
-    latest = runs.latest_by_key((r for r in runs.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"),
+    latest = artifacts.latest_by_key((r for r in artifacts.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"),
                                 *KEY_FIELDS)
     outcomes = []
     for sample_id in sorted({key[0] for key in latest}):
@@ -94,8 +94,8 @@ def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1
     """Win / tie / loss rates of run A and the position-consistency rate with cluster-bootstrap
     intervals by sample, written to ``OUT/battle_summary.json`` and returned."""
     outcomes = battle_outcomes(out, spec)
-    answers = [r for r in runs.latest_by_key(
-        (r for r in runs.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"), *KEY_FIELDS).values()]
+    answers = [r for r in artifacts.latest_by_key(
+        (r for r in artifacts.read_jsonl(out.artifact(JUDGEMENTS)).records if r["status"] == "ok"), *KEY_FIELDS).values()]
     invalid_answers = sum(r["choice"] == INVALID for r in answers)
     estimates = battle_summary([o["outcome"] for o in outcomes], [o["id"] for o in outcomes],
                                [o["consistent"] for o in outcomes], n_boot=n_boot, seed=seed, confidence=confidence)
@@ -110,7 +110,7 @@ def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1
         "created_at": runs.utc_now(),
     }
     summary["warnings"] = battle_warnings(summary)
-    runs.write_json_atomic(out.artifact(SUMMARY), nan_to_none(summary))
+    artifacts.write_json_atomic(out.artifact(SUMMARY), nan_to_none(summary))
     return summary
 
 

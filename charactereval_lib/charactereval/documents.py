@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
 
@@ -111,4 +111,4 @@ class Summary(Section):
 def load_summary(path: Path | str) -> Summary:
     """A summary file typed, or RunError naming the file and the key."""
     path = Path(path)
-    return validate(Summary, runs.read_json(path), str(path), runs.RunError, root="(document)")
+    return validate(Summary, artifacts.read_json(path), str(path), runs.RunError, root="(document)")

@@ -32,7 +32,7 @@ from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
 from charactereval_lib.charactereval.requests import generation_task
 from charactereval_lib.charactereval.statistics import Statistics, metric_statistics
 from charactereval_lib.charactereval.summary import JUDGE_SECTION, load_run_scores
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.engine.grading.agreement import OVERALL, agreement_table
@@ -101,7 +101,7 @@ def dry_run(run: runs.RunDir, items: Sequence[JudgeItem], judge_model: str, para
     estimate the tokens and cost of those a real run would still send; sends nothing."""
     from charactereval_lib.engine.grading.judging import plan_judging
 
-    written = runs.write_jsonl_atomic(run.artifact(JUDGE_REQUESTS), (
+    written = artifacts.write_jsonl_atomic(run.artifact(JUDGE_REQUESTS), (
         {**item.key, "spec": item.spec.name, "judge_model": judge_model, "messages": item.messages,
          **({"refused": item.refused} if item.refused else {})} for item in items))
     plan = plan_judging(run.judge_scores, items, judge_model, params, KEY_FIELDS)

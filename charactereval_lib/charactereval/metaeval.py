@@ -41,7 +41,7 @@ import numpy as np
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.agreement import (
     DEFAULT_SCALE,
     OVERALL,
@@ -127,7 +127,7 @@ def read_labels(path: str | Path, data: OfficialData) -> list[dict[str, Any]]:
     labels: list[dict[str, Any]] = []
     seen: dict[tuple[int, str], int] = {}
     try:
-        lines = runs.read_text(path).splitlines()
+        lines = artifacts.read_text(path).splitlines()
     except OSError as exc:
         raise LabelsError(f"{path}: cannot read ({exc.strerror or exc})") from None
     for number, text in enumerate(lines, start=1):
@@ -186,7 +186,7 @@ def write_rows(out: runs.RunDir, labels: Sequence[dict[str, Any]], data: Officia
     if existing and existing != rows:
         raise runs.RunError(f"{out.rows}: holds rows of other labels; use another --out")
     if not existing:
-        runs.write_jsonl_atomic(out.rows, rows)
+        artifacts.write_jsonl_atomic(out.rows, rows)
 
 
 def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str,
@@ -245,6 +245,6 @@ def role_prefixed(labels: Sequence[dict[str, Any]], data: OfficialData) -> int:
 def write_summary(out: runs.RunDir, summary: dict[str, Any]) -> Path:
     """``OUT/metaeval_summary.json``."""
     path = out.artifact(SUMMARY)
-    runs.write_json_atomic(path, summary)
+    artifacts.write_json_atomic(path, summary)
     return path
 

@@ -26,7 +26,7 @@ from typing import Any
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 
 GENERATION = "generation"
 GENERATION_TRANS = "generation_trans"
@@ -193,10 +193,10 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
         for sample_id, output in outputs.items()
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl_atomic(run_dir / runs.GENERATIONS, generations)
-    runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
+    artifacts.write_jsonl_atomic(run_dir / runs.GENERATIONS, generations)
+    artifacts.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     if scores:
-        runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+        artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(
         run_dir,
         protocol_version=PROTOCOL_VERSION,
@@ -214,7 +214,7 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
 
 
 def _dump_official(path: Path, records: list[dict[str, Any]]) -> None:
-    runs.write_text_atomic(path, json.dumps(records, ensure_ascii=False, indent=4))
+    artifacts.write_text_atomic(path, json.dumps(records, ensure_ascii=False, indent=4))
 
 
 def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = None) -> list[Path]:
@@ -223,7 +223,7 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "official"
     # Checked before the output directory exists: a missing or empty run leaves nothing behind.
-    generations = runs.read_jsonl(run_dir / runs.GENERATIONS).records
+    generations = artifacts.read_jsonl(run_dir / runs.GENERATIONS).records
     if not generations:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to export")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -239,12 +239,12 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     _dump_official(out_dir / "generation.jsonl", generation_records)
     written.append(out_dir / "generation.jsonl")
 
-    rows = runs.read_jsonl(run_dir / runs.ROWS).records
+    rows = artifacts.read_jsonl(run_dir / runs.ROWS).records
     if rows:
         trans = [_official_row(row, by_id) for row in rows]
         _dump_official(out_dir / "generation_trans.jsonl", trans)
         written.append(out_dir / "generation_trans.jsonl")
-        scores = runs.latest_by_key(runs.read_jsonl(run_dir / runs.SCORES).records, "id", "metric_en")
+        scores = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / runs.SCORES).records, "id", "metric_en")
         if scores:
             evaluation = []
             for row, record in zip(rows, trans):

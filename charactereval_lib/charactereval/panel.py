@@ -30,7 +30,7 @@ import pandas as pd
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, panel_table
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
@@ -115,6 +115,6 @@ def summarize_panel(run: runs.RunDir, judge_models: Sequence[str], verdict: str,
         "created_at": runs.utc_now(),
     }
     out.mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl_atomic(out / VERDICTS_FILE, verdict_records(grades, verdicts))
-    runs.write_json_atomic(out / SUMMARY, nan_to_none(summary))
+    artifacts.write_jsonl_atomic(out / VERDICTS_FILE, verdict_records(grades, verdicts))
+    artifacts.write_json_atomic(out / SUMMARY, nan_to_none(summary))
     return summary

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from charactereval_lib.charactereval.data import DataError, OfficialData
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts
 
 DEFAULT_SALT = "charactereval-subset-v1"
 
@@ -49,5 +49,5 @@ def stratified_subset(data: OfficialData, size: int, *, salt: str = DEFAULT_SALT
 def write_ids(path: Path, ids: list[int], *, comment: str = "") -> Path:
     """An ids file as ``generate --ids`` reads it: one id per line, ``#`` comments allowed."""
     header = f"# {comment}\n" if comment else ""
-    runs.write_text_atomic(Path(path), header + "".join(f"{i}\n" for i in ids))
+    artifacts.write_text_atomic(Path(path), header + "".join(f"{i}\n" for i in ids))
     return Path(path)

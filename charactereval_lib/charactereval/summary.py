@@ -14,7 +14,7 @@ from charactereval_lib.charactereval.aggregate import METRIC_ORDER, SCORE_COLUMN
 from charactereval_lib.charactereval.documents import Summary
 from charactereval_lib.charactereval.protocol import MBTI_NOT_REPRODUCED, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import metric_statistics
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.engine.validation import validate
 
@@ -125,8 +125,8 @@ def summarize_run(
     document, path = nan_to_none(summary), out / run.summary_file(scorer).name
     # Never written unless ``documents.load_summary`` reads it back.
     validate(Summary, document, str(path), runs.RunError)
-    runs.write_json_atomic(path, document)
-    runs.write_text_atomic(out / run.metrics_csv_file(scorer).name,
+    artifacts.write_json_atomic(path, document)
+    artifacts.write_text_atomic(out / run.metrics_csv_file(scorer).name,
                            metrics_table(means, stats.dimensions).to_csv(index=False))
     return summary
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 
 
 @dataclass
@@ -110,13 +110,13 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
     A torn last line of ``generations.jsonl`` is skipped and reported in ``warnings``. A run
     imported from an already transformed official file keeps its replies as they are."""
     run_dir = Path(run_dir)
-    generations = runs.read_jsonl(run_dir / runs.GENERATIONS)
+    generations = artifacts.read_jsonl(run_dir / runs.GENERATIONS)
     if not generations.records:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to transform")
     already = bool(runs.load_manifest(run_dir).get("generation", {}).get("already_transformed", False))
     result = transform(generation_outputs(generations.records), data, already_transformed=already)
     result.warnings.extend(generations.warnings)
-    runs.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
+    artifacts.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     runs.update_manifest(
         run_dir,
         protocol_version=PROTOCOL_VERSION,

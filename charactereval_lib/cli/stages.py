@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.cli.options import RUN_HELP, warn
-from charactereval_lib.engine import benchmarks, runs
+from charactereval_lib.engine import artifacts, benchmarks, runs
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 STAGE_HELP = {
@@ -41,7 +41,7 @@ def _values(args: argparse.Namespace) -> dict[str, Any]:
     if args.settings:
         path = Path(args.settings)
         try:
-            loaded = yaml.safe_load(runs.read_text(path)) or {}
+            loaded = yaml.safe_load(artifacts.read_text(path)) or {}
         except yaml.YAMLError as exc:
             raise benchmarks.BenchmarkError(f"{path}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
         if not isinstance(loaded, dict):

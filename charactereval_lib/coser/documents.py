@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Strict
 
 from charactereval_lib.coser.run import compute_summary
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
 
@@ -119,4 +119,4 @@ def computed_summary(run: runs.RunDir, **options: Any) -> CoserSummary:
 def load_summary(path: Path | str) -> CoserSummary:
     """``coser_summary.json`` typed, or RunError naming the file and the key."""
     path = Path(path)
-    return validate(CoserSummary, runs.read_json(path), str(path), runs.RunError, root="(document)")
+    return validate(CoserSummary, artifacts.read_json(path), str(path), runs.RunError, root="(document)")

@@ -21,7 +21,7 @@ from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_a
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import VERSIONS
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
@@ -135,7 +135,7 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     anchor = load_anchor()
     clip = (coser.identity.get("protocol") or {}).get("score_upper_clip", False)
     latest = {(r["repeat"], r["scene"], r["dimension"]): r
-              for r in runs.read_jsonl(run.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
+              for r in artifacts.read_jsonl(run.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
     frame = judged_frame(list(latest.values()), clip)
     ended = summary.ended_by
     failures = ended.failed + summary.judge_failures

@@ -10,7 +10,7 @@ from typing import Any
 from charactereval_lib.coser.judge import actor_rounds, severity_sum
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
@@ -25,9 +25,9 @@ FORMULA = "max(0, 100 - (S - 0.3*n) * 5)"
 def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     run = runs.RunDir(view.path)
     clip = (((view.manifest.get("coser") or {}).get("identity") or {}).get("protocol") or {}).get("score_upper_clip")
-    scenes = {(r["repeat"], r["scene"]): r for r in runs.read_jsonl(run.artifact(SCENES)).records}
+    scenes = {(r["repeat"], r["scene"]): r for r in artifacts.read_jsonl(run.artifact(SCENES)).records}
     judged: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
-    for record in runs.read_jsonl(run.artifact(JUDGEMENTS)).records:
+    for record in artifacts.read_jsonl(run.artifact(JUDGEMENTS)).records:
         if record.get("kind") == "dimension":
             judged.setdefault((record["repeat"], record["scene"]), {})[record["dimension"]] = record
     rows, details = [], []

@@ -64,7 +64,7 @@ from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.simulation import ROLES, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, ProtocolVersion
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.pinned import DataError, load_json_document
 
 FORMAT = "CoSER exp/evaluation JSON (paper-era eval_reproduce.py)"
@@ -396,8 +396,8 @@ def _write_run(target: Path, scene_records: list[dict[str, Any]], judgement_reco
     staging = target.parent / f".{target.name}.import-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        runs.write_jsonl_atomic(staging / SCENES, scene_records)
-        runs.write_jsonl_atomic(staging / JUDGEMENTS, judgement_records)
+        artifacts.write_jsonl_atomic(staging / SCENES, scene_records)
+        artifacts.write_jsonl_atomic(staging / JUDGEMENTS, judgement_records)
         runs.update_manifest(staging, protocol_version=settings.version.name, benchmark="coser", coser={
             "identity": settings.identity(), "preset": IMPORTED, "repeats": 1, "scenes": scene_keys,
             "data_dir": str(data_root), "models": {name: settings.role(name).model for name in ROLES},

@@ -43,9 +43,10 @@ from charactereval_lib.coser.simulation import (
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.engine import jobs
+from charactereval_lib.engine.artifacts import latest_by_key, read_jsonl, write_json_atomic
 from charactereval_lib.engine.generation.engine import cancel_on_sigterm
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine.runs import RunDir, latest_by_key, read_jsonl, write_json_atomic
+from charactereval_lib.engine.runs import RunDir
 
 LOCK = ".coser.lock"
 

@@ -3,7 +3,7 @@
 Generation, judging, reward-model scoring and CoSER runs all append one record per outcome to
 JSON Lines files of a run, each record carrying its key; the latest record of a key is its state
 (a torn last line left by a crash is skipped when reading and cut off before appending, see
-``runs.read_jsonl`` and ``runs.repair_torn_tail``). A session of such a job:
+``artifacts.read_jsonl`` and ``artifacts.repair_torn_tail``). A session of such a job:
 
 - refuses to continue a run made under other settings (``check_identity``, one line naming every
   setting that differs);
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 
 Item = TypeVar("Item")
 
@@ -103,11 +103,11 @@ def latest_records(path: Path, key_fields: Sequence[str], *, select: Callable[[A
                    warnings: list[str] | None = None) -> dict[tuple, dict[str, Any]]:
     """The latest record of each key in the JSON Lines file ``path`` (missing: none), among the
     records ``select`` accepts; torn-line warnings go to ``warnings``."""
-    read = runs.read_jsonl(Path(path))
+    read = artifacts.read_jsonl(Path(path))
     if warnings is not None:
         warnings.extend(read.warnings)
     records = read.records if select is None else (r for r in read.records if select(r))
-    return runs.latest_by_key(records, *key_fields)
+    return artifacts.latest_by_key(records, *key_fields)
 
 
 def plan_keys(path: Path, items: Iterable[Item], key_of: Callable[[Item], tuple], key_fields: Sequence[str],
@@ -181,9 +181,9 @@ class Job:
         return plan
 
     def read(self, path: Path) -> list[Any]:
-        """The records of the JSON Lines file ``path`` (``runs.read_jsonl``), its warnings kept
+        """The records of the JSON Lines file ``path`` (``artifacts.read_jsonl``), its warnings kept
         in ``warnings``."""
-        read = runs.read_jsonl(Path(path))
+        read = artifacts.read_jsonl(Path(path))
         self.warnings.extend(read.warnings)
         return read.records
 
@@ -192,9 +192,9 @@ class Job:
         """``latest_records``, its warnings kept in ``warnings``."""
         return latest_records(path, key_fields, select=select, warnings=self.warnings)
 
-    def appender(self, path: Path, *, background: bool = False) -> runs.JsonlAppender:
-        """A ``runs.JsonlAppender`` on ``path`` (its torn tail repaired first, said in ``warnings``)."""
-        appender = runs.JsonlAppender(path, background=background)
+    def appender(self, path: Path, *, background: bool = False) -> artifacts.JsonlAppender:
+        """A ``artifacts.JsonlAppender`` on ``path`` (its torn tail repaired first, said in ``warnings``)."""
+        appender = artifacts.JsonlAppender(path, background=background)
         if appender.repair_message:
             self.warnings.append(appender.repair_message)
         return appender

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import artifacts, faults, runs
 from charactereval_lib.engine.resources import package_parent, resource_path
 
 KERNEL_NAME = "python3"
@@ -131,5 +131,5 @@ def to_html(notebook: Path, html_path: Path, *, show_code: bool = False, title: 
                             filters={"contents_before": reportkit.contents_before})
     node = nbformat.read(str(notebook), as_version=4)
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
-    runs.write_text_atomic(Path(html_path), body)
+    artifacts.write_text_atomic(Path(html_path), body)
     return Path(html_path)

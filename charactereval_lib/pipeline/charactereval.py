@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine import artifacts, benchmarks, faults, runs
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings, _ray_settings
 
@@ -405,11 +405,11 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
     run = runs.RunDir.resolve(run)
     statuses = pd.Series([g.get("status", "ok") for g in run.latest_generations().values()], dtype=object)
     lines = [
-        ("requests.jsonl (dry run payloads)", len(runs.read_jsonl(run.requests).records)),
+        ("requests.jsonl (dry run payloads)", len(artifacts.read_jsonl(run.requests).records)),
         ("generations: samples with a reply", int((statuses == "ok").sum())),
         ("generations: samples that failed", int((statuses != "ok").sum())),
         ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
-        ("rm_inputs.jsonl (dry run payloads)", len(runs.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
+        ("rm_inputs.jsonl (dry run payloads)", len(artifacts.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
         ("scores: scored rows", len(run.latest_scores())),
         *((f"judge_scores: rows judged by {model}", len(run.latest_scores(scorer=runs.JUDGE, judge_model=model)))
           for model in run.judge_models()),

@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine import artifacts, benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.charactereval import _analysable, _data, score
 from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings, _positive
@@ -229,6 +229,6 @@ def convert_rm_train(
     labels = meta.rm_train_labels(document, path, data, dict(keys or {}))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl_atomic(out, labels)
+    artifacts.write_jsonl_atomic(out, labels)
     return RmTrainOutcome(out, path, len(labels), len({label["id"] for label in labels}),
                           meta.role_prefixed(labels, data))

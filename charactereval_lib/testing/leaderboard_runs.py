@@ -20,7 +20,7 @@ from charactereval_lib.coser.report import load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 CHECKPOINT = "c0ffee" * 10 + "abcd"
@@ -40,7 +40,7 @@ def charactereval_run(run_dir: Path, data: Any, *, model: str, shift: float = 0.
     """A generated, transformed and scored run recorded as the real scorer records it (checkpoint
     digest on every score and in run.json)."""
     write_synthetic_run(run_dir, data, seed=seed, shift=shift, model=model, failed_ids=failed_ids, unscored=unscored)
-    _record_scores(Path(run_dir), runs.read_jsonl(Path(run_dir) / runs.SCORES).records, checkpoint, protocol_version)
+    _record_scores(Path(run_dir), artifacts.read_jsonl(Path(run_dir) / runs.SCORES).records, checkpoint, protocol_version)
     return Path(run_dir)
 
 
@@ -53,7 +53,7 @@ def released_run(run_dir: Path, data: Any, work_dir: Path, *, paper_row: str, fi
     exported = {p.name: p for p in export_official(source, data, Path(work_dir) / "official")}
     released = exported["generation_trans.jsonl"].rename(Path(work_dir) / f"generation_trans_{file_key}.jsonl")
     import_official(released, Path(run_dir), data)
-    scores = runs.read_jsonl(source / runs.SCORES).records
+    scores = artifacts.read_jsonl(source / runs.SCORES).records
     table = load_paper_table()
     by_metric: dict[str, list[float]] = {}
     for record in scores:
@@ -69,7 +69,7 @@ def _record_scores(run_dir: Path, scores: list[dict[str, Any]], checkpoint: str 
     for record in scores:
         if checkpoint:
             record["checkpoint_sha256"] = checkpoint
-    runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+    artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(run_dir, protocol_version=protocol_version, scoring={
         "mode": "faithful", "device": "cpu", "protocol_version": protocol_version,
         "checkpoint": {"sha256": checkpoint, "format": "bin-sharded", "label": None}})
@@ -126,8 +126,8 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
                                                                             "score_clipped": min(score, 100)},
                                    "attempts": []})
             session += 1
-    runs.write_jsonl_atomic(run_dir / SCENES, scene_records)
-    runs.write_jsonl_atomic(run_dir / JUDGEMENTS, judgements)
+    artifacts.write_jsonl_atomic(run_dir / SCENES, scene_records)
+    artifacts.write_jsonl_atomic(run_dir / JUDGEMENTS, judgements)
     recorded = {"protocol_version": protocol, "protocol": version.record(),
                 "roles": {name: {"model": model, "backend": "openai"} for name, model in roles.items()},
                 "max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512,

@@ -19,7 +19,7 @@ import numpy as np
 from charactereval_lib.charactereval.data import ID2METRIC, PROFILES, TEST_DATA, OfficialData, Sample
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.transform import transform_run
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import artifacts, runs
 
 # Invented names (no relation to the benchmark's characters).
 _ROLES = ("林远舟", "苏晚晴", "顾北辰", "沈清秋", "陆星河", "白若溪", "秦墨白", "叶知秋")
@@ -124,7 +124,7 @@ def write_synthetic_run(
         records.append({"id": sample.id, "model_output": reply, "status": "ok", "error": None, "attempts": 1,
                         "finish_reason": "stop", "latency_s": 0.01})
     run_dir.mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl_atomic(run_dir / runs.GENERATIONS, records)
+    artifacts.write_jsonl_atomic(run_dir / runs.GENERATIONS, records)
     runs.update_manifest(run_dir, generation={"backend": backend, "model": model, "seed": seed})
     rows = transform_run(run_dir, data).rows
     # A sample's difficulty is the same in every run (seeded by its id), as for real models
@@ -141,7 +141,7 @@ def write_synthetic_run(
          "n_tokens": int(min(t, 4096)), "truncated": bool(t > 4096), "mode": "faithful"}
         for r, s, t in zip(scored, sigmoid, n_tokens)
     ]
-    runs.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+    artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
     runs.update_manifest(run_dir, scoring={"rm_label": rm_label, "mode": "faithful", "device": "cpu"})
     return run_dir
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import faults, reportkit, runs
+from charactereval_lib.engine import artifacts, faults, reportkit, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.engine import run_closing
@@ -66,7 +66,7 @@ def _questions(data_dir: str | os.PathLike[str] | None) -> list[dict]:
     path = located / QUESTIONS
     if not path.exists():
         raise runs.RunError(f"{path}: no ToyBench questions (set --data-dir or ${DATA_ENV})")
-    return runs.read_jsonl(path).records
+    return artifacts.read_jsonl(path).records
 
 
 def run(run_dir: str | os.PathLike[str] | runs.RunDir, settings: RunSettings, *,
@@ -78,7 +78,7 @@ def run(run_dir: str | os.PathLike[str] | runs.RunDir, settings: RunSettings, *,
     faults.check_writable(run_dir.path, "run directory")
     run_dir.path.mkdir(parents=True, exist_ok=True)
     run_dir.update_manifest(benchmark=NAME, protocol_version=PROTOCOL_VERSION, model=settings.model)
-    done = {r["id"] for r in runs.read_jsonl(run_dir.artifact(ANSWERS)).records if r["status"] == STATUS_OK}
+    done = {r["id"] for r in artifacts.read_jsonl(run_dir.artifact(ANSWERS)).records if r["status"] == STATUS_OK}
     todo = [q for q in questions if q["id"] not in done]
     answer = {q["id"]: q["answer"] for q in todo}
     backend = make_backend("openai", settings.model, DecodingParams.resolve(max_tokens=32),
@@ -104,12 +104,12 @@ def run(run_dir: str | os.PathLike[str] | runs.RunDir, settings: RunSettings, *,
 def summarize(run_dir: str | os.PathLike[str] | runs.RunDir, settings: SummarizeSettings) -> dict:
     """n, correct, failed and accuracy of the run's latest answers, into ``toy_summary.json``."""
     run_dir = runs.RunDir.resolve(run_dir).require_dir()
-    answers = {r["id"]: r for r in runs.read_jsonl(run_dir.require(run_dir.artifact(ANSWERS), "run it first")).records}
+    answers = {r["id"]: r for r in artifacts.read_jsonl(run_dir.require(run_dir.artifact(ANSWERS), "run it first")).records}
     ok = [a for a in answers.values() if a["status"] == STATUS_OK]
     correct = sum(1 for a in ok if a["correct"])
     summary = {"n": len(ok), "failed": len(answers) - len(ok), "correct": correct,
                "accuracy": correct / len(ok) if ok else None}
-    runs.write_json_atomic(run_dir.artifact(SUMMARY), summary)
+    artifacts.write_json_atomic(run_dir.artifact(SUMMARY), summary)
     return summary
 
 
@@ -117,7 +117,7 @@ def report(run_dir: str | os.PathLike[str] | runs.RunDir, settings: ReportSettin
            out: str | os.PathLike[str] | None = None) -> ReportOutcome:
     """``report.html``: the summary as the report kit shows a table, its warnings, who rendered it."""
     run_dir = runs.RunDir.resolve(run_dir).require_dir()
-    summary = json.loads(runs.read_text(run_dir.require(run_dir.artifact(SUMMARY), "summarize it first")))
+    summary = json.loads(artifacts.read_text(run_dir.require(run_dir.artifact(SUMMARY), "summarize it first")))
     warnings = [f"{summary['failed']} question(s) failed"] if summary["failed"] else []
     table = reportkit.show(pd.DataFrame([summary]))
     page = (f"<html><body><h1>{html.escape(settings.title)}</h1>"
@@ -125,5 +125,5 @@ def report(run_dir: str | os.PathLike[str] | runs.RunDir, settings: ReportSettin
             f"<p>{html.escape(reportkit.rendered_by())}</p></body></html>")
     target = Path(out or run_dir.path) / REPORT
     target.parent.mkdir(parents=True, exist_ok=True)
-    runs.write_text_atomic(target, page)
+    artifacts.write_text_atomic(target, page)
     return ReportOutcome(target, warnings=warnings)

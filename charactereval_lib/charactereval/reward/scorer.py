@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
-from charactereval_lib.engine import jobs, runs
+from charactereval_lib.engine import artifacts, jobs, runs
 
 if TYPE_CHECKING:  # the model module imports torch; the scorer imports it only when scoring
     from charactereval_lib.charactereval.reward.model import FastOptions
@@ -108,7 +108,7 @@ def _grid_steps(a: float, b: float) -> int:
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / runs.ROWS
-    result = runs.read_jsonl(path)
+    result = artifacts.read_jsonl(path)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not result.records:
@@ -161,7 +161,7 @@ def write_rm_inputs(run_dir: Path, inputs: Sequence[RowInput], tokenizer: Any | 
                 record.update(n_tokens=len(ids), truncated=truncated)
             yield record
 
-    return runs.write_jsonl_atomic(Path(run_dir) / RM_INPUTS, records())
+    return artifacts.write_jsonl_atomic(Path(run_dir) / RM_INPUTS, records())
 
 
 def dry_run(run_dir: Path, data: OfficialData, rm_dir: Path | None, shard: tuple[int, int] | None = None) -> int:
@@ -531,6 +531,6 @@ def verify_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: Scorer
         ],
         "created_at": runs.utc_now(),
     }
-    runs.write_text_atomic(run_dir / VERIFY_REPORT, json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    artifacts.write_text_atomic(run_dir / VERIFY_REPORT, json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     runs.update_manifest(run_dir, rm_verify={k2: v for k2, v in report.items() if k2 != "differences"})
     return report

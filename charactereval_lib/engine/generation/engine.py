@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import jobs, runs
+from charactereval_lib.engine import artifacts, jobs, runs
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     Backend,
@@ -87,7 +87,7 @@ def run_identity(backend: Backend, protocol_version: str) -> dict[str, Any]:
 def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
     """Refuse to add replies of another configuration to a run that already has generations."""
     run_dir = Path(run_dir)
-    if not runs.read_jsonl(run_dir / runs.GENERATIONS).records:
+    if not artifacts.read_jsonl(run_dir / runs.GENERATIONS).records:
         return
     previous = runs.load_manifest(run_dir).get("generation") or {}
     recorded = previous.get("identity")
@@ -253,7 +253,7 @@ async def generate_async(
     return summary
 
 
-async def _drive(appender: runs.JsonlAppender, plan: RunPlan, backend: Backend, summary: SessionSummary,
+async def _drive(appender: artifacts.JsonlAppender, plan: RunPlan, backend: Backend, summary: SessionSummary,
                  progress: bool) -> None:
     def record(result: GenerationResult) -> dict[str, Any]:
         summary.add(result)
@@ -263,7 +263,7 @@ async def _drive(appender: runs.JsonlAppender, plan: RunPlan, backend: Backend, 
 
 
 async def drive(
-    appender: runs.JsonlAppender,
+    appender: artifacts.JsonlAppender,
     requests: Sequence[GenerationRequest],
     backend: Backend,
     to_record: Callable[[GenerationResult], dict[str, Any]],
@@ -404,7 +404,7 @@ def dry_run(
     """Send nothing: write ``requests.jsonl`` with the exact messages, estimate tokens and cost of
     what is still pending, and record both (and the parameters that would be sent) in run.json."""
     run = runs.RunDir.resolve(Path(run_dir))
-    written = runs.write_jsonl_atomic(run.requests, ({"id": r.id, "messages": r.messages} for r in requests))
+    written = artifacts.write_jsonl_atomic(run.requests, ({"id": r.id, "messages": r.messages} for r in requests))
     plan = plan_run(run.path, requests, retry_errors=retry_errors)
     estimate = estimate_cost(plan.pending, params.max_tokens, price_in=price_in, price_out=price_out)
     run.update_manifest(
