@@ -201,7 +201,7 @@ def format_error(error: ValidationError, source: str | None = None, *,
     return ": ".join([*filter(None, [source]), *where, describe(first, model)]) + more
 
 
-def validate(model: type[M], data: Any, source: str | None, error: type[Exception], **how: Any) -> M:
+def validate(model: type[M], data: Any, source: str, error: type[Exception], **how: Any) -> M:
     """``model`` validated from ``data``, or ``error`` with one line (``format_error`` with ``how``)."""
     try:
         return model.model_validate(data)

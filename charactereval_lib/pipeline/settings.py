@@ -68,9 +68,6 @@ class Settings(Document):
             return cls.model_validate(dict(values))
         except ValidationError as exc:
             raise SettingsError(format_error(exc, where, model=cls)) from None
-        except ConfigError as exc:
-            # A check outside pydantic's validation (e.g. a benchmark's own, reading a file).
-            raise SettingsError(f"{where}: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
