@@ -1,18 +1,29 @@
 """``batch`` runs a CoSER model too: an entry that names ``benchmark: coser`` goes through CoSER's
 stages from the registry (run, summarize, report), here against the scripted mock server that
-plays every CoSER role."""
+plays every CoSER role; an interrupted CoSER model stops the batch as an interrupted CharacterEval
+one does."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from charactereval_lib.cli import main
-from charactereval_lib.coser.run import JUDGEMENTS, SUMMARY
+from charactereval_lib.coser.run import JUDGEMENTS, SUMMARY, TURNS
+from charactereval_lib.engine.artifacts import read_jsonl
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir
+from tests.generation_support import interruptible
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
@@ -36,3 +47,37 @@ models:
     assert (run / JUDGEMENTS).exists() and json.loads((run / SUMMARY).read_text(encoding="utf-8"))
     summary = json.loads((tmp_path / "out" / "batch-summary.json").read_text(encoding="utf-8"))
     assert [(m["name"], m["status"]) for m in summary["models"]] == [("coser-smoke", "ok")]
+
+
+def test_an_interrupted_coser_model_stops_the_batch_and_is_marked_interrupted(tmp_path):
+    config = tmp_path / "batch.yaml"
+    out = tmp_path / "out"
+    with MockServer(reply=scripted_reply, latency_s=0.05) as server:
+        config.write_text(f"""output_dir: {out}
+models:
+  - name: first
+    benchmark: coser
+    data_dir: {data_dir()}
+    run: {{actor_model: mock-actor, preset: smoke, base_url: "{server.base_url}", no_api_key: true,
+           retry_base_delay: 0.01, timeout: 5}}
+  - name: second
+    benchmark: coser
+    data_dir: {data_dir()}
+    run: {{actor_model: mock-actor, preset: smoke, base_url: "{server.base_url}", no_api_key: true}}
+""", encoding="utf-8")
+        proc = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config), "--quiet"],
+                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+        deadline = time.monotonic() + 120
+        while len(read_jsonl(out / "first" / TURNS).records) < 4:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no turns recorded within 120 s"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
+    # Not recorded as a failure with the batch going on to the next model.
+    assert summary["interrupted"] and [(m["name"], m["status"]) for m in summary["models"]] == [("first", "interrupted")]
+    assert json.loads((out / "first" / "run.json").read_text(encoding="utf-8"))["coser"]["status"] == "interrupted"
