@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import model_validator
 
+from charactereval_lib.charactereval.benchmark import NAME
 from charactereval_lib.charactereval.data import DataError, load_official_data
 from charactereval_lib.engine import faults, runs
 from charactereval_lib.engine.batching import GENERATION, SCORING, BatchEntry, BatchPlan, ModelResult, Settings, step
@@ -81,7 +82,7 @@ class ModelSpec:
     subset: int | None = None
     report: ReportSettings | None = None
     data_dir: str | None = None
-    benchmark: str = "charactereval"
+    benchmark: str = NAME
 
 
 class CharacterEvalPlan(BatchPlan):
