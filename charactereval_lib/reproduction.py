@@ -112,46 +112,18 @@ def header_markdown(document: dict[str, Any]) -> str:
 
 
 def notes(document: dict[str, Any]) -> list[str]:
-    """What a reader must know first (the warning box)."""
-    found = []
-    if document["benchmark"] == "charactereval":
-        if document.get("missing"):
-            found.append(document["missing"])
-        if document.get("meaningless"):
-            found.append(f"MEANINGLESS SCORES: {document['meaningless']}. They show every step working, nothing "
-                         "about the models; real numbers need the real BaichuanCharRM weights.")
-        return found or ["Scored with the checkpoint " + str(document.get("rm")) + "."]
-    for f in document["files"]:
-        if f["other_mismatches"] or not f["scores_block_reproduced"]:
-            found.append(f"{f['file']}: {len(f['other_mismatches'])} recorded score(s) not reproduced exactly "
-                         f"(scores block {'reproduced' if f['scores_block_reproduced'] else 'NOT reproduced'})")
-    if not document.get("metrics"):
-        found.append("BLEU/ROUGE-L were not recomputed (--no-metrics).")
-    found.append("Each released file is one run on the 100 in-domain scenes; the paper's numbers are means of 3 runs "
-                 "(Table 13: in-domain half; Table 2, for BLEU/ROUGE-L: all 200 scenes). Deltas of a few points are "
-                 "expected from that alone; every row gives its reasons.")
-    return found
+    """What a reader must know first (the warning box), as the document's benchmark says."""
+    declared = _declared(document["benchmark"])
+    return list(benchmarks.resolve(declared.notes, "reproduction notes")(document)) if declared.notes else []
 
 
 def files_table(document: dict[str, Any]) -> pd.DataFrame:
-    """Per released file: what was recomputed and how much of it equals the recorded value."""
-    records = []
-    for f in document["files"]:
-        record = {"file": f["file"], "model": f["model"]}
-        if document["benchmark"] == "coser":
-            metrics = f.get("metrics_reproduced") or {}
-            absent = "not recorded" if document["metrics"] else "not recomputed"
-            record.update({
-                "kind": f["kind"], "formula": f["formula_text"], "protocol": f["protocol_version"],
-                "dimension scores": f"{f['dimension_scores_reproduced']}/{f['dimension_scores']}",
-                "scene scores": f"{f['scene_scores_reproduced']}/{f['cases']}",
-                "scores block": "exact" if f["scores_block_reproduced"] else "differs",
-                "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else absent,
-                "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else absent})
-        else:
-            record.update({"rows": f["rows"], "failed generations": f["failed_generations"],
-                           "scored": "yes" if f["scored"] else "no"})
-        records.append(record)
+    """Per released file: what was recomputed and how much of it equals the recorded value (the
+    columns after file and model are the document's benchmark's)."""
+    declared = _declared(document["benchmark"])
+    columns = benchmarks.resolve(declared.file_columns, "reproduction files") if declared.file_columns else None
+    records = [{"file": f["file"], "model": f["model"], **(columns(f, document) if columns else {})}
+               for f in document["files"]]
     return pd.DataFrame.from_records(records)
 
 

@@ -51,5 +51,7 @@ BENCHMARK = Benchmark(
     report="report.html",
     batch="charactereval_lib.pipeline.charactereval_batch:CharacterEvalPlan",
     reproduction=Reproduction("charactereval_lib.pipeline.charactereval:reproduction", "CharacterEval",
-                              options=("rm", "device", "data", "files")),
+                              options=("rm", "device", "data", "files"),
+                              notes="charactereval_lib.charactereval.reproduce:notes",
+                              file_columns="charactereval_lib.charactereval.reproduce:file_columns"),
 )

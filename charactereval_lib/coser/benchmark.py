@@ -44,5 +44,6 @@ BENCHMARK = Benchmark(
     explorer="charactereval_lib.coser.explorer:explorer",
     report="report.html",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",
-                              options=("no_metrics",)),
+                              options=("no_metrics",), notes="charactereval_lib.coser.reproduce:notes",
+                              file_columns="charactereval_lib.coser.reproduce:file_columns"),
 )

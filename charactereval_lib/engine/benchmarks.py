@@ -61,11 +61,15 @@ class Reproduction:
     reproduction needs (one-line errors, before anything is made) and returns ``make(staging)``,
     which writes its work under ``staging`` and returns the reproduction document. ``options``
     names the keywords of ``prepare`` beyond the common ones (an option ``no_metrics`` is the
-    command line's ``--no-metrics``); any other is refused. ``title`` heads the rendered report."""
+    command line's ``--no-metrics``); any other is refused. ``title`` heads the rendered report,
+    ``notes(document)`` gives the lines of its warning box and ``file_columns(file, document)``
+    the columns its table of released files shows for one of them (after file and model)."""
 
     prepare: Ref
     title: str
     options: tuple[str, ...] = ()
+    notes: Ref | None = None
+    file_columns: Ref | None = None
 
 
 @dataclass(frozen=True)
