@@ -198,7 +198,9 @@ def _model(path: Path, index: int, entry: Any, document: BatchDocument, shared: 
     """One entry, as the plan of its benchmark reads it; ``shared`` keeps each plan's reading of
     the top-level keys (``configure``), made once."""
     top = document.benchmark or DEFAULT_BENCHMARK
-    benchmark = (entry.get("benchmark") if isinstance(entry, dict) else None) or top
+    # A benchmark that is not a string is left to the entry's check to report.
+    given = entry.get("benchmark") if isinstance(entry, dict) else None
+    benchmark = given if isinstance(given, str) and given else top
     named = isinstance(entry, dict) and isinstance(entry.get("name"), str)
     where = f"{path}: model {entry['name']!r}" if named else f"{path}: models[{index}]"
     try:
