@@ -1,36 +1,41 @@
 """``charactereval batch CONFIG.yaml``: many models, one report each, then one comparison.
 
-For every model in the config: generate (resuming), transform, score, summarize and report,
-through the typed pipeline API. Before anything runs, every entry is validated (an unknown key
-names the key and the model) and a pre-flight check looks at the data, every reward-model
-directory, API key variables and endpoints. A model that fails later is recorded with the step
-and the reason and the batch goes on with the next; Ctrl-C or SIGTERM stops the whole batch
-with everything received saved. The comparison covers the models that finished, and the
-closing summary (also written to ``batch-summary.json``) names every failure and why.
+This module orchestrates: it reads the config, runs the models in order (or concurrently on Ray),
+draws the overall bar, stops on Ctrl-C or SIGTERM, writes the summary and makes the comparison.
+What a model's entry holds and which steps it runs are its benchmark's, through the batch plan
+it declares in the registry (``engine.batching``; CharacterEval's is
+``pipeline.charactereval_batch``): every entry is validated before anything runs (an unknown key
+names the key and the model), then each plan's pre-flight check looks at what it can (for
+CharacterEval the data, every reward-model directory, API key variables and endpoints). A model
+that fails later is recorded with the step and the reason and the batch goes on with the next;
+Ctrl-C or SIGTERM stops the whole batch with everything received saved. The comparison covers the
+models that finished (of the first benchmark in the config that has one), and the closing
+summary (also written to ``batch-summary.json``) names every failure and why.
 
-With ``engine: ray`` the models run concurrently as Ray tasks, each with its resource request:
-a model's generation (data, subset, generate, transform) asks for ``ray.generate_gpus`` GPUs
-when it is an hf model and none otherwise (an API or offline model only waits on the network);
-its scoring (score, summarize, report) asks for ``ray.score_gpus``. The tasks write each run
-directory themselves, so on a cluster of several machines ``output_dir`` (and the data and
-checkpoints) must be at the same path on every node, e.g. a shared filesystem. The summary is
-the sequential batch's.
+With ``engine: ray`` the models run concurrently as Ray tasks: each model's generation part, then
+(when it did not fail) its scoring part, each with the resource request its plan gives (for
+CharacterEval ``ray.generate_gpus`` for an hf model's generation, none for an API or offline
+one, ``ray.score_gpus`` for scoring). The tasks write each run directory themselves, so on a
+cluster of several machines ``output_dir`` (and the data and checkpoints) must be at the same
+path on every node, e.g. a shared filesystem. The summary is the sequential batch's.
 
 Config (YAML; relative paths are relative to the current directory, like command-line
 arguments)::
 
     output_dir: outputs             # runs go to OUTPUT_DIR/NAME (default outputs)
     comparison: comparison          # comparison report directory, under output_dir
-    data_dir: null                  # official data (default: $CHARACTEREVAL_DATA_DIR, data/official)
-    baselines: [GPT-4, ChatGLM3-6B] # paper models overlaid in the reports
-    judges: [judge-a, judge-b]      # judges shown beside the reward model (default: every judge of
-                                    # each run); each one a run holds also gets its own report
-    n_boot: 1000                    # bootstrap resamples
+    benchmark: charactereval        # the benchmark of entries that name none (default charactereval)
+    data_dir: null                  # CharacterEval's official data (default: $CHARACTEREVAL_DATA_DIR, data/official)
+    baselines: [GPT-4, ChatGLM3-6B] # CharacterEval: paper models overlaid in the reports
+    judges: [judge-a, judge-b]      # CharacterEval: judges shown beside the reward model (default: every
+                                    # judge of each run); each one a run holds also gets its own report
+    n_boot: 1000                    # CharacterEval: bootstrap resamples
     engine: local                   # local (one model after the other) | ray (concurrently)
     ray: {address: null, cpus: 1, generate_gpus: 0, score_gpus: 0}  # engine ray: per-task requests
-    defaults: {...}                 # model keys applied to every model unless it sets them
+    defaults: {...}                 # keys applied to every entry of the config's benchmark unless it sets them
     models:
-      - name: my-model              # run name (required, unique)
+      - name: my-model              # run name (required, unique); every entry also takes
+                                    # benchmark: and data_dir:
         backend: openai             # openai | hf | offline (required)
         model: my-model-id          # API model id or local path (required)
         base_url: http://localhost:8000/v1
@@ -40,42 +45,35 @@ arguments)::
         device: cuda                # scorer device; also mode: faithful | fast
         generate: {max_attempts: 3} # any other generate setting (pipeline.GenerateSettings)
         score: {}                   # any other score setting (pipeline.ScoreSettings)
-
-A bare list of models is accepted too.
-
-A model of another registered benchmark (``engine.benchmarks``; e.g. CoSER) names it with
-``benchmark:`` (or the config's top-level ``benchmark:`` names it for every entry that does
-not); its entry holds ``name``, an optional ``data_dir`` and one mapping of settings per stage
-(``run:``, ``summarize:``, ``report:``), and it runs its benchmark's stages in that order, in
-this process, after the CharacterEval models (``defaults`` and the comparison are theirs)::
-
       - {name: coser-a, benchmark: coser, run: {actor_model: my-model, preset: smoke}}
+
+A bare list of models is accepted too. An entry of a benchmark without a plan of its own (CoSER,
+a project's own) holds one mapping of settings per stage (``run:``, ``summarize:``, ``report:``).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from charactereval_lib import pipeline
-from charactereval_lib.engine import artifacts, benchmarks, faults, jobs, progress, runs
-from charactereval_lib.engine.validation import Document, expect, is_int, is_number, problem, validate
+from charactereval_lib.engine import artifacts, batching, faults, jobs, progress, runs
+from charactereval_lib.engine.batching import GENERATION, SCORING, ModelResult
+from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
 
-# The benchmark of the models this module runs itself; the others run through the registry.
-CHARACTEREVAL = "charactereval"
-# A model's name names its run directory.
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The benchmark of the entries when the config names none.
+DEFAULT_BENCHMARK = "charactereval"
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
-SUBSET_IDS = "subset_ids.txt"
 # How long Ray tasks get to save their records after Ctrl-C before the cluster goes down.
 CANCEL_WAIT_S = 30.0
+# A model's two parts: with engine ray each is a task with its own resource request.
+STAGES = (GENERATION, SCORING)
 
 
 class BatchError(runs.RunError):
@@ -83,26 +81,6 @@ class BatchError(runs.RunError):
 
 
 NonNegative = Annotated[float, expect("a number of at least 0", lambda v: is_number(v) and v >= 0)]
-_Setting = Annotated[Any, expect("a mapping of settings", lambda v: v is None or isinstance(v, dict))]
-_Text = Annotated[str, expect("a non-empty string", lambda v: isinstance(v, str) and bool(v))]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    generate: pipeline.GenerateSettings
-    score: pipeline.ScoreSettings
-    subset: int | None = None
-
-
-@dataclass(frozen=True)
-class BenchmarkModel:
-    """A model of another benchmark: its stages' settings, by stage name."""
-
-    name: str
-    benchmark: str
-    settings: dict[str, Any]
-    data_dir: str | None = None
 
 
 class RayBatch(Document):
@@ -111,15 +89,14 @@ class RayBatch(Document):
     # An existing cluster ("auto", "HOST:6379"); None starts a local one.
     address: str | None = None
     cpus: NonNegative = 1.0
-    # A model's generation task: GPUs when it runs an hf model (other backends ask for none).
+    # A model's generation task (CharacterEval: GPUs when it runs an hf model).
     generate_gpus: NonNegative = 0.0
-    # A model's scoring task (the reward model).
+    # A model's scoring task (CharacterEval: the reward model).
     score_gpus: NonNegative = 0.0
 
-    def gpus(self, spec: ModelSpec, stage: str) -> float:
-        if stage == SCORING:
-            return self.score_gpus
-        return self.generate_gpus if spec.generate.backend == "hf" else 0.0
+    def gpus(self, spec: Any, stage: str) -> float:
+        """What the task of ``stage`` (a part) of the model ``spec`` asks for, as its plan says."""
+        return batching.plan_of(spec.benchmark).gpus(stage, spec, self)
 
 
 @dataclass(frozen=True)
@@ -127,31 +104,13 @@ class BatchConfig:
     path: Path
     output_dir: Path
     comparison_dir: Path
-    data_dir: str | None
-    report: pipeline.ReportSettings
-    models: list[ModelSpec]
+    # Every model, in config order, as its benchmark's plan made it (``name``, ``benchmark``).
+    models: list[Any]
     engine: str = "local"
     ray: RayBatch = RayBatch()
     # Progress bars on stderr (``batch`` without --quiet, on a terminal): the overall bar and
     # each step's own.
     progress: bool = False
-    # The models of other benchmarks, run through the registry.
-    others: list[BenchmarkModel] = field(default_factory=list)
-
-
-@dataclass
-class ModelResult:
-    name: str
-    run_dir: str
-    status: str = "ok"  # ok | failed | interrupted
-    failed_step: str | None = None
-    error: str | None = None
-    report: str | None = None
-    # One report per judge named in the config that this run holds.
-    judge_reports: list[str] = field(default_factory=list)
-    # Samples whose latest generation is an error (S5 drops them; the summary counts them).
-    failed_samples: int | None = None
-    seconds: float = 0.0
 
 
 @dataclass
@@ -169,76 +128,31 @@ class BatchResult:
 # --- config ------------------------------------------------------------------------------------
 
 
-class ModelEntry(Document):
-    """One entry of ``models`` (after ``defaults`` are applied). The shorthands and the
-    ``generate:``/``score:`` sections are checked by the pipeline settings they become."""
-
-    unknown_key_hint: ClassVar[str] = " (other settings go under generate: or score:)"
-
-    name: Annotated[str, expect("letters, digits, '.', '_' or '-' (the name of the run directory)",
-                                lambda v: isinstance(v, str) and _SAFE_NAME.match(v))]
-    backend: _Text
-    model: _Text
-    rm: _Text
-    subset: Annotated[int | None, expect("a positive integer", lambda v: v is None or (is_int(v) and v > 0))] = None
-    generate: _Setting = None
-    score: _Setting = None
-    # Shorthands of generate settings.
-    base_url: Any = None
-    concurrency: Any = None
-    max_tokens: Any = None
-    temperature: Any = None
-    top_p: Any = None
-    seed: Any = None
-    limit: Any = None
-    ids: Any = None
-    # Shorthands of score settings.
-    device: Any = None
-    mode: Any = None
-
-    @model_validator(mode="after")
-    def _one_selection(self) -> ModelEntry:
-        chosen = [k for k in ("subset", "ids", "limit") if getattr(self, k) is not None]
-        if len(chosen) > 1:
-            raise problem(f"choose one of subset, ids, limit (got {chosen})")
-        return self
-
-    def shorthands(self, keys: tuple[str, ...]) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
-
-
-GENERATE_SHORTHANDS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
-SCORE_SHORTHANDS = ("device", "mode")
-
-
 class BatchDocument(Document):
     """A batch config file as written (see the module docstring)."""
 
-    # The CharacterEval entries (load_config refuses an empty ``models`` before splitting them
-    # from the entries of other benchmarks).
-    models: Annotated[list[ModelEntry], expect("a list of model entries", lambda v: isinstance(v, list))]
-    # The benchmark of entries that do not name theirs (default charactereval).
+    # Each entry is checked by the plan of its benchmark (``_model``).
+    models: Annotated[list[Any], expect("a list of model entries", lambda v: isinstance(v, list))]
     benchmark: str | None = None
     output_dir: str | None = None
     comparison: str | None = None
+    # The keys of the top level that a plan reads for all its models (``BatchPlan.configure``).
     data_dir: str | None = None
-    # Checked by pipeline.ReportSettings.
     baselines: Any = None
     judges: Any = None
     n_boot: Any = 1000
-    defaults: _Setting = None
+    defaults: Annotated[Any, expect("a mapping of settings", lambda v: v is None or isinstance(v, dict))] = None
     engine: Annotated[str, expect(f"one of {', '.join(BATCH_ENGINES)}", lambda v: v in BATCH_ENGINES)] = "local"
     ray: RayBatch | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BatchDocument:
-        names = [m.name for m in self.models]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise problem(f"duplicate model name(s) {duplicates}")
         if self.ray is not None and self.engine != "ray":
             raise problem("'ray' settings need engine: ray")
         return self
+
+
+SHARED_KEYS = ("data_dir", "baselines", "judges", "n_boot")
 
 
 def load_config(path: Path | str) -> BatchConfig:
@@ -258,112 +172,54 @@ def load_config(path: Path | str) -> BatchConfig:
         raw = {"models": raw}
     if not isinstance(raw, dict):
         raise BatchError(f"{path}: expected a mapping with 'models' (or a list of models), got {type(raw).__name__}")
-    entries = raw.get("models")
-    others: list[BenchmarkModel] = []
-    if isinstance(entries, list):
-        # Entries of other benchmarks are checked by their benchmark's settings; the CharacterEval
-        # ones (``defaults`` applied) by this module's models.
-        top = raw.get("benchmark") or CHARACTEREVAL
-        chosen = [_entry_benchmark(entry, top) for entry in entries]
-        others = [_other_model(path, k, entry, chosen[k]) for k, entry in enumerate(entries)
-                  if chosen[k] != CHARACTEREVAL]
-        defaults = raw.get("defaults")
-        own = [_without_benchmark(entry) if isinstance(entry, dict) else entry
-               for k, entry in enumerate(entries) if chosen[k] == CHARACTEREVAL]
-        if isinstance(defaults, dict):
-            own = [{**defaults, **entry} if isinstance(entry, dict) else entry for entry in own]
-        raw = {**raw, "models": own}
-
-    def entry_label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
-        # A model entry is named by its name, as the summary and the run directory name it.
-        if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
-            entry = raw["models"][loc[1]]
-            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                return f"model {entry['name']!r}", loc[2:]
-        return "", loc
-
-    document = validate(BatchDocument, raw, str(path), BatchError, label=entry_label)
-    if not document.models and not others:
+    document = validate(BatchDocument, raw, str(path), BatchError)
+    if not document.models:
         raise BatchError(f"{path}: models: expected a non-empty list of model entries, got []")
-    specs = [_model_spec(path, entry) for entry in document.models]
-    names = [s.name for s in specs] + [o.name for o in others]
+    shared: dict[str, Any] = {}
+    models = [_model(path, index, entry, document, shared) for index, entry in enumerate(document.models)]
+    names = [m.name for m in models]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BatchError(f"{path}: duplicate model name(s) {duplicates}")
     # Under the workspace, as the runs are (``RunDir.resolve``): the summary and the comparison
     # belong beside them.
     output_dir = runs.workspace_root() / (document.output_dir or runs.OUTPUTS_DIR)
-    report_values = {"n_boot": document.n_boot}
-    if document.baselines is not None:
-        report_values["baselines"] = document.baselines
-    if document.judges is not None:
-        report_values["judges"] = document.judges
-    try:
-        report = pipeline.ReportSettings.from_mapping(report_values, f"{path}")
-    except pipeline.SettingsError as exc:
-        raise BatchError(str(exc)) from None
     return BatchConfig(
         path=path,
         output_dir=output_dir,
         comparison_dir=output_dir / (document.comparison or "comparison"),
-        data_dir=document.data_dir,
-        report=report,
-        models=specs,
+        models=models,
         engine=document.engine,
         ray=document.ray or RayBatch(),
-        others=others,
     )
 
 
-def _entry_benchmark(entry: Any, top: str) -> str:
-    return entry.get("benchmark") or top if isinstance(entry, dict) else top
-
-
-def _without_benchmark(entry: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in entry.items() if key != "benchmark"}
-
-
-def _other_model(path: Path, index: int, entry: Any, name: str) -> BenchmarkModel:
-    """A model entry of another benchmark, its settings checked by that benchmark's classes."""
-    where = f"{path}: models[{index}]"
-    if not isinstance(entry, dict):
-        raise BatchError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    if "name" in entry:
-        where = f"{path}: model {entry['name']!r}"
-    benchmark = benchmarks.get(name)
-    allowed = {"name", "benchmark", "data_dir", *benchmark.stages}
-    unknown = sorted(set(entry) - allowed)
-    if unknown:
-        raise BatchError(f"{where}: unknown key(s) {unknown} for a {benchmark.title} model; expected some of "
-                         f"{sorted(allowed)}")
-    if not isinstance(entry.get("name"), str) or not _SAFE_NAME.match(entry["name"]):
-        raise BatchError(f"{where}: 'name' is required: letters, digits, '.', '_' or '-' (it names the run "
-                         "directory)")
-    settings = {}
-    for stage in benchmark.stages:
-        values = entry.get(stage) or {}
-        if not isinstance(values, dict):
-            raise BatchError(f"{where}: '{stage}' must be a mapping of {stage} settings")
-        try:
-            settings[stage] = benchmark.make_settings(stage, values, f"{where}: {stage}")
-        except pipeline.SettingsError as exc:
-            raise BatchError(str(exc)) from None
-    return BenchmarkModel(entry["name"], benchmark.name, settings, entry.get("data_dir"))
-
-
-def _model_spec(path: Path, entry: ModelEntry) -> ModelSpec:
-    where = f"{path}: model {entry.name!r}"
-    generate = {"backend": entry.backend, "model": entry.model, **entry.shorthands(GENERATE_SHORTHANDS),
-                **(entry.generate or {})}
-    score = {"rm": entry.rm, **entry.shorthands(SCORE_SHORTHANDS), **(entry.score or {})}
+def _model(path: Path, index: int, entry: Any, document: BatchDocument, shared: dict[str, Any]) -> Any:
+    """One entry, as the plan of its benchmark reads it; ``shared`` keeps each plan's reading of
+    the top-level keys (``configure``), made once."""
+    top = document.benchmark or DEFAULT_BENCHMARK
+    # A benchmark that is not a string is left to the entry's check to report.
+    given = entry.get("benchmark") if isinstance(entry, dict) else None
+    benchmark = given if isinstance(given, str) and given else top
+    named = isinstance(entry, dict) and isinstance(entry.get("name"), str)
+    where = f"{path}: model {entry['name']!r}" if named else f"{path}: models[{index}]"
     try:
-        return ModelSpec(
-            entry.name,
-            pipeline.GenerateSettings.from_mapping(generate, f"{where}: generate"),
-            pipeline.ScoreSettings.from_mapping(score, f"{where}: score"),
-            entry.subset,
-        )
-    except pipeline.SettingsError as exc:
+        plan = batching.plan_of(benchmark)
+    except ConfigError as exc:
+        raise BatchError(f"{where}: {exc}") from None
+    if isinstance(entry, dict) and benchmark == top and document.defaults:
+        entry = {**document.defaults, **entry}
+
+    def label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+        # An entry is named by its name, as the summary and the run directory name it.
+        return (f"model {entry['name']!r}", loc) if named else ("", ("models", index, *loc))
+
+    parsed = validate(plan.entry_class(), entry, str(path), BatchError, label=label)
+    try:
+        if benchmark not in shared:
+            shared[benchmark] = plan.configure({key: getattr(document, key) for key in SHARED_KEYS}, str(path))
+        return plan.model(parsed, where, shared[benchmark])
+    except ConfigError as exc:
         raise BatchError(str(exc)) from None
 
 
@@ -371,115 +227,34 @@ def _model_spec(path: Path, entry: ModelEntry) -> ModelSpec:
 
 
 def preflight(config: BatchConfig) -> list[str]:
-    """Everything that can be checked before hours of generation: the official data, every
-    model's reward-model directory, API key variables and endpoints. One line per problem."""
-    from charactereval_lib.charactereval.data import DataError, load_official_data
-    from charactereval_lib.charactereval.reward.download import check_rm_dir
-
+    """Everything that can be checked before hours of generation, by each benchmark's plan, and
+    the Ray cluster's address. One line per problem."""
     problems = []
-    try:
-        if config.models:
-            load_official_data(config.data_dir)
-    except DataError as exc:
-        problems.append(f"data: {exc}")
+    for benchmark in dict.fromkeys(m.benchmark for m in config.models):
+        models = [m for m in config.models if m.benchmark == benchmark]
+        problems += batching.plan_of(benchmark).preflight(models, config)
     if config.engine == "ray" and config.ray.address:
         try:
             faults.check_ray_address(config.ray.address)
         except (faults.Unreachable, runs.RunError) as exc:
             problems.append(f"{config.path}: ray: {exc}")
-    checked: dict[str, list[str]] = {}
-    for spec in config.models:
-        where = f"{config.path}: model {spec.name!r}"
-        rm = spec.score.rm or ""
-        if rm not in checked:
-            checked[rm] = check_rm_dir(rm, required=("config.json", "tokenizer.model")) if Path(rm).is_dir() \
-                else [f"{rm}: no such reward-model directory (see `charactereval rm download` / `rm make-tiny`)"]
-        problems += [f"{where}: rm: {p}" for p in checked[rm]]
-        settings = spec.generate
-        if settings.backend != "openai":
-            continue
-        if settings.base_url is None and not os.environ.get(settings.api_key_env):
-            problems.append(f"{where}: the API key variable {settings.api_key_env} is not set")
-        if settings.base_url is not None:
-            problem = faults.endpoint_problem(settings.base_url)
-            if problem:
-                problems.append(f"{where}: {problem}")
     return problems
 
 
 # --- running -----------------------------------------------------------------------------------
 
 
-# The steps the overall bar counts per model (subset and each judge's report ride along).
-BAR_STEPS = ("data", "generate", "transform", "score", "summarize", "report")
+def run_stages(spec: Any, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:
+    """The parts ``stages`` of one model, by its plan; a failure is recorded in the result
+    (against the last step named), never raised. An interrupt (KeyboardInterrupt, or any
+    benchmark's ``JobInterrupted``) is raised: it stops the whole batch."""
 
-
-def _step(result: ModelResult, name: str) -> None:
-    result.failed_step = name
-    bar = progress.current()
-    if bar is not None:
-        bar.step(result.name, name)
-    print(f"== {result.name}: {name}", flush=True)
-
-
-def _generation_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
-    from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
-
-    generate = spec.generate
-    if spec.subset is not None:
-        _step(result, "subset")
-        ids = stratified_subset(data, spec.subset)
-        path = write_ids(run.artifact(SUBSET_IDS), ids, comment=f"stratified subset of {spec.subset} samples")
-        generate = pipeline.GenerateSettings.from_mapping({**generate.as_dict(), "ids": str(path)})
-    _step(result, "generate")
-    generated = pipeline.generate(run, generate, data=data, progress=config.progress)
-    result.failed_samples = generated.failed
-    _step(result, "transform")
-    pipeline.transform(run, data=data)
-
-
-def _scoring_steps(spec: ModelSpec, config: BatchConfig, result: ModelResult, run: runs.RunDir, data: Any) -> None:
-    _step(result, "score")
-    pipeline.score(run, spec.score, data=data, progress=config.progress)
-    _step(result, "summarize")
-    pipeline.summarize(run, pipeline.SummarizeSettings(n_boot=config.report.n_boot), data_dir=config.data_dir)
-    _step(result, "report")
-    held = run.judge_models()
-    judges = tuple(j for j in config.report.judges if j in held)
-    if len(judges) < len(config.report.judges):
-        missing = ", ".join(j for j in config.report.judges if j not in held)
-        print(f"   {result.name}: no scores of judge(s) {missing}; the report shows {', '.join(judges) or 'every judge of the run'}",
-              flush=True)
-    result.report = str(pipeline.report(run, config.report.replace(judges=judges), data_dir=config.data_dir).html)
-    for model in judges:
-        _step(result, f"report of judge {model}")
-        judged = config.report.replace(scorer=runs.JUDGE, judge_model=model, judges=())
-        result.judge_reports.append(str(pipeline.report(run, judged, data_dir=config.data_dir).html))
-
-
-# A model's two stages: with engine ray each is a task with its own resource request.
-GENERATION, SCORING = "generation", "scoring"
-STAGES = {GENERATION: _generation_steps, SCORING: _scoring_steps}
-
-
-def run_stages(spec: ModelSpec, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:
-    """The steps of ``stages`` for one model, after the ones ``result`` already records; a
-    failure is recorded in the result, never raised. An interrupt (KeyboardInterrupt,
-    GenerationInterrupted) is raised: it stops the whole batch."""
-    from charactereval_lib.charactereval.data import load_official_data
-
-    run = runs.RunDir.resolve(config.output_dir / spec.name)
     started = time.monotonic()
     try:
-        _step(result, "data")
-        data = load_official_data(config.data_dir)
-        for stage in stages:
-            STAGES[stage](spec, config, result, run, data)
+        batching.plan_of(spec.benchmark).run(spec, config, result, stages)
         result.failed_step = None
     except Exception as exc:
-        from charactereval_lib.engine.generation.engine import GenerationInterrupted
-
-        if isinstance(exc, GenerationInterrupted):
+        if isinstance(exc, jobs.JobInterrupted):
             raise
         result.status = "failed"
         result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) else str(exc)
@@ -488,13 +263,13 @@ def run_stages(spec: ModelSpec, config: BatchConfig, result: ModelResult, stages
     return result
 
 
-def _new_result(spec: ModelSpec, config: BatchConfig) -> ModelResult:
+def _new_result(spec: Any, config: BatchConfig) -> ModelResult:
     return ModelResult(spec.name, str(runs.RunDir.resolve(config.output_dir / spec.name).path))
 
 
-def run_model(spec: ModelSpec, config: BatchConfig) -> ModelResult:
-    """All steps for one model (see ``run_stages``)."""
-    return run_stages(spec, config, _new_result(spec, config), (GENERATION, SCORING))
+def run_model(spec: Any, config: BatchConfig) -> ModelResult:
+    """Every part of one model (see ``run_stages``)."""
+    return run_stages(spec, config, _new_result(spec, config), STAGES)
 
 
 def run_batch(config: BatchConfig) -> BatchResult:
@@ -503,81 +278,53 @@ def run_batch(config: BatchConfig) -> BatchResult:
     are marked interrupted, the rest are not started, and the summary says so."""
     outcome = BatchResult()
     with faults.sigterm_interrupts():
-        if config.engine == "ray" and config.models:
+        if config.engine == "ray":
             _run_on_ray(config, outcome)
-        elif config.models:
+        else:
             _run_in_turn(config, outcome)
-        if config.others and not outcome.interrupted:
-            _run_other_benchmarks(config, outcome)
-        own = {spec.name for spec in config.models}
-        finished = [Path(m.run_dir) for m in outcome.models if m.status == "ok" and m.name in own]
         if outcome.interrupted:
             outcome.comparison_error = "skipped: the batch was interrupted"
-        elif len(finished) >= 2:
-            print(f"== comparison of {len(finished)} runs", flush=True)
-            try:
-                outcome.comparison = str(pipeline.compare(finished, config.comparison_dir, config.report,
-                                                          data_dir=config.data_dir).html)
-            except Exception as exc:
-                outcome.comparison_error = f"{type(exc).__name__}: {exc}"
         else:
-            outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
+            _compare(config, outcome)
     artifacts.write_json_atomic(config.output_dir / SUMMARY_FILE, _summary_record(config, outcome))
     return outcome
 
 
-def _interrupted(spec: ModelSpec, config: BatchConfig, seconds: float) -> ModelResult:
+def _compare(config: BatchConfig, outcome: BatchResult) -> None:
+    """The comparison of the finished models of the first benchmark (in config order) whose plan
+    compares, when two or more finished."""
+    ok = {m.name for m in outcome.models if m.status == "ok"}
+    finished = [s for s in config.models if s.name in ok and batching.plan_of(s.benchmark).compare is not None]
+    finished = [s for s in finished if s.benchmark == finished[0].benchmark]
+    if len(finished) < 2:
+        outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
+        return
+    print(f"== comparison of {len(finished)} runs", flush=True)
+    try:
+        outcome.comparison = batching.plan_of(finished[0].benchmark).compare(finished, config)
+    except Exception as exc:
+        outcome.comparison_error = f"{type(exc).__name__}: {exc}"
+
+
+def _interrupted(spec: Any, config: BatchConfig, seconds: float) -> ModelResult:
     return ModelResult(spec.name, _new_result(spec, config).run_dir, status="interrupted",
                        error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
 
 
 def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
-    from charactereval_lib.engine.generation.engine import GenerationInterrupted
-
-    with progress.overall(len(config.models), BAR_STEPS, config.progress) as bar:
-        for spec in config.models:
+    steps = [batching.plan_of(spec.benchmark).bar_steps() for spec in config.models]
+    with progress.overall(len(steps), (), config.progress, total=sum(map(len, steps))) as bar:
+        for spec, model_steps in zip(config.models, steps, strict=True):
+            bar.start(model_steps)
             started = time.monotonic()
             try:
                 outcome.models.append(run_model(spec, config))
-            except (KeyboardInterrupt, GenerationInterrupted):
+            except (KeyboardInterrupt, jobs.JobInterrupted):
                 outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
                 outcome.interrupted = True
                 break
             finally:
                 bar.model_done()
-
-
-def _run_other_benchmarks(config: BatchConfig, outcome: BatchResult) -> None:
-    """Each model of another benchmark, its stages in order (``benchmarks.STAGES``) through the
-    registry; a failure is recorded and the batch goes on, an interrupt stops it."""
-    for model in config.others:
-        benchmark = benchmarks.get(model.benchmark)
-        run = runs.RunDir.resolve(config.output_dir / model.name)
-        result = ModelResult(model.name, str(run.path))
-        started = time.monotonic()
-        try:
-            for stage in (s for s in benchmarks.STAGES if s in benchmark.stages):
-                _step(result, f"{benchmark.name} {stage}")
-                done = benchmark.call(stage, run, model.settings[stage], data_dir=model.data_dir,
-                                      progress=config.progress)
-                if stage == "run" and getattr(done, "errors", None):
-                    result.failed_samples = len(done.errors)
-                if stage == "report":
-                    result.report = str(done.html)
-            result.failed_step = None
-        except (KeyboardInterrupt, jobs.JobInterrupted):
-            outcome.models.append(ModelResult(model.name, str(run.path), status="interrupted",
-                                              error="stopped by the user; re-run the batch to resume",
-                                              seconds=round(time.monotonic() - started, 1)))
-            outcome.interrupted = True
-            return
-        except Exception as exc:
-            result.status = "failed"
-            result.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (runs.RunError, ValueError)) \
-                else str(exc)
-            print(f"!! {model.name}: {result.failed_step} failed: {result.error}", flush=True)
-        result.seconds = round(time.monotonic() - started, 1)
-        outcome.models.append(result)
 
 
 def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:

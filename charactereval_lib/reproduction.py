@@ -1,7 +1,7 @@
 """Reproduction in one command: every number the released files allow, recomputed beside the paper.
 
-``reproduce`` runs one benchmark's reproduction (``coser.reproduce`` or
-``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
+``reproduce`` runs one benchmark's reproduction (its registry entry's ``Reproduction``, e.g.
+``coser.reproduce`` or ``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
 ``reproduction.json`` and renders ``reproduction.ipynb``/``reproduction.html`` with papermill,
 then renames the whole directory into place: a failure leaves nothing behind. The tables and
 notes the notebook shows are built here from the JSON document alone.
@@ -25,17 +25,16 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import artifacts, benchmarks
 from charactereval_lib.engine.reportkit import rendered_by
 
-BENCHMARKS = ("coser", "charactereval")
 DOCUMENT = "reproduction.json"
 NOTEBOOK = "reproduce.ipynb"
 REPORT_NOTEBOOK = "reproduction.ipynb"
 REPORT_HTML = "reproduction.html"
 
 
-class ReproduceError(runs.RunError):
+class ReproduceError(artifacts.RunError):
     """A reproduction that cannot start as asked (one line)."""
 
 
@@ -49,45 +48,39 @@ class ReproduceOutcome:
         return self.out / REPORT_HTML
 
 
+def _declared(benchmark: str) -> benchmarks.Reproduction:
+    known = benchmarks.reproducible()
+    if benchmark not in known:
+        raise ReproduceError(f"unknown benchmark {benchmark!r}; choose one of {', '.join(known)}")
+    return known[benchmark].reproduction
+
+
 def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
-              rm: str | None = None, device: str | None = None, metrics: bool = True, n_boot: int = 1000,
-              seed: int = 0, show_code: bool = False, progress: bool = False, data: Any = None,
-              files: dict[str, Path] | None = None) -> ReproduceOutcome:
-    """The reproduction of ``benchmark`` in ``out`` (new or empty). CoSER reads the released
-    evaluation files of its data directory; CharacterEval the five released generations
-    (``files``/``data`` replace them and the official data, e.g. synthetic ones in tests) and
-    scores them with the checkpoint ``rm`` when given."""
+              n_boot: int = 1000, seed: int = 0, show_code: bool = False, progress: bool = False,
+              **options: Any) -> ReproduceOutcome:
+    """The reproduction of ``benchmark`` in ``out`` (new or empty), as its registry entry
+    declares it (``engine.benchmarks.Reproduction``); ``options`` are that benchmark's own (e.g.
+    CharacterEval's ``rm`` and ``device``, CoSER's ``no_metrics``), refused for any other."""
     from charactereval_lib.engine import report as notebooks
 
-    if benchmark not in BENCHMARKS:
-        raise ReproduceError(f"unknown benchmark {benchmark!r}; choose one of {', '.join(BENCHMARKS)}")
-    if benchmark == "coser" and rm:
-        raise ReproduceError("--rm is a CharacterEval option: CoSER's scores come from the recorded critiques")
+    declared = _declared(benchmark)
+    for option in options:
+        if option not in declared.options:
+            flag = f"--{option.replace('_', '-')}"
+            takers = [b.title for b in benchmarks.reproducible().values() if option in b.reproduction.options]
+            title = benchmarks.get(benchmark).title
+            raise ReproduceError(f"{flag} is an option of the {' or '.join(takers)} reproduction, not of {title}'s"
+                                 if takers else f"{flag} is not an option of the {title} reproduction")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ReproduceError(f"{out}: already exists and is not empty; give a new output directory")
-    if benchmark == "charactereval":
-        from charactereval_lib.charactereval.data import load_official_data
-        from charactereval_lib.charactereval.reproduce import released_paths
-
-        # Both checked before any work: a missing file is a one-line error, not a half-made report.
-        files = files if files is not None else released_paths(data_dir)
-        data = data if data is not None else load_official_data(data_dir)
+    make = benchmarks.resolve(declared.prepare, f"benchmark {benchmark!r}, reproduction")(
+        data_dir=data_dir, n_boot=n_boot, seed=seed, progress=progress, **options)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.reproduce-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        if benchmark == "coser":
-            from charactereval_lib.coser.reproduce import reproduce as run
-
-            document = run(staging, data_dir=data_dir, metrics=metrics, n_boot=n_boot, seed=seed, progress=progress)
-        else:
-            from charactereval_lib import pipeline
-            from charactereval_lib.charactereval.reproduce import reproduce as run
-
-            settings = pipeline.ScoreSettings(rm=rm, device=device)
-            document = run(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,
-                           score=lambda run_dir: pipeline.score(run_dir, settings, data=data, progress=progress))
+        document = make(staging)
         artifacts.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
         notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
@@ -102,9 +95,6 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
 
 # --- what the notebook shows ----------------------------------------------------------------------
 
-_TITLES = {"coser": "CoSER given-circumstance acting", "charactereval": "CharacterEval"}
-
-
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
@@ -113,7 +103,7 @@ def header_markdown(document: dict[str, Any]) -> str:
     benchmark = document["benchmark"]
     decided = [r for r in document["rows"] if r["within"] is not None]
     inside = sum(1 for r in decided if r["within"])
-    return (f"# Reproduction: {_TITLES[benchmark]}\n\n"
+    return (f"# Reproduction: {_declared(benchmark).title}\n\n"
             f"Every number the released files allow, recomputed and set beside the paper: "
             f"{len(document['files'])} released file(s), {len(document['rows'])} cells, "
             f"{len(decided)} with a published value and a recomputed one, of which **{inside}** reproduce the paper "
@@ -122,46 +112,18 @@ def header_markdown(document: dict[str, Any]) -> str:
 
 
 def notes(document: dict[str, Any]) -> list[str]:
-    """What a reader must know first (the warning box)."""
-    found = []
-    if document["benchmark"] == "charactereval":
-        if document.get("missing"):
-            found.append(document["missing"])
-        if document.get("meaningless"):
-            found.append(f"MEANINGLESS SCORES: {document['meaningless']}. They show every step working, nothing "
-                         "about the models; real numbers need the real BaichuanCharRM weights.")
-        return found or ["Scored with the checkpoint " + str(document.get("rm")) + "."]
-    for f in document["files"]:
-        if f["other_mismatches"] or not f["scores_block_reproduced"]:
-            found.append(f"{f['file']}: {len(f['other_mismatches'])} recorded score(s) not reproduced exactly "
-                         f"(scores block {'reproduced' if f['scores_block_reproduced'] else 'NOT reproduced'})")
-    if not document.get("metrics"):
-        found.append("BLEU/ROUGE-L were not recomputed (--no-metrics).")
-    found.append("Each released file is one run on the 100 in-domain scenes; the paper's numbers are means of 3 runs "
-                 "(Table 13: in-domain half; Table 2, for BLEU/ROUGE-L: all 200 scenes). Deltas of a few points are "
-                 "expected from that alone; every row gives its reasons.")
-    return found
+    """What a reader must know first (the warning box), as the document's benchmark says."""
+    declared = _declared(document["benchmark"])
+    return list(benchmarks.resolve(declared.notes, "reproduction notes")(document)) if declared.notes else []
 
 
 def files_table(document: dict[str, Any]) -> pd.DataFrame:
-    """Per released file: what was recomputed and how much of it equals the recorded value."""
-    records = []
-    for f in document["files"]:
-        record = {"file": f["file"], "model": f["model"]}
-        if document["benchmark"] == "coser":
-            metrics = f.get("metrics_reproduced") or {}
-            absent = "not recorded" if document["metrics"] else "not recomputed"
-            record.update({
-                "kind": f["kind"], "formula": f["formula_text"], "protocol": f["protocol_version"],
-                "dimension scores": f"{f['dimension_scores_reproduced']}/{f['dimension_scores']}",
-                "scene scores": f"{f['scene_scores_reproduced']}/{f['cases']}",
-                "scores block": "exact" if f["scores_block_reproduced"] else "differs",
-                "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else absent,
-                "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else absent})
-        else:
-            record.update({"rows": f["rows"], "failed generations": f["failed_generations"],
-                           "scored": "yes" if f["scored"] else "no"})
-        records.append(record)
+    """Per released file: what was recomputed and how much of it equals the recorded value (the
+    columns after file and model are the document's benchmark's)."""
+    declared = _declared(document["benchmark"])
+    columns = benchmarks.resolve(declared.file_columns, "reproduction files") if declared.file_columns else None
+    records = [{"file": f["file"], "model": f["model"], **(columns(f, document) if columns else {})}
+               for f in document["files"]]
     return pd.DataFrame.from_records(records)
 
 

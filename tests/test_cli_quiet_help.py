@@ -7,9 +7,10 @@ import io
 
 import pytest
 
-from charactereval_lib import batch
 from charactereval_lib.cli import build_parser, main
-from charactereval_lib.engine import progress
+from charactereval_lib.engine import batching, progress
+from charactereval_lib.engine.batching import ModelResult
+from charactereval_lib.pipeline.charactereval_batch import BAR_STEPS
 
 WITH_BARS = (["generate", "R", "--backend", "offline", "--model", "m"], ["score", "R"], ["battle", "A", "B", "--out", "O", "--judge-model", "j"],
              ["metaeval", "L", "--out", "O", "--scorer", "judge"], ["batch", "C"], ["data", "fetch"],
@@ -41,16 +42,16 @@ def test_bars_only_on_a_terminal_and_never_when_quiet():
 
 
 def test_the_batch_bar_counts_models_times_steps(capsys):
-    result = batch.ModelResult("m1", "outputs/m1")
-    with progress.overall(2, batch.BAR_STEPS, enabled=True) as bar:
-        assert progress.current() is bar and bar.bar.total == 2 * len(batch.BAR_STEPS)
+    result = ModelResult("m1", "outputs/m1")
+    with progress.overall(2, BAR_STEPS, enabled=True) as bar:
+        assert progress.current() is bar and bar.bar.total == 2 * len(BAR_STEPS)
         for step in ("data", "generate", "transform"):
-            batch._step(result, step)
+            batching.step(result, step)
         assert bar.bar.n == 2  # data and generate are done, transform is running
         assert bar.bar.desc.startswith("batch: m1: transform")
         bar.model_done()  # m1 failed at transform: its whole share is ticked off
-        assert bar.bar.n == len(batch.BAR_STEPS)
-        batch._step(batch.ModelResult("m2", "outputs/m2"), "data")
+        assert bar.bar.n == len(BAR_STEPS)
+        batching.step(ModelResult("m2", "outputs/m2"), "data")
         bar.model_done()
         assert bar.bar.n == bar.bar.total
     assert progress.current() is None

@@ -39,7 +39,7 @@ def test_config_defaults_and_flags(tmp_path):
     assert (a.name, a.generate.backend, a.generate.model, a.score.rm, a.subset) == ("a", "offline", "m-a", "models/tiny-rm", 20)
     assert a.generate.seed == 3 and (b.generate.limit, b.generate.concurrency) == (5, 2)
     assert b.score.mode == "fast" and a.score.mode == "faithful"
-    assert config.comparison_dir == tmp_path / "out" / "comparison" and config.report.n_boot == 1000
+    assert config.comparison_dir == tmp_path / "out" / "comparison" and a.report.n_boot == 1000
 
 
 def test_a_bare_list_of_models_is_a_config(tmp_path):

@@ -17,6 +17,7 @@ from charactereval_lib.charactereval import analysis
 from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, report, runs
+from charactereval_lib.pipeline.charactereval_batch import SUBSET_IDS
 
 
 @pytest.mark.slow
@@ -55,7 +56,7 @@ models:
     comparison = (out / "cmp" / pipeline.COMPARISON_HTML).read_text(encoding="utf-8")
     assert "model-b − model-a" in comparison and "<strong>broken</strong>" not in comparison
     # The subset was written as an ids file and generated exactly.
-    subset = read_ids_file(out / "model-a" / batch.SUBSET_IDS)
+    subset = read_ids_file(out / "model-a" / SUBSET_IDS)
     assert len(subset) == 6 and {r["id"] for r in artifacts.read_jsonl(out / "model-a" / runs.GENERATIONS).records} == set(subset)
     summary = json.loads((out / "batch-summary.json").read_text(encoding="utf-8"))
     statuses = {m["name"]: (m["status"], m["failed_step"]) for m in summary["models"]}

@@ -168,3 +168,20 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "data fetch --with-results" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-data", "used"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["coser", "--rm", "x"], "--rm is an option of the CharacterEval reproduction, not of CoSER's"),
+    (["coser", "--device", "cuda"], "--device is an option of the CharacterEval reproduction, not of CoSER's"),
+    (["charactereval", "--no-metrics"], "--no-metrics is an option of the CoSER reproduction, not of CharacterEval's"),
+])
+def test_an_option_of_one_benchmark_is_refused_for_the_other_in_one_line(tmp_path, capsys, argv, message):
+    assert main(["reproduce", "--benchmark", argv[0], "--out", str(tmp_path / "o"), *argv[1:]]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_benchmarks_offered_are_those_that_declare_a_reproduction(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    assert "{charactereval,coser}" in capsys.readouterr().out

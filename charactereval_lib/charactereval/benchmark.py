@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark
+from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
 
 NAME = "charactereval"
 
@@ -49,4 +49,9 @@ BENCHMARK = Benchmark(
     board="charactereval_lib.charactereval.eligibility:SPEC",
     explorer="charactereval_lib.charactereval.explorer:explorer",
     report="report.html",
+    batch="charactereval_lib.pipeline.charactereval_batch:CharacterEvalPlan",
+    reproduction=Reproduction("charactereval_lib.pipeline.charactereval:reproduction", "CharacterEval",
+                              options=("rm", "device", "data", "files"),
+                              notes="charactereval_lib.charactereval.reproduce:notes",
+                              file_columns="charactereval_lib.charactereval.reproduce:file_columns"),
 )

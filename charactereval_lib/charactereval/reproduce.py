@@ -120,3 +120,19 @@ def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], r
             "missing": None if rm else MISSING_RM, "tolerance": rounding_tolerance(PAPER_DECIMALS),
             "bootstrap": {"resamples": n_boot, "seed": seed, "cluster": "sample", "level": 0.95},
             "files": imported, "rows": rows}
+
+
+def notes(document: dict[str, Any]) -> list[str]:
+    """What a reader of the reproduction must know first (its warning box)."""
+    found = []
+    if document.get("missing"):
+        found.append(document["missing"])
+    if document.get("meaningless"):
+        found.append(f"MEANINGLESS SCORES: {document['meaningless']}. They show every step working, nothing "
+                     "about the models; real numbers need the real BaichuanCharRM weights.")
+    return found or ["Scored with the checkpoint " + str(document.get("rm")) + "."]
+
+
+def file_columns(f: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+    """One released file in the reproduction's table: its rows, failed generations, whether scored."""
+    return {"rows": f["rows"], "failed generations": f["failed_generations"], "scored": "yes" if f["scored"] else "no"}

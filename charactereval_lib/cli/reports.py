@@ -57,7 +57,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     problems = preflight(config)
     if problems:
         return report_problems(problems, "")
-    print(f"batch {config.path}: {len(config.models) + len(config.others)} model(s) -> {config.output_dir}", flush=True)
+    print(f"batch {config.path}: {len(config.models)} model(s) -> {config.output_dir}", flush=True)
     outcome = run_batch(config)
     print("\n".join(summary_lines(outcome)))
     if outcome.interrupted:

@@ -10,7 +10,7 @@ from typing import Any
 
 from charactereval_lib.coser.versions import VERSIONS
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark
+from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
 
 NAME = "coser"
 # What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
@@ -43,4 +43,7 @@ BENCHMARK = Benchmark(
     board="charactereval_lib.coser.eligibility:SPEC",
     explorer="charactereval_lib.coser.explorer:explorer",
     report="report.html",
+    reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",
+                              options=("no_metrics",), notes="charactereval_lib.coser.reproduce:notes",
+                              file_columns="charactereval_lib.coser.reproduce:file_columns"),
 )

@@ -233,3 +233,31 @@ def reproduce(staging: Path, *, data_dir: str | os.PathLike[str] | None = None, 
     return {"benchmark": BENCHMARK, "data_dir": str(root), "metrics": metrics,
             "bootstrap": {"resamples": n_boot, "seed": seed, "cluster": "scene", "level": 0.95},
             "tolerance": rounding_tolerance(PAPER_DECIMALS), "files": files, "rows": rows}
+
+
+def notes(document: dict[str, Any]) -> list[str]:
+    """What a reader of the reproduction must know first (its warning box)."""
+    found = []
+    for f in document["files"]:
+        if f["other_mismatches"] or not f["scores_block_reproduced"]:
+            found.append(f"{f['file']}: {len(f['other_mismatches'])} recorded score(s) not reproduced exactly "
+                         f"(scores block {'reproduced' if f['scores_block_reproduced'] else 'NOT reproduced'})")
+    if not document.get("metrics"):
+        found.append("BLEU/ROUGE-L were not recomputed (--no-metrics).")
+    found.append("Each released file is one run on the 100 in-domain scenes; the paper's numbers are means of 3 runs "
+                 "(Table 13: in-domain half; Table 2, for BLEU/ROUGE-L: all 200 scenes). Deltas of a few points are "
+                 "expected from that alone; every row gives its reasons.")
+    return found
+
+
+def file_columns(f: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+    """One released file in the reproduction's table: what was recomputed, how much of it equals
+    the recorded value."""
+    metrics = f.get("metrics_reproduced") or {}
+    absent = "not recorded" if document["metrics"] else "not recomputed"
+    return {"kind": f["kind"], "formula": f["formula_text"], "protocol": f["protocol_version"],
+            "dimension scores": f"{f['dimension_scores_reproduced']}/{f['dimension_scores']}",
+            "scene scores": f"{f['scene_scores_reproduced']}/{f['cases']}",
+            "scores block": "exact" if f["scores_block_reproduced"] else "differs",
+            "BLEU": f"{metrics['bleu']}/{f['metrics_recorded']}" if metrics else absent,
+            "ROUGE-L": f"{metrics['rouge_l']}/{f['metrics_recorded']}" if metrics else absent}

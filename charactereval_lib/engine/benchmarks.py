@@ -55,6 +55,24 @@ def resolve(ref: Ref | type | None, what: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Reproduction:
+    """How ``charactereval reproduce --benchmark NAME`` recomputes a benchmark's paper from its
+    released files. ``prepare(data_dir=, n_boot=, seed=, progress=, **options)`` checks what the
+    reproduction needs (one-line errors, before anything is made) and returns ``make(staging)``,
+    which writes its work under ``staging`` and returns the reproduction document. ``options``
+    names the keywords of ``prepare`` beyond the common ones (an option ``no_metrics`` is the
+    command line's ``--no-metrics``); any other is refused. ``title`` heads the rendered report,
+    ``notes(document)`` gives the lines of its warning box and ``file_columns(file, document)``
+    the columns its table of released files shows for one of them (after file and model)."""
+
+    prepare: Ref
+    title: str
+    options: tuple[str, ...] = ()
+    notes: Ref | None = None
+    file_columns: Ref | None = None
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """One benchmark, as its package declares it.
 
@@ -66,7 +84,9 @@ class Benchmark:
     instance of the stage's settings class, built from a mapping by its ``from_mapping``.
     ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines);
     ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
-    what the leaderboard shows of its runs."""
+    what the leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
+    ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its
+    models in ``charactereval batch`` (None: the default plan, its stages in order)."""
 
     name: str
     title: str
@@ -90,6 +110,8 @@ class Benchmark:
     board: Ref | None = None
     explorer: Ref | None = None
     report: str | None = None
+    reproduction: Reproduction | None = None
+    batch: Ref | None = None
 
     def stage(self, name: str) -> Callable[..., Any]:
         if name not in self.stages:
@@ -167,6 +189,11 @@ def get(name: str) -> Benchmark:
                              f"(a package registers one by an entry point in {ENTRY_POINT_GROUP} or ${ENV}; "
                              "after an upgrade, install the workbench again: pip install -e .)")
     return known[name]
+
+
+def reproducible() -> dict[str, Benchmark]:
+    """The benchmarks that declare a reproduction (``charactereval reproduce``), by name."""
+    return {name: b for name, b in sorted(registry().items()) if b.reproduction is not None}
 
 
 def owner(run: runs.RunDir) -> Benchmark | None:

@@ -45,15 +45,21 @@ def bars_wanted(quiet: bool, stream: Any = None) -> bool:
 
 class OverallBar:
     """The batch's bar: one tick per step of a model (``steps`` per model), described by the
-    model and the step in progress; a model that stops early is filled up to its share."""
+    model and the step in progress; a model that stops early is filled up to its share. Models
+    of several benchmarks differ in their steps: ``total`` counts them all and ``start`` says
+    the next model's."""
 
-    def __init__(self, models: int, steps: Sequence[str], enabled: bool) -> None:
+    def __init__(self, models: int, steps: Sequence[str], enabled: bool, total: int | None = None) -> None:
         from tqdm import tqdm
 
         self.steps = list(steps)
-        self.bar = tqdm(total=models * len(self.steps), disable=not enabled, unit="step", desc="batch",
-                        position=0, dynamic_ncols=True)
+        self.bar = tqdm(total=models * len(self.steps) if total is None else total, disable=not enabled,
+                        unit="step", desc="batch", position=0, dynamic_ncols=True)
         self.done_in_model = 0
+
+    def start(self, steps: Sequence[str]) -> None:
+        """The steps of the model that starts now."""
+        self.steps = list(steps)
 
     def step(self, model: str, name: str) -> None:
         """``name`` starts for ``model``: the steps before it are done."""
@@ -76,10 +82,10 @@ _current: OverallBar | None = None
 
 
 @contextlib.contextmanager
-def overall(models: int, steps: Sequence[str], enabled: bool) -> Iterator[OverallBar]:
+def overall(models: int, steps: Sequence[str], enabled: bool, total: int | None = None) -> Iterator[OverallBar]:
     """The batch's overall bar for the duration of the block (``current()`` finds it)."""
     global _current
-    bar = OverallBar(models, steps, enabled)
+    bar = OverallBar(models, steps, enabled, total)
     _current = bar
     try:
         yield bar

@@ -18,6 +18,8 @@ One module per concern: ``settings`` (the typed settings), ``outcomes`` (what st
 ``charactereval`` (its stages), ``data`` (the official data, the doctor, the reward-model
 checkpoint), ``judging`` (LLM judges, battles, meta-evaluation, panels), ``coser`` (CoSER's
 settings and stages) and ``board`` (the leaderboard); every public name is re-exported here.
+``charactereval_batch`` (CharacterEval's batch plan) is not: ``batch`` finds it through the
+benchmark registry.
 Stage bodies import the protocol and engine modules they use when they run: the command line
 imports this package to build its parser, and ``--help`` must not pay for numpy, torch or the
 HTTP clients.

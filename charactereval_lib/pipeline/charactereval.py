@@ -4,7 +4,7 @@ report, compare and a run's overview."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -415,3 +415,25 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
           for model in run.judge_models()),
     ]
     return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))
+
+
+def reproduction(*, data_dir: str | os.PathLike[str] | None = None, n_boot: int = 1000, seed: int = 0,
+                 progress: bool = False, rm: str | None = None, device: str | None = None,
+                 data: OfficialData | None = None,
+                 files: dict[str, Path] | None = None) -> Callable[[Path], dict[str, Any]]:
+    """CharacterEval's ``reproduce`` (``engine.benchmarks.Reproduction``): the five released
+    generations, scored with the checkpoint ``rm`` when given. The files and the official data
+    (``files``/``data`` replace them, e.g. synthetic ones in tests) are checked here, before any
+    work: a missing file is a one-line error, not a half-made report."""
+    from charactereval_lib.charactereval.reproduce import released_paths
+    from charactereval_lib.charactereval.reproduce import reproduce as recompute
+
+    files = files if files is not None else released_paths(data_dir)
+    data = _data(data_dir, data)
+    settings = ScoreSettings(rm=rm, device=device)
+
+    def make(staging: Path) -> dict[str, Any]:
+        return recompute(staging, data=data, files=files, rm=rm, device=device, n_boot=n_boot, seed=seed,
+                         score=lambda run_dir: score(run_dir, settings, data=data, progress=progress))
+
+    return make

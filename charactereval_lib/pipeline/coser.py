@@ -4,7 +4,7 @@ run, import, summary, report and comparison)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,3 +331,14 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     notebook, html = notebooks.render(COSER_COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
                                       parameters, show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)
+
+
+def coser_reproduction(*, data_dir: str | os.PathLike[str] | None = None, n_boot: int = DEFAULT_N_BOOT,
+                       seed: int = DEFAULT_SEED, progress: bool = False,
+                       no_metrics: bool = False) -> Callable[[Path], dict[str, Any]]:
+    """CoSER's ``reproduce`` (``engine.benchmarks.Reproduction``): the released evaluation files,
+    re-scored from their recorded critiques; ``no_metrics`` skips BLEU/ROUGE-L (the slow part)."""
+    from charactereval_lib.coser.reproduce import reproduce
+
+    return lambda staging: reproduce(staging, data_dir=data_dir, metrics=not no_metrics, n_boot=n_boot, seed=seed,
+                                     progress=progress)

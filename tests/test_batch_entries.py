@@ -1,0 +1,90 @@
+"""Every batch entry, whatever its benchmark, is read through one pydantic model of the common keys
+(``engine.batching.BatchEntry``) and its benchmark's plan: one wording for a bad run name, the
+plan's own keys and settings checked before anything runs, models kept in config order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from charactereval_lib import batch
+from charactereval_lib.engine import batching, progress
+from charactereval_lib.pipeline.charactereval_batch import BAR_STEPS, CharacterEvalPlan, ModelSpec
+
+CE = "{name: NAME, backend: offline, model: m, rm: r}"
+COSER = "{name: NAME, benchmark: coser, run: {actor_model: m}}"
+
+
+def load(tmp_path: Path, text: str) -> batch.BatchConfig:
+    path = tmp_path / "batch.yaml"
+    path.write_text(text, encoding="utf-8")
+    return batch.load_config(path)
+
+
+@pytest.mark.parametrize("entry", [CE, COSER], ids=["charactereval", "coser"])
+@pytest.mark.parametrize(("name", "message"), [
+    ("../x", "model '../x': name: expected letters, digits, '.', '_' or '-' (the name of the run directory), "
+             "got '../x'"),
+    ("''", "model '': name: expected letters, digits"),
+])
+def test_a_bad_run_name_is_one_wording_for_every_benchmark(tmp_path, entry, name, message):
+    with pytest.raises(batch.BatchError) as caught:
+        load(tmp_path, f"- {entry.replace('NAME', name)}\n")
+    assert str(caught.value).startswith(f"{tmp_path / 'batch.yaml'}: {message}")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- {benchmark: coser, run: {actor_model: m}}\n",
+     r"batch.yaml: models\[0\]\.name: missing \(required: letters"),
+    ("- {name: c, benchmark: coser, colour: red}\n",
+     r"model 'c': unknown key\(s\) \['colour'\]; expected some of \['benchmark', 'data_dir', 'name', 'report', "
+     r"'run', 'summarize'\]"),
+    ("- {name: c, benchmark: coser, run: [1]}\n", r"model 'c': run: expected a mapping of settings, got \[1\]"),
+    ("- {name: c, benchmark: coser, run: {actor_model: m, colour: red}}\n", r"model 'c': run: unknown key\(s\)"),
+    ("- {name: c, benchmark: nope}\n", r"model 'c': unknown benchmark 'nope'"),
+    ("- {name: c, benchmark: [coser]}\n", r"model 'c': benchmark: expected a string, got \['coser'\]"),
+    (f"- {CE.replace('NAME', 'x')}\n- {COSER.replace('NAME', 'x')}\n", r"duplicate model name\(s\) \['x'\]"),
+])
+def test_entries_of_another_benchmark_are_checked_before_anything_runs(tmp_path, text, message):
+    with pytest.raises(batch.BatchError, match=message) as caught:
+        load(tmp_path, text)
+    assert str(tmp_path / "batch.yaml") in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_models_of_several_benchmarks_keep_config_order_and_defaults_stay_with_their_benchmark(tmp_path):
+    config = load(tmp_path, f"""defaults: {{backend: offline, rm: r, subset: 5}}
+data_dir: somewhere
+models:
+  - {COSER.replace('NAME', 'c')}
+  - {{name: a, model: m}}
+  - {{name: b, model: m, data_dir: elsewhere}}
+""")
+    c, a, b = config.models
+    assert [(m.name, m.benchmark) for m in config.models] == [("c", "coser"), ("a", "charactereval"),
+                                                               ("b", "charactereval")]
+    assert isinstance(a, ModelSpec) and (a.subset, a.score.rm, a.data_dir, b.data_dir) == (5, "r", "somewhere",
+                                                                                         "elsewhere")
+    assert c.settings["run"].actor_model == "m" and c.data_dir is None
+    # The parts' requests are each plan's: CoSER's ask for no GPU, CharacterEval's scoring for its own.
+    ray = batch.RayBatch(score_gpus=1)
+    assert [ray.gpus(m, batch.SCORING) for m in config.models] == [0.0, 1, 1]
+    assert isinstance(batching.plan_of("charactereval"), CharacterEvalPlan)
+    assert batching.plan_of("coser").bar_steps() == ("coser run", "coser summarize", "coser report")
+
+
+def test_the_overall_bar_counts_each_models_own_steps(capsys):
+    coser = batching.plan_of("coser").bar_steps()
+    with progress.overall(2, (), enabled=True, total=len(coser) + len(BAR_STEPS)) as bar:
+        bar.start(coser)
+        batching.step(batching.ModelResult("c", "outputs/c"), "coser summarize")
+        assert bar.bar.n == 1
+        bar.model_done()
+        assert bar.bar.n == len(coser)
+        bar.start(BAR_STEPS)
+        batching.step(batching.ModelResult("a", "outputs/a"), "score")
+        assert bar.bar.n == len(coser) + BAR_STEPS.index("score")
+        bar.model_done()
+        assert bar.bar.n == bar.bar.total
+    assert "== c: coser summarize" in capsys.readouterr().out
