@@ -43,7 +43,7 @@ def test_a_bad_run_name_is_one_wording_for_every_benchmark(tmp_path, entry, name
     ("- {name: c, benchmark: coser, run: [1]}\n", r"model 'c': run: expected a mapping of settings, got \[1\]"),
     ("- {name: c, benchmark: coser, run: {actor_model: m, colour: red}}\n", r"model 'c': run: unknown key\(s\)"),
     ("- {name: c, benchmark: nope}\n", r"model 'c': unknown benchmark 'nope'"),
-    ("- {name: c, benchmark: [coser]}\n", r"model 'c': benchmark: expected a string, got \['coser'\]"),
+    ("- {name: c, benchmark: [coser]}\n", r"model 'c': benchmark: expected a string or null, got \['coser'\]"),
     (f"- {CE.replace('NAME', 'x')}\n- {COSER.replace('NAME', 'x')}\n", r"duplicate model name\(s\) \['x'\]"),
 ])
 def test_entries_of_another_benchmark_are_checked_before_anything_runs(tmp_path, text, message):
