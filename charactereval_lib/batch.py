@@ -76,8 +76,9 @@ BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
 SUBSET_IDS = "subset_ids.txt"
 # How long Ray tasks get, after Ctrl-C or SIGTERM, to save what they received and end. They end
-# as soon as they have (a generation of 400 samples in flight: 15-30 ms, quiet or at load 14), so
-# the wait only costs time when a task is stuck; one still running then is killed.
+# as soon as they have (two generations of 400 samples, measured from the cancel to run.json
+# written: 16-88 ms at load averages 3 to 11), so the wait only costs time when a task is stuck;
+# one still running then is killed.
 CANCEL_WAIT_S = 120.0
 # How long a killed task's worker may take to be gone (Ray reports it within seconds).
 KILL_WAIT_S = 30.0
