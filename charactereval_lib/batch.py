@@ -54,6 +54,7 @@ a project's own) holds one mapping of settings per stage (``run:``, ``summarize:
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,8 +71,13 @@ from charactereval_lib.engine.validation import Document, expect, is_number, pro
 DEFAULT_BENCHMARK = "charactereval"
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
-# How long Ray tasks get to save their records after Ctrl-C before the cluster goes down.
-CANCEL_WAIT_S = 30.0
+# How long Ray tasks get, after Ctrl-C or SIGTERM, to save what they received and end. They end
+# as soon as they have (two generations of 400 samples, measured from the cancel to run.json
+# written: 16-88 ms at load averages 3 to 11), so the wait only costs time when a task is stuck;
+# one still running then is killed.
+CANCEL_WAIT_S = 120.0
+# How long a killed task's worker may take to be gone (Ray reports it within seconds).
+KILL_WAIT_S = 30.0
 # A model's two parts: with engine ray each is a task with its own resource request.
 STAGES = (GENERATION, SCORING)
 
@@ -340,7 +346,7 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
         if wanted > available["gpus"]:
             raise BatchError(f"{config.path}: ray: a task asks for {wanted:g} GPU(s), the cluster has "
                              f"{available['gpus']:g}; set generate_gpus/score_gpus to 0 on CPU")
-        task = ray.remote(run_stages)
+        task = ray.remote(_run_stages_task)
         in_flight: dict[Any, tuple[int, str, float]] = {}
         results: dict[int, ModelResult] = {}
 
@@ -370,23 +376,62 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
                 if stage == GENERATION and results[index].status == "ok":
                     submit(index, SCORING, results[index])
         except KeyboardInterrupt:
-            # Ctrl-C inside each running task: generation saves what it received (as on Ctrl-C
-            # in one process); then the cluster goes down with whatever is left.
-            for ref in in_flight:
-                ray.cancel(ref)
-            ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
+            _stop_tasks(ray, {ref: (config.models[index].name, _generation_run(config, index, stage))
+                              for ref, (index, stage, _) in in_flight.items()}, CANCEL_WAIT_S)
             now = time.monotonic()
-            for index, stage, started in in_flight.values():
+            for index, _stage, started in in_flight.values():
                 results[index] = _interrupted(config.models[index], config, results[index].seconds + now - started)
-                if stage == GENERATION:
-                    _close_cancelled_generation(runs.RunDir.resolve(config.output_dir / config.models[index].name))
             outcome.interrupted = True
         outcome.models = [results[index] for index in sorted(results)]
 
 
+def _run_stages_task(spec: Any, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:
+    """``run_stages`` as a Ray task. Ray stops a running task (``ray.cancel``) by raising
+    KeyboardInterrupt in it through ``_thread.interrupt_main``, which does nothing in a process
+    that ignores SIGINT; Ray's workers ignore it whenever whatever started their node did (a batch
+    or ``ray start`` run in the background, with ``&`` or nohup), and the task would generate on
+    until the driver left and Ray killed it mid-write. So while the task runs SIGINT has Python's
+    own handler. (Ray blocks SIGINT in its workers: a Ctrl-C at a terminal still never reaches them.)"""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return run_stages(spec, config, result, stages)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _generation_run(config: BatchConfig, index: int, stage: str) -> runs.RunDir | None:
+    return runs.RunDir.resolve(config.output_dir / config.models[index].name) if stage == GENERATION else None
+
+
+def _stop_tasks(ray: Any, tasks: dict[Any, tuple[str, runs.RunDir | None]], wait_s: float) -> None:
+    """Stop the running Ray tasks ``tasks`` (each mapped to its model's name and, for a generation
+    task, the run it generates into) before the driver leaves: Ray kills a job's workers the
+    moment its driver disconnects, whatever they are writing. Each task gets Ctrl-C
+    (``ray.cancel``): a generation saves what it received and records that it was interrupted,
+    as on Ctrl-C in one process, and the task ends. The wait lasts until every task has ended,
+    at most ``wait_s``; a task still running then is killed (``_close_cancelled_generation``)."""
+    refs = list(tasks)
+    for ref in refs:
+        ray.cancel(ref)
+    _, running = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    for ref in running:
+        ray.cancel(ref, force=True)
+    killed, alive = ray.wait(running, num_returns=len(running), timeout=KILL_WAIT_S) if running else ([], [])
+    for ref in killed:
+        name, run = tasks[ref]
+        print(f"!! {name}: its Ray task was still running {wait_s:g} s after the interrupt: killed", flush=True)
+        if run is not None:
+            _close_cancelled_generation(run)
+    for ref in alive:
+        print(f"!! {tasks[ref][0]}: its Ray task was still running {wait_s:g} s after the interrupt and could not "
+              "be killed; its run may be incomplete", flush=True)
+
+
 def _close_cancelled_generation(run: runs.RunDir) -> None:
-    """A cancelled task can be killed before its generation records how it ended (its clean-up
-    races the driver's exit, seen under load): a generation still marked running is interrupted."""
+    """The last resort for a generation whose task ``_stop_tasks`` had to kill (it did not end
+    within its wait after Ctrl-C: stuck in a call that never returns to the interpreter, or
+    deaf to KeyboardInterrupt), so it could not record how it ended: a generation still marked
+    running is marked interrupted, its records (flushed as they came) are kept."""
     if run.manifest_path.exists() and (runs.load_manifest(run.path).get("generation") or {}).get("status") == "running":
         runs.update_manifest(run.path, generation={"status": "interrupted"})
 

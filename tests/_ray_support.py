@@ -78,7 +78,7 @@ def _start_head(root: Path, deadline: float) -> str:
         head = subprocess.Popen(
             [_ray_cli(), "start", "--head", "--block", f"--num-cpus={CPUS}", "--num-gpus=0",
              "--include-dashboard=false", "--disable-usage-stats", "--port=0", f"--temp-dir={temp}"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ignore_sigint)
     (root / "head.pid").write_text(str(head.pid))
     current = temp / "ray_current_cluster"
     while True:
@@ -99,6 +99,13 @@ def _start_head(root: Path, deadline: float) -> str:
         if time.monotonic() > deadline:
             pytest.fail(f"the test Ray cluster did not answer within {START_DEADLINE_S:g} s")
         time.sleep(0.2)
+
+
+def _ignore_sigint() -> None:
+    """The node, and every worker it starts, ignores SIGINT, as one started in the background
+    (``&``, nohup) does, whatever launched the suite: Ray's cancellation of a task must reach it
+    there too (``batch._run_stages_task``), and the tests must not depend on how they were run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def stop_shared_cluster(session_dir: Path) -> None:

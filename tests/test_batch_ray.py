@@ -147,4 +147,38 @@ models:
         read = artifacts.read_jsonl(path)
         ids = [r["id"] for r in read.records]
         assert 4 <= len(ids) < 400 and len(ids) == len(set(ids)) and not read.warnings
-        assert runs.load_manifest(path.parent)["generation"]["status"] == "interrupted"
+        # Recorded by the task's own generation (its session, with the state of every id), though
+        # the cluster's workers ignore SIGINT (_ray_support), not by the driver's last resort.
+        generation = runs.load_manifest(path.parent)["generation"]
+        assert generation["status"] == "interrupted" and generation["sessions"][-1]["interrupted"]
+        assert generation["state"]["ok"] + generation["state"]["error"] == len(ids)
+
+
+@pytest.mark.slow
+def test_a_task_still_running_after_the_wait_is_killed_and_its_generation_closed(cluster, tmp_path, capsys):
+    from charactereval_lib import batch
+
+    def stuck_generation(run_dir: str) -> None:
+        """A task whose generation is running and that Ctrl-C never stops (as one stuck in a
+        call that never returns to the interpreter). Defined here: Ray ships it by value."""
+        runs.update_manifest(Path(run_dir), generation={"status": "running"})
+        while True:
+            try:
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                pass
+
+    (tmp_path / "stuck").mkdir()
+    run = runs.RunDir.resolve(tmp_path / "stuck")
+    ref = cluster.remote(stuck_generation).options(num_cpus=1, max_retries=0).remote(str(run.path))
+    deadline = time.monotonic() + 120
+    while not (run.manifest_path.exists() and run.manifest().get("generation")):
+        assert time.monotonic() < deadline and not cluster.wait([ref], timeout=0)[0]
+        time.sleep(0.1)
+    batch._stop_tasks(cluster, {ref: ("stuck", run)}, wait_s=1)
+    # Killed: ended, with Ray's error instead of a result.
+    assert cluster.wait([ref], timeout=0)[0] == [ref]
+    with pytest.raises(cluster.exceptions.RayError):
+        cluster.get(ref)
+    assert run.manifest()["generation"]["status"] == "interrupted"
+    assert "!! stuck: its Ray task was still running 1 s after the interrupt: killed" in capsys.readouterr().out
