@@ -24,7 +24,7 @@ With ``--repeat N``, (a) runs N times (each with a fresh metrics child, as a new
 the run of median wall time is reported, beside every run's figures and load.
 
     python benchmarks/bench_coser.py [--latency 0.2] [--sequential-scenes 4] [--repeat 3] [--json FILE]
-                                     [--baseline-python PATH --baseline DIR]
+                                     [--baseline-python PATH --baseline DIR] [--scenes N]
 """
 
 from __future__ import annotations
@@ -201,13 +201,14 @@ def main() -> None:
     parser.add_argument("--sequential-scenes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=1, help="measure (a) this many times; the median is reported")
+    parser.add_argument("--scenes", type=int, default=None, help="only the first N scenes of the test set (a smoke run)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     parser.add_argument("--baseline-python", metavar="PATH", help="interpreter of the baseline checkout's environment")
     parser.add_argument("--baseline", metavar="DIR", help="the baseline checkout (its benchmarks/bench_coser.py runs)")
     args = parser.parse_args()
     baseline = run_baseline(args) if args.baseline else None
     load_at_start = os.getloadavg()
-    scenes = load_test_set()
+    scenes = load_test_set()[: args.scenes]
     critic = load_critic_prompts()
     server = subprocess.Popen([sys.executable, "-m", "charactereval_lib.testing.mockserver", "--coser-script",
                                "--latency", str(args.latency)], stdout=subprocess.PIPE, text=True)

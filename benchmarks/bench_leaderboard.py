@@ -8,9 +8,9 @@ Makes (untimed) 10 synthetic CharacterEval runs of the real size (4,564 samples,
       tests, explorer data, pages), reported as seconds and as a ratio to (a);
   (c) with Debian's chromium present: in a headless browser, a CharacterEval run page until its
       table shows rows, the filter to one character, and opening a sample's detail.
-Writes benchmarks/results/bench_leaderboard_<label>.json.
+Writes benchmarks/results/bench_leaderboard_<label>.json (or ``--out FILE``).
 
-    python benchmarks/bench_leaderboard.py [--label cpu_2core] [--ce-runs 10] [--coser-runs 10]
+    python benchmarks/bench_leaderboard.py [--label cpu_2core] [--ce-runs 10] [--coser-runs 10] [--out FILE]
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--label", default="cpu_2core")
     parser.add_argument("--ce-runs", type=int, default=10)
     parser.add_argument("--coser-runs", type=int, default=10)
+    parser.add_argument("--out", metavar="FILE", help="write the figures here instead of benchmarks/results/")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -115,7 +116,7 @@ def main() -> None:
         if Path(CHROMIUM).exists():
             result.update(browse(site))
     print(json.dumps(result, indent=2))
-    out = Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"
+    out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 

@@ -2,7 +2,7 @@
 and ``generate --backend hf --engine ray`` vs the single-process hf backend.
 
     python benchmarks/bench_ray.py [--data-dir DIR] [--rows 300] [--workers 2] [--modes fast,faithful]
-                                   [--generation 48]
+                                   [--generation 48] [--address ADDRESS]
 
 The same rows (whole official samples, about ``--rows``, with the synthetic reply of
 ``bench_scoring.py``) of one run are scored twice per mode, into two copies of the run: in this
@@ -68,6 +68,8 @@ def main() -> int:
     parser.add_argument("--generation", type=int, default=48, metavar="N",
                         help="also generate the requests of the first N samples both ways (0: skip; default 48)")
     parser.add_argument("--out", help="also write the results as JSON here")
+    parser.add_argument("--address", help="an existing Ray cluster (default: each Ray side starts a local one, counted "
+                                          "in its set-up)")
     args = parser.parse_args()
     if not args.data_dir:
         print("benchmark needs the official data: pass --data-dir or set CHARACTEREVAL_DATA_DIR", file=sys.stderr)
@@ -110,8 +112,8 @@ def main() -> int:
             # One Ray worker does the local scorer's work plus Ray's: the difference is Ray's cost.
             engines = {
                 "local": scorer.LocalEngine,
-                "ray_1_worker": lambda: RayEngine(RaySettings(workers=1)),
-                "ray": lambda: RayEngine(RaySettings(workers=args.workers)),
+                "ray_1_worker": lambda: RayEngine(RaySettings(address=args.address, workers=1)),
+                "ray": lambda: RayEngine(RaySettings(address=args.address, workers=args.workers)),
             }
             for name, make_engine in engines.items():
                 run_dir = tmp / f"{mode}-{name}"
@@ -143,7 +145,7 @@ def main() -> int:
                 f"ray {ray['setup_seconds']:.1f} s); bitwise equal: {r['bitwise_equal_records']}"
             )
         if args.generation:
-            results["generation"] = bench_generation(data, tmp, args.generation, args.workers)
+            results["generation"] = bench_generation(data, tmp, args.generation, args.workers, args.address)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
@@ -152,7 +154,7 @@ def main() -> int:
     return 0 if all(equal) else 1
 
 
-def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
+def bench_generation(data, tmp: Path, samples: int, workers: int, address: str | None) -> dict:
     """The hf backend in this process vs on ``workers`` Ray workers, through ``pipeline.generate``."""
     from charactereval_lib import pipeline
     from charactereval_lib.engine import artifacts, runs
@@ -162,7 +164,7 @@ def bench_generation(data, tmp: Path, samples: int, workers: int) -> dict:
     # Room for the longest real prompt in this tokenizer's (data-blind) tokens.
     build_model(model, build_tokenizer(model), max_positions=32768)
     timings, records = {}, {}
-    for name, engine in (("local", {}), ("ray", {"engine": "ray", "workers": workers})):
+    for name, engine in (("local", {}), ("ray", {"engine": "ray", "workers": workers, "address": address})):
         settings = pipeline.GenerateSettings(backend="hf", model=str(model), max_tokens=16, batch_size=8, dtype="float32",
                                              limit=samples, **engine)
         start = time.perf_counter()
