@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast lint demo
+.PHONY: setup test test-fast bench-smoke lint demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,12 +31,18 @@ XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 # pytest exits 5 when it collects or selects no test at all: make fails then, as on any non-zero
 # status (never add `|| true` or a `-` prefix here).
 test: setup
-	$(BIN)/python -m pytest $(XDIST) --durations=15
+	$(BIN)/python -m pytest $(XDIST) -m "not bench" --durations=15
 
 # The edit-test loop: the same without the tests marked slow (Ray, notebook executions, signalled
 # and killed children). `make test` stays the whole suite, the one CI runs.
 test-fast: setup
-	$(BIN)/python -m pytest $(XDIST) -m "not slow"
+	$(BIN)/python -m pytest $(XDIST) -m "not slow and not bench"
+
+# Every script in benchmarks/ as shipped, at its smallest size (tests marked bench): each is a
+# process that pays its own imports, tiny models and Ray workers, about 85 s of CPU in all, so
+# they run beside the suite rather than in it; CI runs this after `make test`.
+bench-smoke: setup
+	$(BIN)/python -m pytest $(XDIST) -m bench tests/test_benchmarks.py tests/test_benchmarks_ray.py
 
 # The rules are in pyproject.toml ([tool.ruff]); CI runs this before the tests.
 lint: setup

@@ -58,6 +58,13 @@ def write_run(run_dir: Path, data, sample_rows: list[tuple[int, str, str]]) -> N
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def rm_shape(rm_dir: Path) -> dict:
+    """The shape of a given checkpoint, as the results record the tiny one's."""
+    config = json.loads((rm_dir / "config.json").read_text(encoding="utf-8"))
+    return {"layers": config["num_hidden_layers"], "hidden": config["hidden_size"],
+            "heads": config["num_attention_heads"], "vocab": config["vocab_size"], "checkpoint": str(rm_dir)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.environ.get("CHARACTEREVAL_DATA_DIR"))
@@ -70,6 +77,8 @@ def main() -> int:
     parser.add_argument("--out", help="also write the results as JSON here")
     parser.add_argument("--address", help="an existing Ray cluster (default: each Ray side starts a local one, counted "
                                           "in its set-up)")
+    parser.add_argument("--rm", metavar="DIR", help="score with this checkpoint instead of making the tiny one (its shape "
+                                                    "is recorded from its config.json)")
     args = parser.parse_args()
     if not args.data_dir:
         print("benchmark needs the official data: pass --data-dir or set CHARACTEREVAL_DATA_DIR", file=sys.stderr)
@@ -96,7 +105,7 @@ def main() -> int:
             "torch_threads_per_ray_worker": 1,
             "load_average_at_start": os.getloadavg()[0],
         },
-        "model": {"layers": 4, "hidden": 256, "heads": 8, "vocab": 8000},
+        "model": rm_shape(Path(args.rm)) if args.rm else {"layers": 4, "hidden": 256, "heads": 8, "vocab": 8000},
         "rows": len(chosen),
         "samples": len({r[0] for r in chosen}),
         "workers": args.workers,
@@ -104,7 +113,8 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         tmp = Path(tmp)
-        rm_dir = make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256, heads=8, vocab_size=8000)
+        rm_dir = Path(args.rm) if args.rm else make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256,
+                                                         heads=8, vocab_size=8000)
         for mode in args.modes.split(","):
             settings = scorer.ScorerSettings(mode=mode, device="cpu", progress=False)
             timings = {}

@@ -4,7 +4,8 @@ A benchmark is a script nobody runs between measurements: ``bench_generation.py`
 silently when an API it calls changed. These runs measure nothing (sizes of a few requests, rows
 or scenes, on a busy machine); they prove that each script still runs to its end, exits 0 and
 prints the figure it exists for, and that a smoke run writes nothing under benchmarks/results/.
-The Ray benchmark runs beside the other Ray tests (``test_benchmarks_ray.py``).
+The Ray benchmark runs beside the other Ray tests (``test_benchmarks_ray.py``). They are marked
+``bench``: ``make bench-smoke`` runs them (CI does, after ``make test``), the suite does not.
 """
 
 from __future__ import annotations
@@ -41,19 +42,20 @@ SMOKE = {
                           "--vocab", "4000", "--rss-mb", "16"],
                          r"fast [\d.]+ rows/s \([\d.]+x\).*\n.*: [\d.]+x, equal .*\n(loading .*\n){3}", False),
 }
-# Each takes more than a few seconds even at its smallest size: the full suite runs them.
-SLOW = {"bench_cli.py", "bench_judge.py", "bench_leaderboard.py", "bench_scoring.py"}
 
 
 def results_state() -> dict[str, int]:
     return {path.name: path.stat().st_mtime_ns for path in RESULTS.iterdir()}
 
 
-def run_benchmark(script: str, args: list[str], env: dict[str, str], tmp_path: Path) -> str:
+def run_benchmark(script: str, args: list[str], env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """Runs ``benchmarks/script`` as a user would (its own process, from the checkout) and
-    returns what it printed; fails with its output unless it exits 0 and left results/ alone."""
+    returns what it printed; fails with its output unless it exits 0 and left results/ alone.
+    ``{tmp}`` in an argument is ``tmp_path``; ``{rm}`` the session's tiny reward model (training
+    a tokenizer on the data again would be most of a smoke run's time)."""
     before = results_state()
-    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *(a.format(tmp=tmp_path) for a in args)],
+    rm = request.getfixturevalue("tiny_rm") if any("{rm}" in a for a in args) else None
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *(a.format(tmp=tmp_path, rm=rm) for a in args)],
                           cwd=ROOT, env={**os.environ, "TQDM_DISABLE": "1", **env}, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -67,10 +69,11 @@ def test_every_benchmark_has_a_smoke_run():
     assert sorted(p.name for p in BENCHMARKS.glob("bench_*.py")) == sorted({*SMOKE, *RAY_SMOKE})
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=[pytest.mark.slow] if s in SLOW else []) for s in SMOKE])
-def test_the_benchmark_runs_at_its_smallest_size_and_prints_its_ratio(script, official_dir, tmp_path):
+@pytest.mark.bench
+@pytest.mark.parametrize("script", list(SMOKE))
+def test_the_benchmark_runs_at_its_smallest_size_and_prints_its_ratio(script, official_dir, tmp_path, request):
     args, ratio, coser = SMOKE[script]
     if coser and not coser_data_dir().is_dir():
         pytest.skip(f"CoSER data not found at {coser_data_dir()} (set COSER_DATA_DIR)")
-    printed = run_benchmark(script, args, {"CHARACTEREVAL_DATA_DIR": str(official_dir)}, tmp_path)
+    printed = run_benchmark(script, args, {"CHARACTEREVAL_DATA_DIR": str(official_dir)}, tmp_path, request)
     assert re.search(ratio, printed, re.DOTALL if coser else 0), printed[-3000:]

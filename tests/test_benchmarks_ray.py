@@ -9,12 +9,12 @@ import pytest
 from test_benchmarks import run_benchmark
 
 # Ten rows of one mode on one worker, and two generated requests.
-SMOKE = {"bench_ray.py": ["--rows", "10", "--workers", "1", "--modes", "fast", "--generation", "2"]}
+SMOKE = {"bench_ray.py": ["--rows", "10", "--workers", "1", "--modes", "fast", "--generation", "2", "--rm", "{rm}"]}
 
 
-@pytest.mark.slow
-def test_the_ray_benchmark_runs_at_its_smallest_size_and_prints_its_ratios(ray_address, official_dir, tmp_path):
+@pytest.mark.bench
+def test_the_ray_benchmark_runs_at_its_smallest_size_and_prints_its_ratios(ray_address, official_dir, tmp_path, request):
     printed = run_benchmark("bench_ray.py", [*SMOKE["bench_ray.py"], "--address", ray_address],
-                            {"CHARACTEREVAL_DATA_DIR": str(official_dir)}, tmp_path)
+                            {"CHARACTEREVAL_DATA_DIR": str(official_dir)}, tmp_path, request)
     assert re.search(r"fast    : .*\(ratio x1/local [\d.]+; .*bitwise equal: True", printed), printed[-3000:]
     assert re.search(r"generate: .*\(ratio [\d.]+; .*same records: True", printed), printed[-3000:]

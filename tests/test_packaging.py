@@ -54,19 +54,19 @@ def test_ci_runs_the_readme_test_command():
 
 def test_ci_lints_before_the_tests_and_the_test_extra_has_ruff():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("make lint") < ci.index("make test")
+    assert ci.index("make lint") < ci.index("make test") < ci.index("make bench-smoke")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "ruff" in names(project["project"]["optional-dependencies"]["test"])
     assert project["tool"]["ruff"]["lint"]["select"]
 
 
 def test_both_make_targets_fail_when_no_test_is_collected():
-    """pytest's exit status 5 (nothing collected or selected) must fail `make test` and `make
-    test-fast`: run here in this process's environment, on one file, with a filter nothing matches."""
+    """pytest's exit status 5 (nothing collected or selected) must fail `make test`, `make
+    test-fast` and `make bench-smoke`: run here in this process's environment, on one file, with a filter nothing matches."""
     # Not this session's Ray folder: the inner pytest would end that cluster when it finishes.
     env = {**{k: v for k, v in os.environ.items() if k != SESSION_DIR_ENV},
            "PYTEST_ADDOPTS": "-p no:cacheprovider -k no_test_is_named_like_this tests/test_packaging.py"}
-    for target in ("test", "test-fast"):
+    for target in ("test", "test-fast", "bench-smoke"):
         # -o: never (re)install the environment from here; XDIST=: one process is enough.
         done = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", target, "XDIST=",
                                f"BIN={Path(sys.executable).parent}"],

@@ -110,7 +110,7 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine import artifacts
     from tests.generation_support import synthetic_data
     write = artifacts.JsonlAppender.write
     def slow_write(self, record):

@@ -86,7 +86,7 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine import artifacts
     write = artifacts.JsonlAppender.write
     def slow_write(self, record):
         write(self, record)
