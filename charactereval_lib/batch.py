@@ -63,7 +63,7 @@ from typing import Annotated, Any
 from pydantic import model_validator
 
 from charactereval_lib.engine import artifacts, batching, faults, jobs, progress, runs
-from charactereval_lib.engine.batching import GENERATION, SCORING, ModelResult
+from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
 
@@ -78,8 +78,6 @@ SUMMARY_FILE = "batch-summary.json"
 CANCEL_WAIT_S = 120.0
 # How long a killed task's worker may take to be gone (Ray reports it within seconds).
 KILL_WAIT_S = 30.0
-# A model's two parts: with engine ray each is a task with its own resource request.
-STAGES = (GENERATION, SCORING)
 
 
 class BatchError(runs.RunError):
@@ -275,7 +273,7 @@ def _new_result(spec: Any, config: BatchConfig) -> ModelResult:
 
 def run_model(spec: Any, config: BatchConfig) -> ModelResult:
     """Every part of one model (see ``run_stages``)."""
-    return run_stages(spec, config, _new_result(spec, config), STAGES)
+    return run_stages(spec, config, _new_result(spec, config), PARTS)
 
 
 def run_batch(config: BatchConfig) -> BatchResult:
@@ -342,7 +340,7 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
     # cluster() puts run_batch's SIGTERM handler back once Ray's driver has connected.
     with cluster(settings.address, settings.cpus, log_to_driver=True) as ray:
         available = cluster_size(ray)
-        wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in STAGES)
+        wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in PARTS)
         if wanted > available["gpus"]:
             raise BatchError(f"{config.path}: ray: a task asks for {wanted:g} GPU(s), the cluster has "
                              f"{available['gpus']:g}; set generate_gpus/score_gpus to 0 on CPU")
