@@ -136,7 +136,7 @@ def test_the_import_graph_has_no_cycle():
 # Builds a wheel, installs it into a fresh virtual environment and renders a report: about half a
 # minute alone, over the suite's 300 s per-test limit with two suites running on two cores.
 @pytest.mark.timeout(1200)
-def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official_dir, tmp_path):
+def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official_dir, tiny_rm, tmp_path):
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "-w", str(dist), str(ROOT)], check=True, capture_output=True, text=True)
@@ -184,11 +184,11 @@ def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official
             assert shipped.read_bytes() == (ROOT / name).read_bytes(), name
     assert "all files match the pinned digests" in run("data", "verify", "--dir", str(official_dir))
     assert "11/11 checks passed" in run("doctor", "--data-dir", str(official_dir))
-    # Trained on the data's text, as the demo's: a third of the tokens to score (conftest, tiny_rm).
-    run("rm", "make-tiny", "tiny-rm", "--from-data", "--vocab", "8000", "--data-dir", str(official_dir))
+    # The session's tiny checkpoint (`rm make-tiny` has its own tests): each command here is a
+    # process of its own, and one more that imports torch costs seconds of the suite.
     run("generate", "a", "--backend", "offline", "--model", "offline-a", "--limit", "4", "--data-dir", str(official_dir))
     run("transform", "a", "--data-dir", str(official_dir))
-    run("score", "a", "--rm", "tiny-rm", "--device", "cpu", "--mode", "fast", "--quiet", "--data-dir", str(official_dir))
+    run("score", "a", "--rm", str(tiny_rm), "--device", "cpu", "--mode", "fast", "--quiet", "--data-dir", str(official_dir))
     run("summarize", "a", "--n-boot", "50", "--data-dir", str(official_dir))
     run("report", "a", "--n-boot", "50", "--data-dir", str(official_dir))
     assert (work / "outputs" / "a" / "report.html").read_text(encoding="utf-8").count("<img") >= 2

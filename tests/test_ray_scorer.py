@@ -41,28 +41,34 @@ def keys_once(path: Path) -> list[tuple[int, str]]:
     return keys
 
 
+def check_ray_manifest(run_dir: Path, restarts: int) -> None:
+    """Two workers on the test cluster's CPUs; ``worker_devices`` lists replacements too."""
+    scoring = runs.load_manifest(run_dir)["scoring"]
+    ray = scoring["ray"]
+    assert scoring["engine"] == "ray" and ray["workers"] == 2
+    assert ray["cluster"]["cpus"] == CPUS and len(ray["worker_devices"]) == 2 + restarts
+    assert all(d.endswith(":cpu") for d in ray["worker_devices"]) and ray["worker_restarts"] == restarts
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["faithful", "fast"])
-def test_two_workers_score_bitwise_like_one_process(cluster, setup, rm_dir, mode):
+def test_fast_mode_on_two_workers_scores_bitwise_like_one_process(cluster, setup, rm_dir):
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
     data, data_dir, run_dir, rows = setup
-    engine = RayEngine(RaySettings(workers=2))
-    report = scorer.score_run(run_dir, rm_dir, data, settings(mode), engine)
+    report = scorer.score_run(run_dir, rm_dir, data, settings("fast"), RayEngine(RaySettings(workers=2)))
     assert report.scored == len(rows)
-    records = artifacts.read_jsonl(run_dir / runs.SCORES).records
     assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
-    expected = reference(run_dir, data_dir, data, rm_dir, mode)
     # Every field, the sigmoid bit for bit included.
-    assert {(r["id"], r["metric_en"]): r for r in records} == expected
-    manifest = runs.load_manifest(run_dir)["scoring"]
-    assert manifest["engine"] == "ray" and manifest["ray"]["workers"] == 2
-    assert manifest["ray"]["cluster"]["cpus"] == CPUS and len(manifest["ray"]["worker_devices"]) == 2
-    assert all(d.endswith(":cpu") for d in manifest["ray"]["worker_devices"])
+    expected = reference(run_dir, data_dir, data, rm_dir, "fast")
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
+    check_ray_manifest(run_dir, restarts=0)
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_costs_nothing(cluster, setup, rm_dir):
+def test_two_workers_score_bitwise_like_one_process_when_one_is_killed_mid_run(cluster, setup, rm_dir):
+    """Faithful mode: the killed worker's unit goes to its replacement, and the scores are still
+    those of the single-process scorer, every field bit for bit. (No separate run without a kill:
+    each run starts its workers, which import torch, several seconds of CPU each.)"""
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
     data, data_dir, run_dir, rows = setup
@@ -79,7 +85,7 @@ def test_a_worker_killed_mid_run_costs_nothing(cluster, setup, rm_dir):
     assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
     expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
     assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
-    assert runs.load_manifest(run_dir)["scoring"]["ray"]["worker_restarts"] == 1
+    check_ray_manifest(run_dir, restarts=1)
 
 
 DRIVER = textwrap.dedent(

@@ -83,7 +83,6 @@ def generate(
     from charactereval_lib.charactereval.requests import generation_task, make_requests, read_ids_file, select_samples
     from charactereval_lib.engine.generation import engine
     from charactereval_lib.engine.generation.backends import make_backend
-    from charactereval_lib.engine.generation.base import RunAborted
 
     run = runs.RunDir.resolve(run)
     faults.check_writable(run.path, "run directory")
@@ -105,23 +104,10 @@ def generate(
         backend = RayHFBackend(settings.model, settings.decoding(), settings.backend_options(), _ray_settings(settings))
     else:
         backend = make_backend(settings.backend, settings.model, settings.decoding(), settings.backend_options())
-    try:
-        session = engine.run_generation(run.path, requests, backend, task, retry_errors=settings.retry_errors,
-                                        progress=progress)
-    except (engine.GenerationInterrupted, RunAborted):
-        _record_workers(run, backend)
-        raise
-    _record_workers(run, backend)
+    session = engine.run_generation(run.path, requests, backend, task, retry_errors=settings.retry_errors,
+                                    progress=progress)
     return GenerateResult(run, session=session, state=engine.run_state(run.path, task.all_ids),
                           backend=settings.backend)
-
-
-def _record_workers(run: runs.RunDir, backend: Any) -> None:
-    """A Ray session's workers as they ended, replacements for dead ones included (``run.json``
-    got them as they started)."""
-    pool = getattr(backend, "pool", None)
-    if pool is not None:
-        run.update_manifest(generation={"ray": pool.describe()})
 
 
 def transform(

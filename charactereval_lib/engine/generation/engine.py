@@ -247,7 +247,7 @@ async def generate_async(
         finally:
             summary.elapsed_s = time.monotonic() - started
             summary.concurrency = backend.stats().get("concurrency")
-            _finish_manifest(run_dir, task, summary, started_at)
+            _finish_manifest(run_dir, task, backend, summary, started_at)
     if summary.interrupted:
         raise GenerationInterrupted(summary)
     return summary
@@ -320,7 +320,10 @@ def cancel_on_sigterm() -> Any:
     return remove
 
 
-def _finish_manifest(run_dir: Path, task: GenerationTask, summary: SessionSummary, started_at: str) -> None:
+def _finish_manifest(run_dir: Path, task: GenerationTask, backend: Backend, summary: SessionSummary,
+                     started_at: str) -> None:
+    """The session's end: its status, and the backend's description as it ended (a Ray backend's
+    workers include the replacements of dead ones, which ``run.json`` lacked at the start)."""
     previous = runs.load_manifest(run_dir).get("generation") or {}
     state = run_state(run_dir, task.all_ids)
     # complete: every id of the task has a record (state says how many are errors).
@@ -333,7 +336,7 @@ def _finish_manifest(run_dir: Path, task: GenerationTask, summary: SessionSummar
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
     runs.update_manifest(
         run_dir,
-        generation={"status": status, "state": state, "finished_at": session["finished_at"],
+        generation={**backend.describe(), "status": status, "state": state, "finished_at": session["finished_at"],
                     "sessions": [*previous.get("sessions", []), session]},
     )
 
