@@ -422,7 +422,9 @@ def test_sigterm_stops_report_and_leaves_no_partial_files(workspace, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(workspace / "run", run)
     process = _start(["report", str(run), "--n-boot", "10"], tmp_path)
-    _wait_for(lambda: (run / ".report.partial.ipynb").exists(), process, "the notebook to start")
+    # While the kernel runs the notebook: its first figure is saved (papermill writes the
+    # partial notebook only once every cell has run).
+    _wait_for(lambda: (run / "figures").exists(), process, "the kernel's first figure")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, (stdout, stderr)

@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -31,6 +30,7 @@ from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
 from charactereval_lib.engine.plots import (
     RUN_PALETTE,
+    color_palette,
     count_axis,
     integer_bins,
     message_figure,
@@ -130,7 +130,7 @@ def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figur
     if len(grid) <= MAX_GRID_TICKS:
         # Minor ticks on every grid value: the gaps between bars are the grid, not missing data.
         axes[-1, 0].set_xticks(grid, minor=True)
-    color = sns.color_palette(RUN_PALETTE)[0]
+    color = color_palette(RUN_PALETTE)[0]
     for ax, metric in zip(axes.ravel(), METRICS):
         part = scores.loc[scores["metric_en"] == metric.metric_en, "score"].to_numpy(float)
         ax.hist(part, bins=edges, color=color, linewidth=0)
@@ -174,7 +174,7 @@ def sample_size_figure(
     table = sample_size_table(stats, alpha=alpha, power=power)
     fig = new_figure(13, 8.5)
     (ax_n, ax_hw), (ax_mdd, ax_role) = fig.subplots(2, 2)
-    palette = sns.color_palette(RUN_PALETTE)
+    palette = color_palette(RUN_PALETTE)
     x = np.arange(len(table))
     ax_n.bar(x, table["n"], color=palette[0], label="scored rows")
     if failed is not None:
@@ -246,7 +246,7 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
     frame = scores_with_context.assign(dimension=scores_with_context["metric_en"].map(lambda m: dimension_of[m].name))
     fig = new_figure(15, 4.5)
     axes = fig.subplots(1, len(DIMENSIONS), sharey=True)
-    palette = sns.color_palette(RUN_PALETTE)
+    palette = color_palette(RUN_PALETTE)
     for ax, dimension, color in zip(axes, DIMENSIONS, palette):
         part = frame[frame["dimension"] == dimension.name]
         # Fainter points for bigger runs, so both 100 and 3,000 rows stay readable.
@@ -307,7 +307,7 @@ def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, leve
     ok = estimable(shown["n_ids"])
     mean = shown["mean_centred"].to_numpy(float)
     err = np.vstack([mean - shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float) - mean])
-    color = sns.color_palette(RUN_PALETTE)[0]
+    color = color_palette(RUN_PALETTE)[0]
     ax.errorbar(mean[ok], y[ok], xerr=err[:, ok], fmt="o", color=color, capsize=2, markersize=4)
     ax.plot(mean[~ok], y[~ok], "o", markerfacecolor="white", color=color, markersize=4)
     names = [f"{name} (n={n})" if good else f"{name} ({NOT_ESTIMABLE})"
@@ -336,7 +336,7 @@ def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Fig
     labels = [m.abbr for m in METRICS] + [f"{d.name} avg." for d in DIMENSIONS]
     fig = new_figure(9, 0.35 * len(labels) * max(1, len(comparisons)) ** 0.5 + 2)
     ax = fig.add_subplot()
-    palette = sns.color_palette(RUN_PALETTE, len(comparisons))
+    palette = color_palette(RUN_PALETTE, len(comparisons))
     offsets = np.linspace(-0.25, 0.25, len(comparisons)) if len(comparisons) > 1 else [0.0]
     y = np.arange(len(labels))
     flagged = False

@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine.plots import RUN_PALETTE, count_axis, new_figure, with_cjk_font
+from charactereval_lib.engine.plots import RUN_PALETTE, color_palette, count_axis, new_figure, with_cjk_font
 
 SCORES = (*DIMENSIONS, "average")
 SPLIT_COLORS = {"id": "#1f77b4", "ood": "#d62728"}
@@ -39,7 +38,7 @@ def scores_figure(tables: Mapping[str, Mapping[str, Any]], anchor: Mapping[str, 
     ax = fig.add_subplot()
     y = np.arange(len(SCORES))[::-1].astype(float)
     width = 0.6 / max(1, len(tables))
-    colors = sns.color_palette(RUN_PALETTE, max(1, len(tables)))
+    colors = color_palette(RUN_PALETTE, max(1, len(tables)))
     for k, (name, table) in enumerate(tables.items()):
         present = [i for i, s in enumerate(SCORES) if (table.get(s) or {}).get("mean") is not None]
         cells = [table[SCORES[i]] for i in present]

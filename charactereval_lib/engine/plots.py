@@ -24,7 +24,6 @@ from typing import Any
 import matplotlib
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -34,6 +33,15 @@ from matplotlib.ticker import MaxNLocator
 RUN_PALETTE = "deep"
 BASELINE_PALETTE = "Dark2"
 PNG_DPI = 120
+
+
+def color_palette(name: str, n_colors: int | None = None) -> list[tuple[float, float, float]]:
+    """seaborn's palette ``name`` (``n_colors`` of it, cycling). seaborn is imported here, not
+    with this module: it imports scipy.stats, 1-2 s, which every process that imports a report's
+    module without drawing (the CLI's ``report`` before it starts the kernel) would pay."""
+    import seaborn as sns
+
+    return sns.color_palette(name, n_colors)
 
 # CJK-capable families, most common first (fontconfig names on Debian/Ubuntu, macOS, Windows).
 CJK_FONTS = (
@@ -191,8 +199,8 @@ def radar_axes(ax: Axes, values: pd.DataFrame, axes: Sequence[str], labels: Sequ
     ax.set_theta_offset(np.pi / 2)
     ax.set_theta_direction(-1)
     kinds = values.groupby("series", sort=False)["kind"].first()
-    run_colors = iter(sns.color_palette(RUN_PALETTE, max(1, int((kinds == "run").sum()))))
-    paper_colors = iter(sns.color_palette(BASELINE_PALETTE, max(1, int((kinds == "paper").sum()))))
+    run_colors = iter(color_palette(RUN_PALETTE, max(1, int((kinds == "run").sum()))))
+    paper_colors = iter(color_palette(BASELINE_PALETTE, max(1, int((kinds == "paper").sum()))))
     for series, kind in kinds.items():
         part = values[values["series"] == series].set_index("axis").reindex(list(axes))
         ring = np.append(part["value"].to_numpy(float), part["value"].iloc[0])
