@@ -407,22 +407,35 @@ def _stop_tasks(ray: Any, tasks: dict[Any, tuple[str, runs.RunDir | None]], wait
     moment its driver disconnects, whatever they are writing. Each task gets Ctrl-C
     (``ray.cancel``): a generation saves what it received and records that it was interrupted,
     as on Ctrl-C in one process, and the task ends. The wait lasts until every task has ended,
-    at most ``wait_s``; a task still running then is killed (``_close_cancelled_generation``)."""
+    at most ``wait_s``, or until another Ctrl-C; a task still running then is killed
+    (``_close_cancelled_generation``). Another Ctrl-C during these waits ends the wait, not the
+    batch: its summary is still written."""
     refs = list(tasks)
     for ref in refs:
         ray.cancel(ref)
-    _, running = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    running, again = _wait_for_tasks(ray, refs, wait_s)
+    why = "at the second interrupt" if again else f"{wait_s:g} s after the interrupt"
     for ref in running:
         ray.cancel(ref, force=True)
-    killed, alive = ray.wait(running, num_returns=len(running), timeout=KILL_WAIT_S) if running else ([], [])
-    for ref in killed:
+    alive, _ = _wait_for_tasks(ray, running, KILL_WAIT_S) if running else ([], False)
+    for ref in running:
         name, run = tasks[ref]
-        print(f"!! {name}: its Ray task was still running {wait_s:g} s after the interrupt: killed", flush=True)
+        if ref in alive:
+            print(f"!! {name}: its Ray task was still running {why} and could not be killed; its run may be "
+                  "incomplete", flush=True)
+            continue
+        print(f"!! {name}: its Ray task was still running {why}: killed", flush=True)
         if run is not None:
             _close_cancelled_generation(run)
-    for ref in alive:
-        print(f"!! {tasks[ref][0]}: its Ray task was still running {wait_s:g} s after the interrupt and could not "
-              "be killed; its run may be incomplete", flush=True)
+
+
+def _wait_for_tasks(ray: Any, refs: list[Any], timeout: float) -> tuple[list[Any], bool]:
+    """The tasks of ``refs`` still running once all ended or ``timeout`` passed, and whether a
+    Ctrl-C ended the wait early (the tasks still running at that moment)."""
+    try:
+        return ray.wait(refs, num_returns=len(refs), timeout=timeout)[1], False
+    except KeyboardInterrupt:
+        return ray.wait(refs, num_returns=len(refs), timeout=0)[1], True
 
 
 def _close_cancelled_generation(run: runs.RunDir) -> None:

@@ -182,3 +182,37 @@ def test_a_task_still_running_after_the_wait_is_killed_and_its_generation_closed
         cluster.get(ref)
     assert run.manifest()["generation"]["status"] == "interrupted"
     assert "!! stuck: its Ray task was still running 1 s after the interrupt: killed" in capsys.readouterr().out
+
+
+class InterruptedWaits:
+    """Ray's wait, cancel and kill as ``_stop_tasks`` sees them, for a task that ignores the
+    soft cancel, while the user presses Ctrl-C again during the first wait: the wait raises
+    KeyboardInterrupt, as Ray's does when the driver gets SIGINT."""
+
+    def __init__(self, ref):
+        self.ref, self.cancels, self.waits = ref, [], []
+
+    def cancel(self, ref, force=False):
+        self.cancels.append((ref, force))
+
+    def wait(self, refs, num_returns, timeout):
+        self.waits.append(timeout)
+        if len(self.waits) == 1:
+            raise KeyboardInterrupt
+        killed = (self.ref, True) in self.cancels
+        return (list(refs), []) if killed else ([], list(refs))
+
+
+def test_a_second_interrupt_ends_the_wait_kills_the_task_and_closes_its_generation(tmp_path, capsys):
+    from charactereval_lib import batch
+
+    run = runs.RunDir.resolve(tmp_path / "stuck")
+    run.path.mkdir()
+    runs.update_manifest(run.path, generation={"status": "running"})
+    ray = InterruptedWaits("task")
+    batch._stop_tasks(ray, {"task": ("stuck", run)}, wait_s=batch.CANCEL_WAIT_S)
+    # Soft cancel, the interrupted wait, a look at what still runs, the kill and its wait.
+    assert ray.cancels == [("task", False), ("task", True)]
+    assert ray.waits == [batch.CANCEL_WAIT_S, 0, batch.KILL_WAIT_S]
+    assert run.manifest()["generation"]["status"] == "interrupted"
+    assert capsys.readouterr().out == "!! stuck: its Ray task was still running at the second interrupt: killed\n"
