@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -223,6 +224,57 @@ def test_failed_cell_is_reported_in_one_line_and_replaces_nothing(synthetic_runs
     assert html.read_text() == "the previous report" and not notebook.exists()
     assert (tmp_path / "report.failed.ipynb").exists()
     assert not [p.name for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+@pytest.mark.slow
+def test_a_kernel_that_dies_is_one_line_and_writes_nothing(tmp_path, capfd):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    cell = nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(notebooks / "dies.ipynb"))
+    out = tmp_path / "out"
+    with pytest.raises(report.ReportError, match=r"dies\.ipynb: the kernel running it died \(killed from outside, "
+                                                 r"or out of memory\?\); nothing was written$"):
+        report.execute("dies.ipynb", out / "dies.ipynb", {}, notebooks_dir=notebooks)
+    assert not list(out.iterdir())
+    # nbclient's own "Kernel died ..." line is not printed beside the error.
+    assert "Kernel died" not in capfd.readouterr().err
+
+
+def test_a_kernel_task_that_nothing_awaits_prints_no_traceback(caplog):
+    """Ctrl-C mid-cell: the kernel's shutdown ends nbclient's task still waiting for the cell's
+    reply with DeadKernelError. Nothing awaits it, and asyncio would print its traceback when the
+    task is collected, after the CLI's one-line "interrupted"."""
+    import asyncio
+    import gc
+
+    from jupyter_core.utils import ensure_event_loop
+    from nbclient.exceptions import DeadKernelError
+
+    async def waiting_for_the_reply():
+        raise DeadKernelError("Kernel died")
+
+    def left_behind() -> None:
+        loop = ensure_event_loop()
+        task = loop.create_task(waiting_for_the_reply())
+        loop.run_until_complete(asyncio.sleep(0))
+        assert task.done()
+
+    loop = ensure_event_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(None)  # as before any report ran in this process
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            left_behind()
+            gc.collect()
+            assert "Task exception was never retrieved" in caplog.text  # what the CLI printed
+            caplog.clear()
+            with report._kernel_death_said_here():
+                left_behind()
+            gc.collect()
+            assert caplog.text == ""
+    finally:
+        loop.set_exception_handler(previous)
 
 
 @pytest.mark.slow

@@ -57,8 +57,10 @@ def notebook_path(name: str, notebooks_dir: Path | None = None) -> Path:
 def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path | None = None,
             failed: Path | None = None) -> Path:
     """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``). When a cell
-    fails, the partly executed notebook is kept, at ``failed`` if given, and named in the error."""
+    fails, the partly executed notebook is kept, at ``failed`` if given, and named in the error;
+    a kernel that dies is one line too."""
     import papermill
+    from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
     from traitlets.config import Config
 
@@ -69,7 +71,7 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
     # nothing sent in plain text on loopback, and no "running without encryption" warning.
     config = Config({"KernelManager": {"transport_encryption": "auto"}})
     try:
-        with kernel_environment():
+        with kernel_environment(), _kernel_death_said_here():
             papermill.execute_notebook(
                 str(source), str(output), parameters=dict(parameters), kernel_name=KERNEL_NAME,
                 progress_bar=False, log_output=False, request_save_on_cell_execute=False, config=config,
@@ -85,7 +87,40 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
             f"{failed or output}: cell {exc.exec_count} of {name} failed: {exc.ename}: {exc.evalue} "
             "(the partly executed notebook is kept there)"
         ) from None
+    except DeadKernelError:
+        raise ReportError(f"{source}: the kernel running it died (killed from outside, or out of memory?); "
+                          "nothing was written") from None
     return output
+
+
+class _KernelDeathNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Kernel died")
+
+
+@contextlib.contextmanager
+def _kernel_death_said_here() -> Iterator[None]:
+    """A kernel that dies mid-cell (killed, or shut down by Ctrl-C) is said once, by ``execute``
+    (a ReportError, or the CLI's "interrupted"), not also by nbclient: neither its log line
+    "Kernel died while waiting for execute reply." (through papermill's logger), nor the
+    traceback asyncio prints when it collects one of nbclient's tasks that ended with
+    DeadKernelError and that nothing awaits any more ("Task exception was never retrieved":
+    that happens after ``execute`` returned, so the loop papermill runs on keeps the handler)."""
+    from jupyter_core.utils import ensure_event_loop
+    from nbclient.exceptions import DeadKernelError
+
+    def handler(loop: Any, context: dict[str, Any]) -> None:
+        if not isinstance(context.get("exception"), DeadKernelError):
+            loop.default_exception_handler(context)
+
+    ensure_event_loop().set_exception_handler(handler)
+    note = _KernelDeathNote()
+    papermill_log = logging.getLogger("papermill")
+    papermill_log.addFilter(note)
+    try:
+        yield
+    finally:
+        papermill_log.removeFilter(note)
 
 
 def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, Any], *, show_code: bool = False,
