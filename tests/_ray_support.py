@@ -38,6 +38,14 @@ os.environ.setdefault("RAY_raylet_start_wait_time_s", str(int(START_DEADLINE_S))
 CPUS = 4
 
 
+
+def check_ray_section(ray: dict, restarts: int) -> None:
+    """The ``ray`` section of a run.json written by two workers on this cluster's CPUs, with
+    ``restarts`` replacements (``worker_devices`` lists them too)."""
+    assert ray["workers"] == 2 and ray["cluster"]["cpus"] == CPUS and ray["worker_restarts"] == restarts
+    assert len(ray["worker_devices"]) == 2 + restarts and all(d.endswith(":cpu") for d in ray["worker_devices"])
+
+
 def _ray_cli() -> str:
     return str(Path(sys.executable).with_name("ray"))
 

@@ -26,7 +26,6 @@ def test_help_of_a_command_prints_without_them():
     assert not imported & set(HEAVY)
 
 
-
 def test_rendering_and_ray_do_not_build_rfc3987_grammars():
     """nbformat (hence papermill and nbconvert) and Ray import jsonschema, which imports
     rfc3987-syntax when it is installed and builds its grammars there: 1.1 s of CPU in every

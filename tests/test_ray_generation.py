@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from _ray_support import CPUS
+from _ray_support import check_ray_section
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.cli import main
@@ -98,10 +98,7 @@ def test_two_workers_generate_the_records_of_one_process_when_one_is_killed_mid_
     assert records(tmp_path / "run") == reference
     generation = runs.load_manifest(tmp_path / "run")["generation"]
     assert generation["engine"] == "ray" and generation["status"] == "complete"
-    ray = generation["ray"]
-    assert ray["workers"] == 2 and ray["cluster"]["cpus"] == CPUS and ray["worker_restarts"] == 1
-    # Replacements are listed too.
-    assert len(ray["worker_devices"]) == 3 and all(d.endswith(":cpu") for d in ray["worker_devices"])
+    check_ray_section(generation["ray"], restarts=1)
     # What a resume checks is the same, so either engine can resume the other's run.
     assert generation["identity"] == runs.load_manifest(reference_run)["generation"]["identity"]
 

@@ -35,14 +35,6 @@ BASELINE_PALETTE = "Dark2"
 PNG_DPI = 120
 
 
-def color_palette(name: str, n_colors: int | None = None) -> list[tuple[float, float, float]]:
-    """seaborn's palette ``name`` (``n_colors`` of it, cycling). seaborn is imported here, not
-    with this module: it imports scipy.stats, 1-2 s, which every process that imports a report's
-    module without drawing (the CLI's ``report`` before it starts the kernel) would pay."""
-    import seaborn as sns
-
-    return sns.color_palette(name, n_colors)
-
 # CJK-capable families, most common first (fontconfig names on Debian/Ubuntu, macOS, Windows).
 CJK_FONTS = (
     "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
@@ -58,6 +50,15 @@ FONT_WARNING = (
 )
 # Matplotlib's complaint about each glyph no font has: without a CJK font the report says it once.
 _MISSING_GLYPH = r"Glyph \d+ .*missing from font"
+
+
+def color_palette(name: str, n_colors: int | None = None) -> list[tuple[float, float, float]]:
+    """seaborn's palette ``name`` (``n_colors`` of it, cycling). seaborn is imported here, not
+    with this module: it imports scipy.stats, 1-2 s, which every process that imports a report's
+    module without drawing (the CLI's ``report`` before it starts the kernel) would pay."""
+    import seaborn as sns
+
+    return sns.color_palette(name, n_colors)
 
 
 @functools.cache
