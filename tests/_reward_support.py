@@ -8,8 +8,10 @@ artifacts are built once per session and reused.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,51 @@ from charactereval_lib.charactereval.reward.tiny import make_tiny, synthetic_lin
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden" / "official-rm-tiny"
+
+# The official code's outputs differ by one bf16 step between machines: oneDNN picks its bf16
+# matmul kernels by instruction set (measured here on an AVX-512 machine: ONEDNN_MAX_CPU_ISA=AVX2
+# reproduces golden-cpu-avx2.jsonl bit for bit, every AVX-512 level reproduces golden.jsonl).
+# A set is asserted bitwise only on the capability it is known to match.
+GOLDEN_SETS = {"AVX512": "golden.jsonl", "AVX2": "golden-cpu-avx2.jsonl"}
+FALLBACK_SET = "golden.jsonl"
+
+
+def kernel_capability() -> str:
+    """The instruction set the bf16 kernels run on: torch's CPU capability, lowered to AVX2 when
+    oneDNN is capped below AVX-512 (ONEDNN_MAX_CPU_ISA), since oneDNN's kernels decide the bits."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if capability == "AVX512" and cap and not cap.startswith(("AVX512", "AVX10", "ALL", "DEFAULT")):
+        return "AVX2" if cap.startswith("AVX2") else cap
+    return capability
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    """The official outputs a test compares with, and whether they are this machine's."""
+
+    name: str
+    capability: str
+    exact: bool
+
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        lines = (GOLDEN_DIR / self.name).read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines]
+
+    def describe(self) -> str:
+        how = "bitwise" if self.exact else f"no set made on {self.capability}: within one bf16 step"
+        return f"reward-model golden set {self.name} (CPU capability {self.capability}, {how})"
+
+
+def golden_set(capability: str | None = None) -> GoldenSet:
+    """The golden set made on the running machine's CPU capability; otherwise golden.jsonl, held
+    to one bf16 step (the spread of the official code itself across machines)."""
+    capability = capability or kernel_capability()
+    name = GOLDEN_SETS.get(capability)
+    return GoldenSet(name or FALLBACK_SET, capability, exact=name is not None)
 
 _SESSION_DIR: Path | None = None
 
