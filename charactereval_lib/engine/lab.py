@@ -109,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     command = server_command(args.lab_python, root, path.absolute() if path else None)
+    # exec keeps nothing of this process: what was printed must be out first.
+    sys.stdout.flush()
+    sys.stderr.flush()
     os.execve(command[0], command, server_environment(workspace))
 
 
