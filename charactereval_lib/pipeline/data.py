@@ -5,6 +5,7 @@ tiny meaningless one for demos and tests)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,8 @@ class DataUse:
     overridden_by: str | None
 
 
-def remember(benchmark: str, directory: str | os.PathLike[str], env_var: str, problems) -> DataUse:
+def remember(benchmark: str, directory: str | os.PathLike[str], env_var: str,
+             problems: Callable[[Path], list[str]]) -> DataUse:
     """Record ``directory`` as the workspace's data directory of ``benchmark``; ``problems`` (the
     benchmark's verify: directory -> lines) says what it lacks."""
     from charactereval_lib.engine import workspace
