@@ -178,7 +178,8 @@ def test_make_lab_opens_a_run_notebook_that_runs_top_to_bottom_in_lab(tmp_path, 
         assert Path(package).is_relative_to(ROOT) and Path(cwd) == notebook.parent
         api(port, token, "DELETE", f"/api/sessions/{session['id']}")
     finally:
-        os.kill(server.pid, signal.SIGTERM)
+        if server.poll() is None:
+            os.kill(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -49,6 +49,9 @@ def server_command(lab_python: str | os.PathLike[str], root: Path, notebook: Pat
     """The server's command line: Lab on ``root``, opening ``notebook`` when given; with ``port``
     it runs headless on loopback (no browser) with ``token``, as the tests start it."""
     argv = [os.fspath(lab_python), "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Jupyter refuses root unless told; containers and CI run as root, where it is the only user.
+        argv.append("--allow-root")
     if port is not None:
         argv += ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                  f"--IdentityProvider.token={token or ''}"]
