@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast bench-smoke lint demo
+.PHONY: setup test test-fast bench-smoke lint demo lab
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,3 +60,21 @@ demo: setup
 	grep -qs "official data's text" models/tiny-rm/README.md || \
 		$(BIN)/charactereval rm make-tiny models/tiny-rm --from-data --vocab 8000
 	$(BIN)/charactereval batch configs/demo.yaml
+
+# Jupyter Lab on the runs' notebooks (outputs/RUN/analyse.ipynb, made by `charactereval notebook`
+# when missing; RUN=NAME picks the run). The server has its own environment, .venv-lab, with the
+# lab extra only: what Lab installs (rfc3987-syntax, 1.1 s in every process that imports nbformat
+# or Ray) stays out of .venv, whose python3 kernel runs the notebooks (engine/lab.py).
+LAB_VENV := .venv-lab
+LAB_STAMP := $(LAB_VENV)/.installed
+RUN ?= demo-offline-a
+
+$(LAB_STAMP): $(STAMP)
+	test -x $(LAB_VENV)/bin/python || $(PYTHON) -m venv $(LAB_VENV)
+	$(LAB_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m charactereval_lib.engine.lab requirements > $(LAB_VENV)/requirements.txt
+	$(LAB_VENV)/bin/python -m pip install --quiet -r $(LAB_VENV)/requirements.txt
+	touch $(LAB_STAMP)
+
+lab: setup $(LAB_STAMP)
+	$(BIN)/python -m charactereval_lib.engine.lab open --lab-python $(LAB_VENV)/bin/python --run $(RUN)

@@ -50,3 +50,13 @@ def test_speed_claims_are_measured_figures():
     ]
     unmeasured = [(name, claim) for name, claim in claims if CLAIM.match(claim).group(1) not in measured]
     assert not unmeasured, f"speed-ups not in benchmarks/results: {unmeasured}; measured: {sorted(measured)}"
+
+
+def test_the_quick_start_says_how_to_reach_the_commands_and_offers_lab():
+    """The commands after `make demo` are bare `charactereval ...`: the README says to activate
+    .venv before the first of them, and the Quick start's optional third line opens Lab."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^make lab\s+# optional", quick, re.M)
+    first_command = re.search(r"^charactereval ", text, re.M).start()
+    assert "source .venv/bin/activate" in text[:first_command]

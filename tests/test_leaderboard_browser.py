@@ -9,6 +9,7 @@ import functools
 import http.server
 import os
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.plots import CJK_FONTS, cjk_font
 from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
@@ -219,3 +221,31 @@ def test_the_site_works_from_a_static_web_server(page, site, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def system_has_cjk_font() -> bool:
+    """What fontconfig (Chromium's font source on Linux) says: any font covering Chinese; without
+    its fc-list, whether the reports find one of theirs."""
+    if shutil.which("fc-list") is None:
+        return cjk_font() is not None
+    listed = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True)
+    return bool(listed.stdout.strip())
+
+
+@pytest.mark.slow
+def test_the_site_says_when_the_browser_has_no_cjk_font(page, site):
+    """Without a CJK font the character names are boxes: the page says so, as the reports do,
+    and only then; the CSS names the fonts the reports' figures look for."""
+    css = (site[0] / "assets" / "site.css").read_text(encoding="utf-8")
+    body_fonts = css.split("body {", 1)[1].split(";", 1)[0]
+    assert all(f'"{name}"' in body_fonts for name in CJK_FONTS)
+    for url in ((site[0] / "index.html").resolve().as_uri(),
+                (site[0] / "runs" / sorted(p.name for p in (site[0] / "runs").iterdir())[0] / "index.html")
+                .resolve().as_uri()):
+        page.goto(url)
+        page.wait_for_load_state("load")
+        notice = page.locator("#no-cjk-font")
+        assert notice.is_visible() is not system_has_cjk_font(), url
+        if notice.is_visible():
+            assert "no CJK font" in notice.inner_text() and "fonts-noto-cjk" in notice.inner_text()
+    shoot(page, "no-cjk-font")

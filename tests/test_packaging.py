@@ -20,12 +20,23 @@ def names(specs):
     return {re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower().replace("_", "-") for spec in specs}
 
 
-def test_environment_yml_has_the_same_dependencies_as_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = names(project["dependencies"]) | names(project["optional-dependencies"]["test"])
+def environment_pip() -> list[str]:
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert names(pip) == declared
+    return next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+
+
+def test_environment_yml_has_the_same_requirements_as_pyproject_with_the_test_and_lab_extras():
+    """The conda route installs what an analyst needs, Jupyter Lab included, with pyproject's very
+    version specifiers; torch alone is pinned, to the build `make setup` installs."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    declared = [*project["dependencies"], *extras["test"], *extras["lab"]]
+    pip = environment_pip()
+    torch_pin = re.search(r"^TORCH \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)[1]
+    assert names(pip) == names(declared)
+    assert {s for s in pip if not s.startswith("torch")} == {s for s in declared if not s.startswith("torch")}
+    assert [s for s in pip if names([s]) == {"torch"}] == [torch_pin]
+    assert "Jupyter Lab" in (ROOT / "environment.yml").read_text().split("name:")[0]
 
 
 def extras(specs):

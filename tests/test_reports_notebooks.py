@@ -16,7 +16,9 @@ from charactereval_lib.engine import artifacts, report, runs
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
-NOTEBOOKS = ["analyse.ipynb", "compare.ipynb", "generate.ipynb", "score.ipynb"]
+# Every shipped notebook: opened in Jupyter, a notebook keeps its outputs; `charactereval notebook` makes
+# the copy that may.
+NOTEBOOKS = sorted(p.name for p in resource_path("notebooks").glob("*.ipynb"))
 PNG = "data:image/png;base64,"
 
 

@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
-from charactereval_lib.engine import pinned
+from charactereval_lib.engine import pinned, workspace
 from charactereval_lib.engine.pinned import DataError, Upstream, digests
 from charactereval_lib.engine.resources import resource_path
-from charactereval_lib.engine.runs import in_workspace
 
 UPSTREAM_MANIFEST = "data/upstream.json"
 # Under the workspace root, like the run directories under ./outputs.
 DEFAULT_DATA_DIR = Path("data") / "official"
 DATA_DIR_ENV = "CHARACTEREVAL_DATA_DIR"
+# The key of this benchmark's directory in the workspace file (engine.workspace).
+BENCHMARK = "charactereval"
 
 TEST_DATA = "test_data.jsonl"
 PROFILES = "character_profiles.json"
@@ -61,16 +62,12 @@ def load_upstream(path: Path | None = None) -> Upstream:
 
 
 def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: ``--dir``, else ``$CHARACTEREVAL_DATA_DIR``, else ``data/official/``."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    return in_workspace(DEFAULT_DATA_DIR)
+    """The data directory: ``--dir``, else ``$CHARACTEREVAL_DATA_DIR``, else the workspace's
+    (``charactereval data use DIR``), else ``data/official/``."""
+    return workspace.data_dir(BENCHMARK, explicit, DATA_DIR_ENV, DEFAULT_DATA_DIR)
 
 
-MISSING_HINT = f"run `charactereval data fetch`, pass --dir, or set {DATA_DIR_ENV}"
+MISSING_HINT = f"run `charactereval data fetch`, pass --dir, set {DATA_DIR_ENV}, or run `charactereval data use DIR`"
 OFFLINE_HINT = (
     f"Set {DATA_DIR_ENV} to a copy of the files, copy them into the data directory, or fetch from a "
     "mirror with --mirror URL (README: 'When data fetch cannot reach GitHub')"

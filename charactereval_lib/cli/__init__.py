@@ -54,6 +54,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "battle": ("judging", "judge two runs' replies pairwise in both orders: win/tie/loss, position consistency"),
     "metaeval": ("judging", "a scorer against human labels: metascore, kappa, alpha, confusion matrix"),
     "panel": ("judging", "several judges' scores of a run combined: verdicts, means, Krippendorff's alpha"),
+    "notebook": ("notebook", "copy a parameterised notebook into RUN with its parameters filled, to open in "
+                             "Jupyter Lab (its outputs stay in that copy)"),
     "batch": ("reports", "many models from a YAML config: one report each, then a comparison"),
     "import-official": ("official", "an official generation(_trans)/evaluation JSON file -> a run"),
     "export-official": ("official", "a run -> official JSON arrays in RUN/official/"),

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import RUN_HELP, bootstrap_options, report_problems, settings_from_args, warn
+from charactereval_lib.cli.options import RUN_HELP, bootstrap_options, report_data_use, report_problems, settings_from_args, warn
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION
 from charactereval_lib.coser.versions import VERSIONS as COSER_VERSIONS
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
@@ -35,6 +35,10 @@ def cmd_coser_data(args: argparse.Namespace) -> int:
         problems = pipeline.coser_data_verify(args.data_dir, with_results=args.with_results)
     return report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
                                       "digests")
+
+
+def cmd_coser_data_use(args: argparse.Namespace) -> int:
+    return report_data_use(pipeline.coser_data_use(args.directory), "CoSER", "charactereval coser data")
 
 
 def cmd_coser_run(args: argparse.Namespace) -> int:
@@ -95,7 +99,7 @@ def cmd_coser_compare(args: argparse.Namespace) -> int:
 
 def _coser_data_dir_option(parser: argparse.ArgumentParser, *flags: str) -> None:
     parser.add_argument(*(flags or ("--data-dir", "--dir")), dest="data_dir", metavar="DIR",
-                        help="CoSER data directory (default: $COSER_DATA_DIR, else data/coser/)")
+                        help="CoSER data directory (default: $COSER_DATA_DIR, else the workspace's, else data/coser/)")
 
 
 def _coser_statistics_options(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +121,10 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             add_quiet_option(p)
         p.set_defaults(func=cmd_coser_data)
+    p = data_sub.add_parser("use", help="remember DIR as this workspace's CoSER data directory ($COSER_DATA_DIR and "
+                                        "--dir still win)")
+    p.add_argument("directory", metavar="DIR", help="the CoSER data directory (it may not exist yet)")
+    p.set_defaults(func=cmd_coser_data_use)
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)

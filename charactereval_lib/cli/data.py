@@ -8,7 +8,7 @@ import sys
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.cli.options import data_dir_option, report_problems
+from charactereval_lib.cli.options import data_dir_option, report_data_use, report_problems
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 
@@ -21,6 +21,10 @@ def cmd_data_fetch(args: argparse.Namespace) -> int:
 def cmd_data_verify(args: argparse.Namespace) -> int:
     check = pipeline.data_verify(args.data_dir, with_results=args.with_results, with_rm_train=args.with_rm_train)
     return report_problems(check.problems, f"{check.data_dir}: all files match the pinned digests")
+
+
+def cmd_data_use(args: argparse.Namespace) -> int:
+    return report_data_use(pipeline.data_use(args.directory), "CharacterEval", "charactereval data")
 
 
 def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
@@ -79,6 +83,12 @@ def _data_parser(p: argparse.ArgumentParser) -> None:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             add_quiet_option(p)
         p.set_defaults(func=func)
+
+    p = data_sub.add_parser("use", help="remember DIR as this workspace's data directory (a file in the current "
+                                        "directory; $CHARACTEREVAL_DATA_DIR and --dir still win)")
+    p.add_argument("directory", metavar="DIR", help="the official data directory (it may not exist yet: "
+                                                    "`data fetch` then fills it)")
+    p.set_defaults(func=cmd_data_use)
 
     p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "
                                                      "every record")

@@ -19,7 +19,7 @@ def data_dir_option(parser: argparse.ArgumentParser) -> None:
         "--dir",
         dest="data_dir",
         metavar="DIR",
-        help="official data directory (default: $CHARACTEREVAL_DATA_DIR, else data/official/)",
+        help="official data directory (default: $CHARACTEREVAL_DATA_DIR, else the workspace's (`data use`), else data/official/)",
     )
 
 
@@ -103,6 +103,19 @@ def report_problems(problems: list[str], ok_message: str) -> int:
     if not problems:
         print(ok_message)
     return 1 if problems else 0
+
+
+def report_data_use(use: Any, what: str, command: str) -> int:
+    """``data use``'s lines: what the workspace now remembers, and on stderr what the directory
+    lacks and which variable set in this shell overrides it."""
+    print(f"{use.config}: the {what} data directory is {use.data_dir} for every command and notebook in "
+          f"{use.config.parent}")
+    if use.problems:
+        print(f"note: {use.data_dir}: {len(use.problems)} problem(s) (`{command} verify` lists them): "
+              f"run `{command} fetch`", file=sys.stderr)
+    if use.overridden_by:
+        print(f"note: ${use.overridden_by} is set in this shell and wins over the remembered directory", file=sys.stderr)
+    return 0
 
 
 def settings_from_args(cls, args: argparse.Namespace, **overrides):

@@ -31,7 +31,7 @@ def _reproduce_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True, choices=list(reproducible()))
     p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) output directory")
     p.add_argument("--data-dir", "--dir", dest="data_dir", metavar="DIR",
-                   help="data directory (default: $COSER_DATA_DIR or $CHARACTEREVAL_DATA_DIR, as the other commands)")
+                   help="data directory (default: $COSER_DATA_DIR or $CHARACTEREVAL_DATA_DIR, else the workspace's, as the other commands)")
     p.add_argument("--rm", metavar="DIR", help="charactereval: the reward-model checkpoint that scores the replies")
     p.add_argument("--device", help="charactereval: torch device for the reward model (e.g. cuda)")
     p.add_argument("--no-metrics", action="store_true", help="coser: skip BLEU/ROUGE-L (the slow part)")

@@ -3,7 +3,7 @@
 Both files come from one pinned upstream commit (``manifest.json`` beside this module), are
 checked by SHA-256 and git blob SHA-1, and are never redistributed (the upstream repository
 has no licence). Lookup order of the data directory, as for CharacterEval: an explicit
-directory, then ``$COSER_DATA_DIR``, then ``data/coser/``.
+directory, then ``$COSER_DATA_DIR``, then the workspace's (``coser data use DIR``), then ``data/coser/``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.engine import workspace
 from charactereval_lib.engine.pinned import (
     DataError,
     Upstream,
@@ -22,12 +23,13 @@ from charactereval_lib.engine.pinned import (
     load_json_document,
     load_upstream,
 )
-from charactereval_lib.engine.runs import in_workspace
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.json"
 # Under the workspace root, like CharacterEval's data/official/.
 DEFAULT_DATA_DIR = Path("data") / "coser"
 DATA_DIR_ENV = "COSER_DATA_DIR"
+# The key of this benchmark's directory in the workspace file (engine.workspace).
+BENCHMARK = "coser"
 
 TEST_SET = "test_set.json"
 UPSTREAM_PROMPTS = "upstream/prompts.py"
@@ -73,11 +75,9 @@ def manifest() -> Upstream:
 
 
 def locate_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: ``explicit``, else ``$COSER_DATA_DIR``, else ``data/coser/``."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get(DATA_DIR_ENV)
-    return Path(env) if env else in_workspace(DEFAULT_DATA_DIR)
+    """The data directory: ``explicit``, else ``$COSER_DATA_DIR``, else the workspace's
+    (``charactereval coser data use DIR``), else ``data/coser/``."""
+    return workspace.data_dir(BENCHMARK, explicit, DATA_DIR_ENV, DEFAULT_DATA_DIR)
 
 
 def read_verified(data_dir: Path, name: str) -> bytes:

@@ -54,6 +54,25 @@ def notebook_path(name: str, notebooks_dir: Path | None = None) -> Path:
     return path
 
 
+def parameterised_copy(name: str, output: Path, parameters: Mapping[str, Any], *, force: bool = False) -> Path:
+    """Shipped notebook ``name`` with ``parameters`` injected after its parameters cell as papermill
+    injects them, unexecuted, written to ``output`` (an existing file, maybe an analyst's work, only
+    with ``force``): opened in Jupyter, its outputs go into this copy, never into the shipped file."""
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    output = Path(output)
+    if output.exists() and not force:
+        raise ReportError(f"{output}: already exists (it may hold your work: open it, or pass --force to replace it)")
+    # papermill's loader gives every cell the metadata its parameterizer reads.
+    notebook = parameterize_notebook(load_notebook_node(str(notebook_path(name))), dict(parameters),
+                                     kernel_name=KERNEL_NAME, language="python")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    artifacts.write_text_atomic(output, nbformat.writes(notebook))
+    return output
+
+
 def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path | None = None,
             failed: Path | None = None) -> Path:
     """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``). When a cell

@@ -29,6 +29,9 @@ M = TypeVar("M", bound="Manifest")
 
 OUTPUTS_DIR = "outputs"
 WORKSPACE_ENV = "CHARACTEREVAL_HOME"
+# What a workspace remembers (its data directories: ``engine.workspace``); the folder holding it
+# is the workspace of every command and kernel started in it or below it.
+WORKSPACE_FILE = ".charactereval.json"
 MANIFEST = "run.json"
 GENERATIONS = "generations.jsonl"
 REQUESTS = "requests.jsonl"
@@ -48,13 +51,18 @@ _SCORER_FILES = {REWARD_MODEL: (SCORES, SUMMARY, METRICS_CSV),
 
 def workspace_root() -> Path:
     """The directory relative names are resolved against (``outputs/``, ``data/official/``):
-    ``$CHARACTEREVAL_HOME`` if set, else the current directory, except that a kernel Jupyter
-    started in a project's ``notebooks/`` folder works in the project above it, so a relative
-    path means the same under Jupyter, papermill and the command line."""
+    ``$CHARACTEREVAL_HOME`` if set, else the nearest of the current directory and its parents that
+    holds a workspace file (a kernel Jupyter starts in ``outputs/RUN/`` finds the workspace's
+    data directory), else the current directory, except that a kernel Jupyter started in a
+    project's ``notebooks/`` folder works in the project above it, so a relative path means the
+    same under Jupyter, papermill and the command line."""
     env = os.environ.get(WORKSPACE_ENV)
     if env:
         return Path(env)
     cwd = Path.cwd()
+    for folder in (cwd, *cwd.parents):
+        if (folder / WORKSPACE_FILE).is_file():
+            return folder
     if cwd.name == "notebooks" and any((cwd.parent / marker).is_dir() for marker in ("outputs", "data")):
         return cwd.parent
     return cwd

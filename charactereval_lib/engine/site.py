@@ -101,13 +101,21 @@ def fmt(value: Any, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else esc(value)
 
 
+# Shown by assets/fonts.js when the browser has no font for Chinese text (site.css names the CJK
+# fonts the reports' figures look for, plots.CJK_FONTS).
+NO_CJK_FONT = ('<p id="no-cjk-font" class="font-warning" hidden>This browser has no CJK font, so Chinese text on '
+               'this page (character and novel names, contexts, replies) shows as empty boxes. Install one '
+               '(Debian/Ubuntu: <code>apt-get install fonts-noto-cjk</code>) and reload the page.</p>')
+
+
 def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> str:
     up = "../" * depth
-    tags = "".join(f'<script src="{esc(s)}"></script>' for s in scripts)
+    tags = "".join(f'<script src="{esc(s)}"></script>' for s in (f"{up}{ASSETS}/fonts.js", *scripts))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{esc(title)}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="{up}{ASSETS}/dt_bundle.css">'
-            f'<link rel="stylesheet" href="{up}{ASSETS}/site.css"></head>\n<body>\n{body}\n{tags}</body></html>\n')
+            f'<link rel="stylesheet" href="{up}{ASSETS}/site.css"></head>\n<body>\n{NO_CJK_FONT}\n{body}\n{tags}'
+            '</body></html>\n')
 
 
 # --- the index -------------------------------------------------------------------------------
@@ -254,7 +262,7 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
         (assets / "dt_bundle.js").write_text(script, encoding="utf-8")
         (assets / "dt_bundle.css").write_text(css, encoding="utf-8")
         (assets / "LICENSE-itables-datatables.txt").write_text(licence, encoding="utf-8")
-        for name in ("site.css", "explorer.js"):
+        for name in ("site.css", "explorer.js", "fonts.js"):
             (assets / name).write_text(_asset(name), encoding="utf-8")
         for run in pages:
             folder = staging / "runs" / run.folder

@@ -11,6 +11,7 @@ from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, runs
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.pipeline.data import DataUse, remember
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
@@ -189,6 +190,14 @@ def coser_data_verify(data_dir: str | os.PathLike[str] | None = None, *, with_re
     from charactereval_lib.coser.data import verify
 
     return verify(data_dir, with_results=with_results)
+
+
+def coser_data_use(directory: str | os.PathLike[str]) -> DataUse:
+    """Make ``directory`` the CoSER data directory of the workspace, unless a flag or
+    $COSER_DATA_DIR says otherwise."""
+    from charactereval_lib.coser.data import BENCHMARK, DATA_DIR_ENV
+
+    return remember(BENCHMARK, directory, DATA_DIR_ENV, coser_data_verify)
 
 
 def coser_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:

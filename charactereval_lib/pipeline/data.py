@@ -5,6 +5,7 @@ tiny meaningless one for demos and tests)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,37 @@ def data_verify(data_dir: str | os.PathLike[str] | None = None, *, with_results:
     located = locate_data_dir(data_dir)
     return DataCheck(located, verify_files(located, data_groups(with_results=with_results,
                                                                   with_rm_train=with_rm_train)))
+
+
+@dataclass
+class DataUse:
+    """What ``data use`` remembered: the workspace file written, the directory, its problems
+    (missing or altered files; empty: all verified) and the environment variable that overrides
+    it in this process, if set."""
+
+    config: Path
+    data_dir: Path
+    problems: list[str]
+    overridden_by: str | None
+
+
+def remember(benchmark: str, directory: str | os.PathLike[str], env_var: str,
+             problems: Callable[[Path], list[str]]) -> DataUse:
+    """Record ``directory`` as the workspace's data directory of ``benchmark``; ``problems`` (the
+    benchmark's verify: directory -> lines) says what it lacks."""
+    from charactereval_lib.engine import workspace
+
+    config = workspace.remember_data_dir(benchmark, directory)
+    located = workspace.remembered_data_dir(benchmark)
+    return DataUse(config, located, problems(located), env_var if os.environ.get(env_var) else None)
+
+
+def data_use(directory: str | os.PathLike[str]) -> DataUse:
+    """Make ``directory`` the official data directory of the workspace (every command and notebook
+    started in it or below it), unless a flag or $CHARACTEREVAL_DATA_DIR says otherwise."""
+    from charactereval_lib.charactereval.data import BENCHMARK, DATA_DIR_ENV
+
+    return remember(BENCHMARK, directory, DATA_DIR_ENV, lambda located: data_verify(located).problems)
 
 
 def data_subset(size: int, *, out: str | os.PathLike[str] | None = None,
