@@ -133,9 +133,11 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-api-key", action="store_true", help="a local server that needs no key")
     for role in pipeline.COSER_ROLES:
         g = p.add_argument_group(f"{role} role")
-        default = pipeline.COSER_ROLE_DEFAULTS.get(role)
-        g.add_argument(f"--{role}-model", default=default,
-                       help=f"model (default {default})" if default else "model under test (required)")
+        fixed = {name: COSER_VERSIONS[name].models.of(role) for name in sorted(COSER_VERSIONS)} \
+            if role != "actor" else None
+        g.add_argument(f"--{role}-model", help="model under test (required)" if fixed is None else
+                       "model (default: the one the protocol version fixes, "
+                       + ", ".join(f"{name} {model}" for name, model in fixed.items()) + ")")
         g.add_argument(f"--{role}-base-url", metavar="URL")
         g.add_argument(f"--{role}-api-key-env", metavar="NAME")
         if role != "judge":
@@ -151,7 +153,7 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
                    help="requests in flight per role (default %(default)s)")
     p.add_argument("--scene-concurrency", type=int, default=C.default("scene_concurrency"),
                    help="scenes in flight (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=C.default("timeout"), help="seconds per attempt")
+    p.add_argument("--timeout", type=float, default=C.default("timeout"), help="seconds per call (default %(default)g, as seed 004 F17)")
     p.add_argument("--retry-base-delay", type=float, default=C.default("retry_base_delay"),
                    help="first transport back-off in seconds")
     add_quiet_option(p, legacy_no_progress=True)

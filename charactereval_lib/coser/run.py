@@ -236,11 +236,13 @@ async def _maybe(awaitable: Any) -> Any:
 
 
 def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, scenes: Sequence[Scene],
-              data_dir: str) -> None:
-    """Check (or record) the run's settings in run.json; never a key, only key variable names."""
+              data_dir: str, client: dict[str, Any] | None = None) -> None:
+    """Check (or record) the run's settings in run.json; never a key, only key variable names.
+    ``client``: this session's request timeout and retry policy (they may change on resume)."""
     check_identity(run_dir, settings, preset)
     run_dir.update_manifest(protocol_version=settings.version.name, benchmark="coser", coser={
-        "status": "running", "identity": settings.identity(), "endpoints": settings.endpoints(), "preset": preset.name, "repeats": preset.repeats,
+        "status": "running", "identity": settings.identity(), "endpoints": settings.endpoints(),
+        "client": client, "preset": preset.name, "repeats": preset.repeats,
         "scenes": [s.key for s in scenes], "data_dir": str(data_dir),
         "models": {name: settings.role(name).model for name in ("actor", "env", "nsp", "judge", "repair")},
     })

@@ -79,7 +79,7 @@ from charactereval_lib.coser.text import (
     remove_inner_thoughts,
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
-from charactereval_lib.coser.versions import COSER_PAPER, ProtocolVersion
+from charactereval_lib.coser.versions import COSER_PAPER, FIXED_ROLES, ProtocolVersion
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 
 ROLES = ("actor", "env", "nsp", "judge", "repair")
@@ -119,9 +119,10 @@ class SimulationSettings:
     """Everything that decides what a CoSER run sends and how it is judged."""
 
     actor: RoleSettings
-    env: RoleSettings = RoleSettings("gpt-4o")
-    nsp: RoleSettings = RoleSettings("gpt-4o-mini")
-    judge: RoleSettings = RoleSettings("gpt-4o")
+    # None: the fixed model the version declares for the role (``versions.RoleModels``).
+    env: RoleSettings = None  # type: ignore[assignment]
+    nsp: RoleSettings = None  # type: ignore[assignment]
+    judge: RoleSettings = None  # type: ignore[assignment]
     # The JSON repair call: None = the judge's endpoint with the version's repair model.
     repair: RoleSettings | None = None
     version: ProtocolVersion = COSER_PAPER
@@ -135,6 +136,11 @@ class SimulationSettings:
     refusal_rule: str = ("a declined call (message.refusal, finish_reason content_filter, or a 400/403 with a "
                          "content-filter or moderation marker) is an empty reply: retried at temperature 1, "
                          "kept empty after the last attempt, turn marked refused; a 403 without a marker fails")
+
+    def __post_init__(self) -> None:
+        for name in FIXED_ROLES:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, RoleSettings(self.version.models.of(name)))
 
     def role(self, name: str) -> RoleSettings:
         if name == "repair":

@@ -14,9 +14,11 @@ from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
+# Seconds one CoSER model call may take before it is abandoned and retried (seed 004 F17: the
+# earlier platform's 180 s; upstream's OpenAI client has its own default).
+REQUEST_TIMEOUT_S = 180.0
+
 COSER_ROLES = ("actor", "env", "nsp", "judge")
-# Upstream's defaults for the roles besides the actor (the model under test has none).
-COSER_ROLE_DEFAULTS = {"env": "gpt-4o", "nsp": "gpt-4o-mini", "judge": "gpt-4o"}
 COSER_RULES = ("system_role", "name_suffix", "output_example", "fix_repetition")
 COSER_BACKENDS = ("openai", "offline")
 COSER_REPORT_NOTEBOOK = "coser_report.ipynb"
@@ -25,7 +27,8 @@ COSER_COMPARE_NOTEBOOK = "coser_compare.ipynb"
 
 class CoserRunSettings(Settings):
     """A CoSER run: the preset, the protocol version and each role's model, endpoint, key
-    variable and model-name rules. A role's ``*_base_url`` / ``*_api_key_env`` left None takes
+    variable and model-name rules. A role's model left None is the one the protocol version
+    fixes for it (``coser.versions.RoleModels``). A role's ``*_base_url`` / ``*_api_key_env`` left None takes
     ``base_url`` / ``api_key_env``; a rule left None follows upstream's rule for the model name;
     ``no_api_key`` sends every role a placeholder key (a local server)."""
 
@@ -36,9 +39,10 @@ class CoserRunSettings(Settings):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     no_api_key: bool = False
-    env_model: str = COSER_ROLE_DEFAULTS["env"]
-    nsp_model: str = COSER_ROLE_DEFAULTS["nsp"]
-    judge_model: str = COSER_ROLE_DEFAULTS["judge"]
+    # None: the fixed model the protocol version declares (``coser.versions.RoleModels``).
+    env_model: str | None = None
+    nsp_model: str | None = None
+    judge_model: str | None = None
     actor_base_url: str | None = None
     env_base_url: str | None = None
     nsp_base_url: str | None = None
@@ -65,7 +69,8 @@ class CoserRunSettings(Settings):
     limit: int | None = None
     concurrency: int = 64
     scene_concurrency: int = 256
-    timeout: Number = 300.0
+    # Seconds per call, as the seed's platform (seed 004 F17); recorded in run.json.
+    timeout: Number = REQUEST_TIMEOUT_S
     retry_base_delay: Number = 1.0
 
     def model_post_init(self, context: Any) -> None:
@@ -99,7 +104,7 @@ class CoserRunSettings(Settings):
         version = get_version(self.protocol or DEFAULT_VERSION)
         roles = {}
         for role in COSER_ROLES:
-            model = getattr(self, f"{role}_model")
+            model = getattr(self, f"{role}_model") or version.models.of(role)
             key_env = getattr(self, f"{role}_api_key_env")
             key_env = self.api_key_env if key_env is None else key_env
             flags = {name: getattr(self, f"{role}_{name}", None) for name in COSER_RULES}
@@ -226,9 +231,9 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
         faults.check_endpoints([simulation.role(name).base_url for name in ROLES], "coser run")
     faults.check_writable(run.path, "run directory")
     run.path.mkdir(parents=True, exist_ok=True)
+    policy = RetryPolicy(base_delay_s=settings.retry_base_delay, timeout_s=settings.timeout)
     with coser_job(run).locked():
-        start_run(run, simulation, preset, scenes, str(located))
-        policy = RetryPolicy(base_delay_s=settings.retry_base_delay, timeout_s=settings.timeout)
+        start_run(run, simulation, preset, scenes, str(located), client=policy.as_dict())
         clients = RoleClients(simulation, concurrency=settings.concurrency, policy=policy)
         outcome = run_closing(clients, lambda: run_coser(run, scenes, simulation, preset, critic, clients,
                                                          scene_concurrency=settings.scene_concurrency,
