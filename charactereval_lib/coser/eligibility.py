@@ -19,6 +19,7 @@ from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the boa
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.report import load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
+from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs
@@ -96,13 +97,22 @@ def _models(view: RunView) -> list[str]:
 
 
 def _one_host(view: RunView) -> list[str]:
-    endpoints = (view.manifest.get("coser") or {}).get("endpoints") or {}
+    coser = view.manifest.get("coser") or {}
+    roles = (coser.get("identity") or {}).get("roles") or {}
+    fixed = VERSIONS[view.protocol_version].models if view.protocol_version in VERSIONS else None
     reasons = []
-    for role, endpoint in sorted(endpoints.items()):
+    for role, endpoint in sorted((coser.get("endpoints") or {}).items()):
         host = urlparse(str((endpoint or {}).get("base_url") or "")).hostname or ""
-        if any(host == r or host.endswith("." + r) for r in ROUTERS):
+        if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+            continue
+        pin = provider_pin((roles.get(role) or {}).get("request_params"))
+        if pin is None:
             reasons.append(f"the {role} role goes through the router {host}, which may serve one model from "
-                           "several providers")
+                           "several providers, and its requests pin none (request parameter provider: "
+                           '{"only": [ONE], "allow_fallbacks": false})')
+        elif fixed is not None and role in FIXED_ROLES and pin != fixed.vendor:
+            reasons.append(f"the {role} role is pinned to the provider {pin!r} on {host}; the protocol's "
+                           f"{FIXED_ROLES[role]} model is served by {fixed.vendor!r}")
     return reasons
 
 
@@ -132,8 +142,10 @@ RULES = (
     Rule("fixed-models", "Environment, next-speaker and judge are the models the run's protocol version declares "
          "(dated snapshots named exactly, not a moving alias; "
          f"{_declared()}); no role uses the offline placeholder backend (seed 004 F03-F05, H03).", _models),
-    Rule("one-host", "Each role is served by one host: a router that may send one model name to several "
-         "providers does not qualify (H27). A reasoning setting is allowed and named in the row label (H25).",
+    Rule("one-host", "Each role is served by one provider: its own host, or a router (openrouter.ai) only when each "
+         "request of the role pins one provider with no fallbacks (provider: {\"only\": [ONE], \"allow_fallbacks\": "
+         "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
+         "vendor of their fixed models (H03, H27). A reasoning setting is allowed and named in the row label (H25).",
          _one_host),
 )
 
@@ -159,8 +171,10 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
              "sessions_expected": summary.counts.sessions_expected, "not_run": ended.not_run,
              "unjudged": summary.sessions_unjudged, "summary": summary}
     average = summary.overall.get("average") or Interval()
+    actor = (coser.identity.get("roles") or {}).get("actor") or {}
     view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
-                   model_label(str(coser.models.get("actor") or path.name), None), manifest,
+                   model_label(str(coser.models.get("actor") or path.name),
+                               {"request_params": actor.get("request_params")}), manifest,
                    score=average.mean, ci=(average.low, average.high),
                    n=summary.counts.sessions, failures=failures, facts=facts)
     if not frame.empty:

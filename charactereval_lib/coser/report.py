@@ -441,7 +441,10 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
                  "100")
     lines.append(f"{counts.scenes} scene(s), {counts.sessions}/{counts.sessions_expected} session(s) judged; "
                  + ", ".join(f"{ENDING_LABELS[k]} {getattr(ended, k)}" for k in ENDINGS)
-                 + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}")
+                 + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}"
+                 + (f", reasoning tokens {typed.reasoning_tokens['total']:,} ("
+                    + ", ".join(f"{k} {v:,}" for k, v in typed.reasoning_tokens.items() if k != "total") + ")"
+                    if typed.reasoning_tokens else ""))
     if (typed.repeats or 0) > 1:
         lines.append(REPEATS_NOTE)
     lines.append(f"wrote {path} (every statistic: per book, per repeat, rounds, BLEU/ROUGE-L)")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
@@ -63,7 +64,15 @@ class CoserRunSettings(Settings):
     actor_fix_repetition: bool | None = None
     env_fix_repetition: bool | None = None
     nsp_fix_repetition: bool | None = None
+    # Further request-body keys per role (reasoning settings, a router's provider pin), sent as
+    # given; the keys the protocol fixes (coser.simulation.FIXED_REQUEST_PARAMS) are refused.
+    actor_request_params: dict[str, Any] | None = None
+    env_request_params: dict[str, Any] | None = None
+    nsp_request_params: dict[str, Any] | None = None
+    judge_request_params: dict[str, Any] | None = None
     repair_model: str | None = None
+    # The JSON repair call's (None: the judge's when the repair model is the judge's, else none).
+    repair_request_params: dict[str, Any] | None = None
     continue_from: int = 0
     wo_thought: bool = False
     limit: int | None = None
@@ -93,6 +102,15 @@ class CoserRunSettings(Settings):
             _positive(name, getattr(self, name))
         if self.continue_from < 0 or self.retry_base_delay < 0:
             raise SettingsError("continue_from and retry_base_delay must not be negative")
+        for role in (*COSER_ROLES, "repair"):
+            params = getattr(self, f"{role}_request_params")
+            if params and self.backend != "openai":
+                raise SettingsError(f"{role}_request_params (--{role}-request-param) go into the body of an HTTP "
+                                    f"request: backend openai sends them, backend {self.backend!r} has none")
+        try:
+            self.simulation_settings()  # a fixed parameter among the request parameters is reported now
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
 
     def simulation_settings(self):
         """The protocol's ``SimulationSettings``: each role's model, endpoint, key variable name
@@ -115,11 +133,12 @@ class CoserRunSettings(Settings):
                                       for name, value in flags.items()})
             roles[role] = RoleSettings(model=model, base_url=getattr(self, f"{role}_base_url") or self.base_url,
                                        api_key_env="" if self.no_api_key else key_env, backend=self.backend,
-                                       rules=rules)
+                                       rules=rules, request_params=getattr(self, f"{role}_request_params"))
         repair = None
-        if self.repair_model:
-            repair = RoleSettings(self.repair_model, roles["judge"].base_url, roles["judge"].api_key_env,
-                                  self.backend)
+        if self.repair_model or self.repair_request_params:
+            repair = RoleSettings(self.repair_model or version.fix_json_model or roles["judge"].model,
+                                  roles["judge"].base_url, roles["judge"].api_key_env, self.backend,
+                                  request_params=self.repair_request_params)
         return SimulationSettings(version=version, repair=repair, continue_from=self.continue_from,
                                   thoughtless=self.wo_thought, **roles)
 
