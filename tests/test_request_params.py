@@ -77,3 +77,21 @@ def test_request_params_need_the_openai_backend(tmp_path, official_dir, capsys):
                      str(official_dir), "--limit", "1", "--quiet", "--request-param", 'reasoning_effort="high"']) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "backend 'offline' has none" in err
+
+
+def test_batch_entries_take_request_params(tmp_path):
+    from charactereval_lib import batch
+
+    path = tmp_path / "batch.yaml"
+    path.write_text("""models:
+  - {name: a, backend: openai, model: m, rm: r, request_params: {reasoning_effort: high}}
+  - {name: c, benchmark: coser, run: {actor_model: m, actor_request_params: {reasoning_effort: low}}}
+""", encoding="utf-8")
+    a, c = batch.load_config(path).models
+    assert a.generate.decoding().sent()["reasoning_effort"] == "high"
+    assert c.settings["run"].simulation_settings().actor.request_params == {"reasoning_effort": "low"}
+    path.write_text("- {name: c, benchmark: coser, run: {actor_model: m, judge_request_params: {temperature: 1}}}\n",
+                    encoding="utf-8")
+    with pytest.raises(batch.BatchError, match="judge request parameter 'temperature' cannot be set: the CoSER "
+                                               r"protocol fixes it \(seed 004 H26\)"):
+        batch.load_config(path)
