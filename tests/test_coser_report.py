@@ -226,6 +226,9 @@ def test_not_comparable_label_follows_the_judge_and_environment(rendered):
     assert "NOT COMPARABLE WITH THE PAPER" in alias_page and "not the paper's 'gpt-4o-2024-08-06'" in alias_page
     assert "not comparable" not in paper_page.lower()
     assert "Comparable with the paper's anchor" in html.unescape(paper_page)
+    # The default NSP is the declared deviation from the paper's CoSER-70B: the caveat gives its reason.
+    assert "the paper's table used CoSER-70B. This is the protocol's registered deviation: upstream's own default" \
+        in html.unescape(paper_page)
 
 
 @pytest.mark.slow
