@@ -40,12 +40,14 @@ arguments)::
         model: my-model-id          # API model id or local path (required)
         base_url: http://localhost:8000/v1
         max_tokens: 1024            # also concurrency, temperature, top_p, seed
+        request_params: {reasoning_effort: high}  # further request-body keys (openai backend)
         subset: 200                 # a metric-stratified subset (or ids: FILE, or limit: N)
         rm: models/BaichuanCharRM   # reward-model directory (required)
         device: cuda                # scorer device; also mode: faithful | fast
         generate: {max_attempts: 3} # any other generate setting (pipeline.GenerateSettings)
         score: {}                   # any other score setting (pipeline.ScoreSettings)
-      - {name: coser-a, benchmark: coser, run: {actor_model: my-model, preset: smoke}}
+      - {name: coser-a, benchmark: coser, run: {actor_model: my-model, preset: smoke,
+                                                actor_request_params: {reasoning_effort: high}}}
 
 A bare list of models is accepted too. An entry of a benchmark without a plan of its own (CoSER,
 a project's own) holds one mapping of settings per stage (``run:``, ``summarize:``, ``report:``).

@@ -17,7 +17,7 @@ import pytest
 
 from charactereval_lib import cli, pipeline
 from charactereval_lib.coser.documents import Interval
-from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, interval, load_anchor
+from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import write_jsonl_atomic
@@ -128,7 +128,7 @@ def test_the_anchor_is_the_papers_gpt4o_row():
                       "Character Fidelity": (48.95, 1.73), "Storyline Quality": (80.33, 0.59),
                       "average": (59.95, 0.50)}
     assert anchor["surface_per_100"] == {"BLEU": {"value": 5.90, "plus_minus": 0.16}}
-    assert (anchor["judge_model"], anchor["env_model"]) == (PAPER_MODEL, PAPER_MODEL)
+    assert "role_models" in anchor and "judge_model" not in anchor  # the protocol version declares them
 
 
 # --- settings and the command line --------------------------------------------------------------
@@ -176,13 +176,14 @@ def smoke(run: Path, url: str, *extra: str) -> None:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    """Two smoke runs (upstream's gpt-4o judge and environment; the paper's), each summarised
-    and reported, and their comparison."""
+    """Two smoke runs (upstream's aliases gpt-4o and gpt-4o-mini as judge, environment and NSP;
+    the protocol's defaults, the paper's snapshots), each summarised and reported, and their
+    comparison."""
     root = tmp_path_factory.mktemp("coser-report")
     alias, paper = root / "alias", root / "paper"
     with MockServer(reply=scripted_reply) as server:
-        smoke(alias, server.base_url)
-        smoke(paper, server.base_url, "--judge-model", PAPER_MODEL, "--env-model", PAPER_MODEL)
+        smoke(alias, server.base_url, "--judge-model", "gpt-4o", "--env-model", "gpt-4o", "--nsp-model", "gpt-4o-mini")
+        smoke(paper, server.base_url)
     out = {}
     for run in (alias, paper):
         assert cli.main(["coser", "summarize", str(run), "--n-boot", "200"]) == 0
@@ -225,6 +226,9 @@ def test_not_comparable_label_follows_the_judge_and_environment(rendered):
     assert "NOT COMPARABLE WITH THE PAPER" in alias_page and "not the paper's 'gpt-4o-2024-08-06'" in alias_page
     assert "not comparable" not in paper_page.lower()
     assert "Comparable with the paper's anchor" in html.unescape(paper_page)
+    # The default NSP is the declared deviation from the paper's CoSER-70B: the caveat gives its reason.
+    assert "the paper's table used CoSER-70B. This is the protocol's registered deviation: upstream's own default" \
+        in html.unescape(paper_page)
 
 
 @pytest.mark.slow
@@ -252,14 +256,25 @@ def test_coser_summarize_prints_a_table_and_says_what_it_wrote(hand_run, capsys)
     out = capsys.readouterr().out
     lines = out.splitlines()
     summary = json.loads((hand_run.path / SUMMARY).read_text())
-    assert "{" not in out and len(lines) == 1 + 5 + 3
+    assert "{" not in out and len(lines) == 1 + 5 + 4
     assert lines[0].split() == ["score", "mean", "95%", "interval", "id", "books", "ood", "books"]
     average = summary["overall"]["average"]
     assert lines[5].startswith("average") and f"{average['mean']:.2f}" in lines[5]
     assert interval(Interval.model_validate(average)) in lines[5]
     assert lines[1].split()[-1] == "–"  # the ood split's only scene failed: no score
     assert "not clipped, so a dimension can exceed 100" in lines[6]
+    # Two repeats: the summary says they share prompts and a temperature-0 first call (seed 004 H30).
+    assert lines[-2] == REPEATS_NOTE and "understates the variance between independent runs" in REPEATS_NOTE
     assert lines[-1].startswith(f"wrote {hand_run.path / SUMMARY}")
+
+
+def test_the_report_says_repeats_share_prompts_so_their_spread_understates_variance(hand_run, rendered):
+    from charactereval_lib.coser.report import load_analysis
+
+    assert REPEATS_NOTE in load_analysis(hand_run, n_boot=50, seed=0).caveats()
+    # Every report says it beside the per-repeat table, even of a one-repeat run.
+    text = html.unescape(rendered["alias"][1])
+    assert "share their prompts" in text and "understates the variance between independent runs" in text
 
 
 def test_coser_paired_differences_match_a_hand_computation(hand_run, tmp_path):

@@ -252,14 +252,10 @@ def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
     assert cli.main(["leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "site")]) == 0
     [entry] = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))["boards"]
     [smoke] = entry["rows"]
-    assert entry["scorer"] == "judge gpt-4o" and entry["anchor"]["status"] == "pending"
+    assert entry["scorer"] == "judge gpt-4o-2024-08-06" and entry["anchor"]["status"] == "pending"
+    # The default role models are the version's declared snapshots: only the preset keeps it off.
     assert smoke["reasons"] == [
-        "full-protocol: 2 of the 200 test scenes (preset smoke)", "full-protocol: 1 repeat(s), the protocol runs 3",
-        "fixed-models: the judge model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match exactly; "
-        "the moving alias 'gpt-4o' does not)",
-        "fixed-models: the environment model is 'gpt-4o', not the paper's 'gpt-4o-2024-08-06' (names must match "
-        "exactly; the moving alias 'gpt-4o' does not)",
-        "fixed-models: the next-speaker model is 'gpt-4o-mini', the protocol fixes 'CoSER-70B'"]
+        "full-protocol: 2 of the 200 test scenes (preset smoke)", "full-protocol: 1 repeat(s), the protocol runs 3"]
     page = tmp_path / "site" / "runs" / smoke["page"]
     assert (page / "report.html").read_text(encoding="utf-8") == "<html><body>the run's report</body></html>"
     assert 'href="report.html"' in (page / "index.html").read_text(encoding="utf-8")

@@ -6,7 +6,15 @@ import argparse
 import sys
 
 from charactereval_lib import pipeline
-from charactereval_lib.cli.options import RUN_HELP, bootstrap_options, report_data_use, report_problems, settings_from_args, warn
+from charactereval_lib.cli.options import (
+    RUN_HELP,
+    bootstrap_options,
+    report_data_use,
+    report_problems,
+    request_param_option,
+    settings_from_args,
+    warn,
+)
 from charactereval_lib.coser.versions import DEFAULT_VERSION as COSER_DEFAULT_VERSION
 from charactereval_lib.coser.versions import VERSIONS as COSER_VERSIONS
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
@@ -141,17 +149,24 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-api-key", action="store_true", help="a local server that needs no key")
     for role in pipeline.COSER_ROLES:
         g = p.add_argument_group(f"{role} role")
-        default = pipeline.COSER_ROLE_DEFAULTS.get(role)
-        g.add_argument(f"--{role}-model", default=default,
-                       help=f"model (default {default})" if default else "model under test (required)")
+        fixed = {name: COSER_VERSIONS[name].models.of(role) for name in sorted(COSER_VERSIONS)} \
+            if role != "actor" else None
+        g.add_argument(f"--{role}-model", help="model under test (required)" if fixed is None else
+                       "model (default: the one the protocol version fixes, "
+                       + ", ".join(f"{name} {model}" for name, model in fixed.items()) + ")")
         g.add_argument(f"--{role}-base-url", metavar="URL")
         g.add_argument(f"--{role}-api-key-env", metavar="NAME")
+        request_param_option(g, f"--{role}-request-param", f"{role}_request_params",
+                             f"the {role} role's calls; not a parameter the protocol fixes (temperature, max_tokens, "
+                             "top_p, ...)")
         if role != "judge":
             g.add_argument(f"--{role}-system-role", choices=["system", "user"], help="default: upstream rule")
             for flag in ("name-suffix", "output-example", "fix-repetition"):
                 g.add_argument(f"--{role}-{flag}", action=argparse.BooleanOptionalAction, default=None,
                                help="default: upstream rule for the model name")
     p.add_argument("--repair-model", help="JSON repair model at the judge endpoint (default: the version's)")
+    request_param_option(p, "--repair-request-param", "repair_request_params",
+                         "the JSON repair calls (default: the judge's when the repair model is the judge's)")
     p.add_argument("--continue-from", type=int, default=C.default("continue_from"), metavar="K", help="give the first K original lines")
     p.add_argument("--wo-thought", action="store_true", help="thoughtless output format (upstream --wo_thought)")
     p.add_argument("--limit", type=int, help="only the preset's first N scenes")
@@ -159,7 +174,7 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
                    help="requests in flight per role (default %(default)s)")
     p.add_argument("--scene-concurrency", type=int, default=C.default("scene_concurrency"),
                    help="scenes in flight (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=C.default("timeout"), help="seconds per attempt")
+    p.add_argument("--timeout", type=float, default=C.default("timeout"), help="seconds per call (default %(default)g, as seed 004 F17)")
     p.add_argument("--retry-base-delay", type=float, default=C.default("retry_base_delay"),
                    help="first transport back-off in seconds")
     add_quiet_option(p, legacy_no_progress=True)

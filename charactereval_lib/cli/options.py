@@ -12,6 +12,37 @@ from charactereval_lib import pipeline
 RUN_HELP = "run directory (a bare name means outputs/NAME)"
 
 
+class RequestParamAction(argparse.Action):
+    """``--request-param KEY=JSON`` (repeatable): one request-body key and its JSON value,
+    collected into a dict; a value that is not JSON is one line naming the option."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any,
+                 option_string: str | None = None) -> None:
+        import json
+
+        key, sep, text = str(value).partition("=")
+        try:
+            parsed = json.loads(text) if sep and key else None
+        except json.JSONDecodeError as exc:
+            parser.error(f"{option_string} {value!r}: the value after = is not JSON ({exc.msg}); quote strings, "
+                         "e.g. reasoning_effort='\"high\"'")
+        if not sep or not key:
+            parser.error(f"{option_string} {value!r}: expected KEY=JSON, e.g. reasoning_effort='\"high\"'")
+        collected = dict(getattr(namespace, self.dest, None) or {})
+        if key in collected:
+            parser.error(f"{option_string}: {key!r} is given twice")
+        collected[key] = parsed
+        setattr(namespace, self.dest, collected)
+
+
+def request_param_option(parser: Any, flag: str, dest: str, what: str) -> None:
+    parser.add_argument(flag, dest=dest, action=RequestParamAction, metavar="KEY=JSON",
+                        help=f"a further request-body key of {what}, sent as given and recorded in run.json "
+                             "(repeatable; e.g. reasoning_effort='\"high\"', "
+                             "chat_template_kwargs='{\"enable_thinking\": false}', "
+                             "provider='{\"only\": [\"openai\"], \"allow_fallbacks\": false}')")
+
+
 def data_dir_option(parser: argparse.ArgumentParser) -> None:
     # Both spellings on every command: the hints and the README use either.
     parser.add_argument(

@@ -16,6 +16,7 @@ from charactereval_lib.cli.options import (
     engine_options,
     judge_choice_option,
     judge_options,
+    request_param_option,
     settings_from_args,
     warn,
 )
@@ -196,6 +197,7 @@ def _generate_parser(p: argparse.ArgumentParser) -> None:
                    help="environment variable holding the API key (default %(default)s); the key is never stored")
     g.add_argument("--no-api-key", action="store_true",
                    help="send no key (a local server that needs none; a placeholder is sent)")
+    request_param_option(g, "--request-param", "request_params", "each request")
     g.add_argument("--max-context", type=int, metavar="N",
                    help="the served model's context in tokens: longer prompts are recorded as PromptTooLong, not sent "
                         "(hf: read from the model config unless given)")

@@ -105,6 +105,8 @@ class CoserSummary(Section):
     judge_failed_dimensions: dict[str, int]
     sessions_unjudged: int
     refused_turns: dict[str, int]
+    # Reasoning tokens per kind of call and in total, where the servers report them (else None).
+    reasoning_tokens: dict[str, int] | None = None
     bleu_mean: float | None = None
     rouge_l_mean: float | None = None
     bleu_unavailable: str | None = None

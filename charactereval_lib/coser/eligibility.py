@@ -17,10 +17,11 @@ from urllib.parse import urlparse
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
-from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
+from charactereval_lib.coser.report import load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
+from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import VERSIONS
+from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
@@ -78,28 +79,52 @@ def _fixed(view: RunView) -> list[str]:
 
 
 def _models(view: RunView) -> list[str]:
-    anchor = load_anchor()
-    # comparability() also judges protocol, given lines and thoughtless format: other rules here.
-    reasons = [r.removeprefix(f"{NOT_COMPARABLE}: ") for r in comparability(view.manifest, anchor)
-               if "protocol" not in r and "original lines" not in r and "thoughtless" not in r]
-    models = (view.manifest.get("coser") or {}).get("models") or {}
-    if models.get("nsp") != anchor["nsp_model"]:
-        reasons.append(f"the next-speaker model is {models.get('nsp')!r}, the protocol fixes {anchor['nsp_model']!r}")
-    roles = ((view.manifest.get("coser") or {}).get("identity") or {}).get("roles") or {}
+    # The version's own declaration of its fixed models (versions.RoleModels); an unknown
+    # version is the protocol rule's reason.
+    version = VERSIONS.get(view.protocol_version)
+    coser = view.manifest.get("coser") or {}
+    models = coser.get("models") or {}
+    reasons = []
+    if version is not None:
+        fixed = version.models
+        reasons += [f"the {label} model is {models.get(role)!r}, {version.name} fixes {fixed.of(role)!r} (a dated "
+                    "snapshot, named exactly: a moving alias does not say which snapshot answered)"
+                    for role, label in FIXED_ROLES.items() if not fixed.accepts(role, models.get(role))]
+    roles = (coser.get("identity") or {}).get("roles") or {}
     reasons += [f"the {role} role uses the {spec.get('backend')} backend (placeholder text, no model)"
                 for role, spec in sorted(roles.items()) if spec.get("backend") == "offline"]
     return reasons
 
 
 def _one_host(view: RunView) -> list[str]:
-    endpoints = (view.manifest.get("coser") or {}).get("endpoints") or {}
+    coser = view.manifest.get("coser") or {}
+    roles = (coser.get("identity") or {}).get("roles") or {}
+    fixed = VERSIONS[view.protocol_version].models if view.protocol_version in VERSIONS else None
     reasons = []
-    for role, endpoint in sorted(endpoints.items()):
+    for role, endpoint in sorted((coser.get("endpoints") or {}).items()):
         host = urlparse(str((endpoint or {}).get("base_url") or "")).hostname or ""
-        if any(host == r or host.endswith("." + r) for r in ROUTERS):
+        if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+            continue
+        pin = provider_pin((roles.get(role) or {}).get("request_params"))
+        if pin is None:
             reasons.append(f"the {role} role goes through the router {host}, which may serve one model from "
-                           "several providers")
+                           "several providers, and its requests pin none (request parameter provider: "
+                           '{"only": [ONE], "allow_fallbacks": false})')
+        elif fixed is not None and role in FIXED_ROLES and pin != fixed.vendor:
+            reasons.append(f"the {role} role is pinned to the provider {pin!r} on {host}; the protocol's "
+                           f"{FIXED_ROLES[role]} model is served by {fixed.vendor!r}")
     return reasons
+
+
+def _declared() -> str:
+    """Each version's fixed models and registered deviations, for the rule's text."""
+    parts = []
+    for version in VERSIONS.values():
+        fixed = version.models
+        parts.append(f"{version.name}: " + ", ".join(f"{label} {fixed.of(role)}" for role, label in FIXED_ROLES.items())
+                     + "".join(f", a registered deviation from the paper's {FIXED_ROLES[d.role]} model {d.paper}"
+                               for d in fixed.deviations))
+    return "; ".join(parts)
 
 
 RULES = (
@@ -114,11 +139,13 @@ RULES = (
     Rule("fixed-parameters", "The protocol's fixed parameters are not overridden: 20 rounds, <END CHAT> from the "
          "6th turn, 512 reply tokens, no given lines, inner thoughts kept, and every setting of the protocol "
          "version (H26).", _fixed),
-    Rule("fixed-models", "Environment and judge are the paper's gpt-4o-2024-08-06 (exact name, not the moving "
-         "alias) and the next-speaker model is the paper's CoSER-70B; no role uses the offline placeholder "
-         "backend (H03).", _models),
-    Rule("one-host", "Each role is served by one host: a router that may send one model name to several "
-         "providers does not qualify (H27). A reasoning setting is allowed and named in the row label (H25).",
+    Rule("fixed-models", "Environment, next-speaker and judge are the models the run's protocol version declares "
+         "(dated snapshots named exactly, not a moving alias; "
+         f"{_declared()}); no role uses the offline placeholder backend (seed 004 F03-F05, H03).", _models),
+    Rule("one-host", "Each role is served by one provider: its own host, or a router (openrouter.ai) only when each "
+         "request of the role pins one provider with no fallbacks (provider: {\"only\": [ONE], \"allow_fallbacks\": "
+         "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
+         "vendor of their fixed models (H03, H27). A reasoning setting is allowed and named in the row label (H25).",
          _one_host),
 )
 
@@ -144,8 +171,10 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
              "sessions_expected": summary.counts.sessions_expected, "not_run": ended.not_run,
              "unjudged": summary.sessions_unjudged, "summary": summary}
     average = summary.overall.get("average") or Interval()
+    actor = (coser.identity.get("roles") or {}).get("actor") or {}
     view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
-                   model_label(str(coser.models.get("actor") or path.name), None), manifest,
+                   model_label(str(coser.models.get("actor") or path.name),
+                               {"request_params": actor.get("request_params")}), manifest,
                    score=average.mean, ci=(average.low, average.high),
                    n=summary.counts.sessions, failures=failures, facts=facts)
     if not frame.empty:

@@ -63,15 +63,22 @@ def default_rules(model: str, version: ProtocolVersion) -> ModelRules:
       fine-tune ``llama3-1210-8epc`` (the only paper-era name the golden vectors pin; pass the flag
       explicitly for other fine-tunes);
     - repetition fix of actor replies for every model whose name contains neither ``gpt`` nor
-      ``claude`` (both versions)."""
-    system_role = "user" if model.startswith(("claude", "o1")) else "system"
+      ``claude`` (both versions).
+
+    Upstream tests the name string as given, so a router's provider-prefixed id
+    (``anthropic/claude-3.5-sonnet``, ``openai/o1-mini``, ``meta-llama/llama-3.1-70b-instruct``)
+    would fall out of its family. The rules read the name after the last ``/`` instead, as the
+    earlier platform's family table did (seed 004 H06, F23, K12); a name without ``/`` (every name
+    the golden vectors pin) is tested exactly as upstream tests it."""
+    name = model.rsplit("/", 1)[-1]
+    system_role = "user" if name.startswith(("claude", "o1")) else "system"
     if version.name_suffix_rule == "paper":
-        name_suffix = model in ("llama3p1-8b-instruct", "llama31-70-chat") or "step" in model
-        output_example = not (model == "llama3-1210-8epc" or "coser" in model.lower())
+        name_suffix = name in ("llama3p1-8b-instruct", "llama31-70-chat") or "step" in name
+        output_example = not (name == "llama3-1210-8epc" or "coser" in name.lower())
     else:
-        name_suffix = model.startswith(("llama", "step"))
-        output_example = "coser" not in model.lower()
-    fix_repetition = not any(family in model.lower() for family in ("gpt", "claude"))
+        name_suffix = name.startswith(("llama", "step"))
+        output_example = "coser" not in name.lower()
+    fix_repetition = not any(family in name.lower() for family in ("gpt", "claude"))
     return ModelRules(system_role=system_role, name_suffix=name_suffix, output_example=output_example,
                       fix_repetition=fix_repetition)
 

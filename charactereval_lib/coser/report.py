@@ -1,11 +1,12 @@
 """A CoSER run (or several) loaded for its report: the summary, the paper's anchor, whether the
 run is comparable with it, and the tables the notebooks show.
 
-Comparable with the paper means: the judge and the environment are exactly the paper's model
-name (``gpt-4o-2024-08-06``; the moving alias ``gpt-4o`` does not count, since a run does not
-record which snapshot answered), protocol ``coser-paper``, no given lines (``continue_from``
+Comparable with the paper means: the judge and the environment are exactly the models the paper's
+protocol version declares (``versions.RoleModels``: ``gpt-4o-2024-08-06``, also as
+``openai/gpt-4o-2024-08-06`` on a router; the moving alias ``gpt-4o`` does not count, since a run
+does not record which snapshot answered), protocol ``coser-paper``, no given lines (``continue_from``
 0) and inner thoughts kept. Any other run is labelled "not comparable with the paper", with
-every reason. Other differences (the NSP model, a subset of the scenes, one repeat instead of
+every reason. Other differences (the NSP model, the registered deviation included, a subset of the scenes, one repeat instead of
 three) are caveats in the warning box: the numbers follow the same rules but vary more or
 differ in a known way.
 
@@ -25,6 +26,7 @@ import pandas as pd
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
 from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.coser.versions import get_version
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
@@ -36,6 +38,11 @@ AVERAGE = "average"
 SCORES = (*DIMENSIONS, AVERAGE)
 DISPLAY_DIGITS = 2  # the paper prints two decimals
 NO_INTERVAL = "n<2 scenes"
+# Seed 004 H30: the repeats are not independent runs.
+REPEATS_NOTE = ("The repeats share their prompts (each scene's random stream is seeded from the scene alone, as "
+                "upstream reuses its setup) and every turn's first call is at temperature 0, so they differ only where "
+                "a provider's temperature-0 decoding does or a retry samples; their spread (run-to-run SD) "
+                "understates the variance between independent runs.")
 ENDING_LABELS = {"end_chat": "<END CHAT>", "max_rounds": "max rounds (20)", "failed": "failed (a call gave up)",
                  "not_run": "not run yet"}
 
@@ -47,16 +54,18 @@ def load_anchor() -> dict[str, Any]:
 
 
 def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None) -> list[str]:
-    """Why a run is not comparable with the paper's anchor (empty: it is). Model names are
-    compared exactly as requested and recorded in run.json."""
+    """Why a run is not comparable with the paper's anchor (empty: it is). The environment and
+    judge must be the fixed models the paper's protocol version declares (``RoleModels``), as
+    requested and recorded in run.json."""
     anchor = anchor or load_anchor()
     coser = manifest.get("coser") or {}
     models = coser.get("models") or {}
     identity = coser.get("identity") or {}
+    fixed = get_version(anchor["protocol_version"]).models
     reasons = []
     for role, label in (("judge", "judge"), ("env", "environment")):
-        model, wanted = models.get(role), anchor[f"{role}_model"]
-        if model != wanted:
+        model, wanted = models.get(role), fixed.of(role)
+        if not fixed.accepts(role, model):
             reasons.append(f"{NOT_COMPARABLE}: the {label} model is {model!r}, not the paper's {wanted!r} "
                            "(names must match exactly; the moving alias 'gpt-4o' does not)")
     version = manifest.get("protocol_version")
@@ -94,11 +103,19 @@ def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, A
         notes.append(f"A subset: {counts.scenes} of {anchor['scenes']} scenes judged, {summary.repeats} "
                      f"repeat(s) (preset {summary.preset}); the paper's numbers are over {anchor['scenes']} "
                      f"scenes x {anchor['repeats']} runs, so intervals are wider and the mix of books differs.")
-    if models.get("nsp") != anchor["nsp_model"]:
-        notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {anchor['nsp_model']}.")
+    fixed = get_version(anchor["protocol_version"]).models
+    paper_nsp = fixed.paper_model("nsp")
+    if models.get("nsp") != paper_nsp:
+        deviation = next((d for d in fixed.deviations if d.role == "nsp"), None)
+        registered = (f" This is the protocol's registered deviation: {deviation.reason}."
+                      if deviation is not None and fixed.accepts("nsp", models.get("nsp")) else "")
+        notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {paper_nsp}."
+                     + registered)
     if models.get("actor") != anchor["actor_model"]:
         notes.append(f"The anchor is the paper's GPT-4o ({anchor['actor_model']}) as actor; this run's actor is "
                      f"{models.get('actor')!r}, so differences from it include the actor's.")
+    if (summary.repeats or 0) > 1:
+        notes.append(REPEATS_NOTE)
     ended = summary.ended_by
     if ended.failed or ended.not_run:
         notes.append(f"{ended.failed} scene run(s) failed and {ended.not_run} were not run: rerun "
@@ -424,6 +441,11 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
                  "100")
     lines.append(f"{counts.scenes} scene(s), {counts.sessions}/{counts.sessions_expected} session(s) judged; "
                  + ", ".join(f"{ENDING_LABELS[k]} {getattr(ended, k)}" for k in ENDINGS)
-                 + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}")
+                 + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}"
+                 + (f", reasoning tokens {typed.reasoning_tokens['total']:,} ("
+                    + ", ".join(f"{k} {v:,}" for k, v in typed.reasoning_tokens.items() if k != "total") + ")"
+                    if typed.reasoning_tokens else ""))
+    if (typed.repeats or 0) > 1:
+        lines.append(REPEATS_NOTE)
     lines.append(f"wrote {path} (every statistic: per book, per repeat, rounds, BLEU/ROUGE-L)")
     return lines

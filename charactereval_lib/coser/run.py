@@ -236,11 +236,13 @@ async def _maybe(awaitable: Any) -> Any:
 
 
 def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, scenes: Sequence[Scene],
-              data_dir: str) -> None:
-    """Check (or record) the run's settings in run.json; never a key, only key variable names."""
+              data_dir: str, client: dict[str, Any] | None = None) -> None:
+    """Check (or record) the run's settings in run.json; never a key, only key variable names.
+    ``client``: this session's request timeout and retry policy (they may change on resume)."""
     check_identity(run_dir, settings, preset)
     run_dir.update_manifest(protocol_version=settings.version.name, benchmark="coser", coser={
-        "status": "running", "identity": settings.identity(), "endpoints": settings.endpoints(), "preset": preset.name, "repeats": preset.repeats,
+        "status": "running", "identity": settings.identity(), "endpoints": settings.endpoints(),
+        "client": client, "preset": preset.name, "repeats": preset.repeats,
         "scenes": [s.key for s in scenes], "data_dir": str(data_dir),
         "models": {name: settings.role(name).model for name in ("actor", "env", "nsp", "judge", "repair")},
     })
@@ -367,6 +369,19 @@ def refused_turns(run_dir: RunDir) -> dict[str, int]:
     return {**counts, "total": sum(counts.values())}
 
 
+def reasoning_totals(run_dir: RunDir) -> dict[str, int] | None:
+    """Reasoning tokens the servers reported, summed over every attempt of every turn, per kind of
+    call (actor, env, nsp) and in total; None when no turn reported any."""
+    latest = {(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}
+    reported = [t for t in latest.values() if isinstance(t.get("reasoning_tokens"), int)]
+    if not reported:
+        return None
+    counts = {kind: 0 for kind in ("actor", "env", "nsp")}
+    for turn in reported:
+        counts[turn["kind"]] = counts.get(turn["kind"], 0) + turn["reasoning_tokens"]
+    return {**counts, "total": sum(counts.values())}
+
+
 def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """The CoSER statistics of a run, computed from its artifacts without writing anything: the
     four dimensions and their average (version variant) with scene-cluster bootstrap intervals,
@@ -413,6 +428,7 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
         "judge_failed_dimensions": {d: sum(1 for k in failed_dims if k[2] == d) for d in DIMENSIONS},
         "sessions_unjudged": len({(r["repeat"], r["scene"]) for r in done} - judged),
         "refused_turns": refused_turns(run_dir),
+        "reasoning_tokens": reasoning_totals(run_dir),
         "bleu_mean": _mean([m.get("bleu") for m in metrics]),
         "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),
         "bleu_unavailable": next((m["bleu_unavailable"] for m in metrics if m.get("bleu_unavailable")), None),

@@ -79,10 +79,35 @@ from charactereval_lib.coser.text import (
     remove_inner_thoughts,
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
-from charactereval_lib.coser.versions import COSER_PAPER, ProtocolVersion
-from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
+from charactereval_lib.coser.versions import COSER_PAPER, FIXED_ROLES, ProtocolVersion
+from charactereval_lib.engine.generation.base import (
+    STATUS_OK,
+    DecodingParams,
+    GenerationRequest,
+    check_request_params,
+    reasoning_tokens,
+)
 
 ROLES = ("actor", "env", "nsp", "judge", "repair")
+# Request-body keys the protocol fixes (seed 004 H26, J19): what upstream sends (model, messages,
+# temperature, max_tokens) and every other sampling control, left at the provider's default as
+# upstream leaves it. A role's request parameters may set anything else (reasoning, a provider pin).
+FIXED_REQUEST_PARAMS = ("model", "messages", "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k",
+                        "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop",
+                        "logit_bias", "logprobs", "top_logprobs", "response_format", "stream")
+
+
+def provider_pin(request_params: Mapping[str, Any] | None) -> str | None:
+    """The one provider a role's requests are pinned to on a router (OpenRouter's body key
+    ``provider: {"only": [NAME], "allow_fallbacks": false}``), or None when they are not pinned to
+    exactly one with fallbacks off (seed 004 H03, H27)."""
+    provider = (request_params or {}).get("provider")
+    if not isinstance(provider, Mapping) or provider.get("allow_fallbacks") is not False:
+        return None
+    only = provider.get("only")
+    if isinstance(only, list) and len(only) == 1 and isinstance(only[0], str) and only[0]:
+        return only[0]
+    return None
 
 
 class CallFailed(RuntimeError):
@@ -102,13 +127,16 @@ class CallFailed(RuntimeError):
 @dataclass(frozen=True)
 class RoleSettings:
     """One role's model and endpoint. ``api_key_env`` names the environment variable holding the
-    key (the key itself is never stored); ``rules`` overrides upstream's model-name rules."""
+    key (the key itself is never stored); ``rules`` overrides upstream's model-name rules;
+    ``request_params`` are further request-body keys sent with each of the role's calls
+    (reasoning settings, a router's provider pin), never one of ``FIXED_REQUEST_PARAMS``."""
 
     model: str
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     backend: str = "openai"
     rules: ModelRules | None = None
+    request_params: Mapping[str, Any] | None = None
 
     def resolved_rules(self, version: ProtocolVersion) -> ModelRules:
         return self.rules or default_rules(self.model, version)
@@ -119,9 +147,10 @@ class SimulationSettings:
     """Everything that decides what a CoSER run sends and how it is judged."""
 
     actor: RoleSettings
-    env: RoleSettings = RoleSettings("gpt-4o")
-    nsp: RoleSettings = RoleSettings("gpt-4o-mini")
-    judge: RoleSettings = RoleSettings("gpt-4o")
+    # None: the fixed model the version declares for the role (``versions.RoleModels``).
+    env: RoleSettings = None  # type: ignore[assignment]
+    nsp: RoleSettings = None  # type: ignore[assignment]
+    judge: RoleSettings = None  # type: ignore[assignment]
     # The JSON repair call: None = the judge's endpoint with the version's repair model.
     repair: RoleSettings | None = None
     version: ProtocolVersion = COSER_PAPER
@@ -136,9 +165,22 @@ class SimulationSettings:
                          "content-filter or moderation marker) is an empty reply: retried at temperature 1, "
                          "kept empty after the last attempt, turn marked refused; a 403 without a marker fails")
 
+    def __post_init__(self) -> None:
+        for name in FIXED_ROLES:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, RoleSettings(self.version.models.of(name)))
+        for name in ROLES:
+            check_request_params(self.role(name).request_params, FIXED_REQUEST_PARAMS,
+                                 "the CoSER protocol fixes it (seed 004 H26)", f"{name} request parameter")
+
     def role(self, name: str) -> RoleSettings:
         if name == "repair":
-            return self.repair or replace(self.judge, model=self.version.fix_json_model or self.judge.model)
+            if self.repair is not None:
+                return self.repair
+            model = self.version.fix_json_model or self.judge.model
+            # The judge's parameters (its provider pin) fit the repair call only on the judge's model.
+            return replace(self.judge, model=model,
+                           request_params=self.judge.request_params if model == self.judge.model else None)
         return getattr(self, name)
 
     def rules(self) -> dict[str, ModelRules]:
@@ -152,6 +194,9 @@ class SimulationSettings:
             role = self.role(name)
             roles[name] = {"model": role.model, "backend": role.backend,
                            "rules": asdict(role.resolved_rules(self.version))}
+            if role.request_params:
+                # Only when set: the identity of runs without them stays what it was.
+                roles[name]["request_params"] = dict(role.request_params)
         return {
             "protocol_version": self.version.name,
             "protocol": self.version.record(),
@@ -170,9 +215,16 @@ class SimulationSettings:
 
 
     def endpoints(self) -> dict[str, Any]:
-        """Each role's endpoint and the NAME of its key variable (never the key)."""
-        return {name: {"base_url": self.role(name).base_url, "api_key_env": self.role(name).api_key_env}
-                for name in ROLES}
+        """Each role's endpoint and the NAME of its key variable (never the key); with a provider
+        pin on a router (``provider_pin``), the provider it names."""
+        endpoints = {}
+        for name in ROLES:
+            role = self.role(name)
+            endpoints[name] = {"base_url": role.base_url, "api_key_env": role.api_key_env}
+            pin = provider_pin(role.request_params)
+            if pin is not None:
+                endpoints[name]["provider_pin"] = pin
+        return endpoints
 
 
 # --- the one chat call helper ----------------------------------------------------------------------
@@ -196,9 +248,12 @@ class RoleClients:
                                  offline_separator=FULL_WIDTH_SPEAKER_SEPARATOR)
         build = make_backend or engine_backend
         self._backends = {}
+        self._request_params = {}
         for name in ROLES:
             role = settings.role(name)
-            params = DecodingParams(max_tokens=settings.max_tokens, temperature=0)
+            self._request_params[name] = dict(role.request_params) if role.request_params else None
+            params = DecodingParams(max_tokens=settings.max_tokens, temperature=0,
+                                    request_params=self._request_params[name])
             self._backends[name] = build(role.backend, role.model, params,
                                          replace(options, base_url=role.base_url, api_key_env=role.api_key_env))
         self._ids = itertools.count()
@@ -208,7 +263,7 @@ class RoleClients:
                   ) -> dict[str, Any]:
         """One call: the reply text and its record fields; CallFailed when the backend gave up.
         A declined call (see the module docstring) is no failure: an empty text, ``refused``."""
-        params = DecodingParams(max_tokens=max_tokens, temperature=temperature)
+        params = DecodingParams(max_tokens=max_tokens, temperature=temperature, request_params=self._request_params[role])
         request = GenerationRequest(next(self._ids), role, messages, params)
         self.calls[role] += 1
         result = await self._backends[role].call(request)
@@ -230,15 +285,21 @@ async def reply_with_retries(ask: Ask, role: str, messages: list[dict[str, str]]
     declined one as empty). ``refused``: some attempt was declined; ``refusals``: how many."""
     temperatures = []
     refusals = 0
+    reasoning = []
     for attempt in range(max_attempts):
         temperature = 0 if attempt == 0 else 1
         temperatures.append(temperature)
         answer = await ask(role, messages, temperature, max_tokens)
         refusals += bool(answer.get("refused"))
+        reasoning.append(reasoning_tokens(answer.get("usage")))
         if answer["text"]:
             break
-    return {"reply": answer["text"], "temperatures": temperatures, "usage": answer["usage"],
-            "refused": refusals > 0, "refusals": refusals}
+    record = {"reply": answer["text"], "temperatures": temperatures, "usage": answer["usage"],
+              "refused": refusals > 0, "refusals": refusals}
+    if any(n is not None for n in reasoning):
+        # Every attempt's reasoning tokens (``usage`` is the kept reply's only).
+        record["reasoning_tokens"] = sum(n or 0 for n in reasoning)
+    return record
 
 
 # --- agent histories ---------------------------------------------------------------------------------

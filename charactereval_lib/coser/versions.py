@@ -11,6 +11,62 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+# The roles whose models a protocol version fixes (the actor is the model under test).
+FIXED_ROLES = {"env": "environment", "nsp": "next-speaker", "judge": "judge"}
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A registered deviation from the paper's own setup: what the paper ran in ``role``, what the
+    version runs instead, and why (seed 004 A11, F05, X12)."""
+
+    role: str
+    paper: str
+    runs: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RoleModels:
+    """The environment, next-speaker and judge models a protocol version fixes: dated snapshots,
+    never a moving alias (an alias does not say which snapshot answered). ``vendor`` is the API
+    that serves them: its own host, or a router pinned to it (``openai/<snapshot>`` is the same
+    model there). CLI and pipeline defaults, the "comparable with the paper" label and the board's
+    fixed-models rule all read this one declaration."""
+
+    env: str
+    nsp: str
+    judge: str
+    vendor: str = "openai"
+    deviations: tuple[Deviation, ...] = ()
+
+    def of(self, role: str) -> str:
+        return getattr(self, role)
+
+    def accepts(self, role: str, model: str | None) -> bool:
+        """Whether ``model`` names the fixed model of ``role``: its exact snapshot name, bare or
+        with the vendor's router prefix."""
+        fixed = self.of(role)
+        return model in (fixed, f"{self.vendor}/{fixed}")
+
+    def paper_model(self, role: str) -> str:
+        """The model the paper ran in ``role``: the fixed one unless a deviation says otherwise."""
+        return next((d.paper for d in self.deviations if d.role == role), self.of(role))
+
+
+# The paper's environment and judge: GPT-4o, snapshot 2024-08-06 (the paper's version footnote;
+# upstream's README asks for it as the judge). Its next-speaker model was the CoSER-70B fine-tune
+# (paper-era experiment name `llama3-1210-8epc`); both versions run gpt-4o-mini instead, as the
+# earlier platform did (seed 004 F03-F05, G01, H03).
+NSP_DEVIATION = Deviation(
+    role="nsp", paper="CoSER-70B", runs="gpt-4o-mini-2024-07-18",
+    reason="upstream's own default next-speaker model since 297ffff (2025-02-24) is gpt-4o-mini (the alias of "
+           "snapshot 2024-07-18, G01); CoSER-70B is 141 GB of weights that every user would have to serve "
+           "themselves (G03). The earlier platform made the same choice (seed 004 F05, G01); "
+           "the paper's table was made with CoSER-70B, so the next-speaker model is a caveat beside the anchor")
+PAPER_ROLE_MODELS = RoleModels(env="gpt-4o-2024-08-06", nsp="gpt-4o-mini-2024-07-18", judge="gpt-4o-2024-08-06",
+                               deviations=(NSP_DEVIATION,))
+
 
 @dataclass(frozen=True)
 class ProtocolVersion:
@@ -46,10 +102,13 @@ class ProtocolVersion:
     # Per-model averages: paper rounds to 3 decimals and adds TTR; HEAD neither.
     round_averages: bool
     averages_include_ttr: bool
+    # The environment, next-speaker and judge models the version fixes (recorded per role in a
+    # run's identity, so not part of ``record``).
+    models: RoleModels
 
     def record(self) -> dict[str, Any]:
         """The settings as a JSON-able dict, for a run's manifest."""
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "models"}
 
 
 COSER_PAPER = ProtocolVersion(
@@ -70,6 +129,7 @@ COSER_PAPER = ProtocolVersion(
     judge_max_tokens=8192,
     round_averages=True,
     averages_include_ttr=True,
+    models=PAPER_ROLE_MODELS,
 )
 
 COSER_HEAD = ProtocolVersion(
@@ -90,6 +150,9 @@ COSER_HEAD = ProtocolVersion(
     judge_max_tokens=8196,
     round_averages=False,
     averages_include_ttr=False,
+    # HEAD's main.py defaults are the aliases gpt-4o and gpt-4o-mini; the version pins the
+    # snapshots they stood for (the judge's is the one upstream's README asks for).
+    models=PAPER_ROLE_MODELS,
 )
 
 VERSIONS = {v.name: v for v in (COSER_PAPER, COSER_HEAD)}

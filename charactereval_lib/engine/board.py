@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,11 +128,25 @@ def page_name(view: RunView) -> str:
 
 def model_label(model: str, parameters: Mapping[str, Any] | None) -> str:
     """The row label: the model, and any reasoning setting it ran with named beside it (seed
-    004 H25: reasoning is allowed on the board but never hidden)."""
-    reasoning = {k: v for k, v in (parameters or {}).items() if "reasoning" in k and v not in (None, False, "")}
+    004 H25: reasoning is allowed on the board but never hidden). ``parameters``: the decoding
+    parameters as recorded, their ``request_params`` (``--request-param``) included; a setting
+    is one whose key names reasoning or thinking, also inside ``chat_template_kwargs``."""
+    values = dict(parameters or {})
+    values.update(values.pop("request_params", None) or {})
+    template = values.pop("chat_template_kwargs", None)
+    if isinstance(template, Mapping):
+        values.update({f"chat_template_kwargs.{k}": v for k, v in template.items() if v is not None})
+    reasoning = {k: v for k, v in values.items() if _names_reasoning(k) and v not in (None, "")
+                 and (v is not False or k.startswith("chat_template_kwargs."))}
     if not reasoning:
         return model
-    return f"{model} ({', '.join(f'{k}={v}' for k, v in sorted(reasoning.items()))})"
+    shown = (f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+             for k, v in sorted(reasoning.items()))
+    return f"{model} ({', '.join(shown)})"
+
+
+def _names_reasoning(key: str) -> bool:
+    return "reasoning" in key or "thinking" in key
 
 
 def _num(value: float | None) -> float | None:

@@ -52,7 +52,6 @@ from charactereval_lib.pipeline.coser import (
                                                  COSER_BACKENDS,
                                                  COSER_COMPARE_NOTEBOOK,
                                                  COSER_REPORT_NOTEBOOK,
-                                                 COSER_ROLE_DEFAULTS,
                                                  COSER_ROLES,
                                                  COSER_RULES,
                                                  CoserReportSettings,
@@ -113,7 +112,7 @@ from charactereval_lib.pipeline.settings import (
 
 __all__ = [
     "ANALYSE_NOTEBOOK", "BattleOutcome", "COMPARE_NOTEBOOK", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
-    "COSER_BACKENDS", "COSER_COMPARE_NOTEBOOK", "COSER_REPORT_NOTEBOOK", "COSER_ROLES", "COSER_ROLE_DEFAULTS",
+    "COSER_BACKENDS", "COSER_COMPARE_NOTEBOOK", "COSER_REPORT_NOTEBOOK", "COSER_ROLES",
     "COSER_RULES", "CoserReportSettings", "CoserRunOutcome", "CoserRunSettings", "CoserSummarizeSettings",
     "DEFAULT_BASELINES", "DataCheck", "DataUse", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
     "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",

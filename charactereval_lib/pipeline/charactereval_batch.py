@@ -32,7 +32,8 @@ from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings
 SUBSET_IDS = "subset_ids.txt"
 # The steps the overall bar counts per model (subset and each judge's report ride along).
 BAR_STEPS = ("data", "generate", "transform", "score", "summarize", "report")
-GENERATE_SHORTHANDS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "limit", "ids")
+GENERATE_SHORTHANDS = ("base_url", "concurrency", "max_tokens", "temperature", "top_p", "seed", "request_params", "limit",
+                       "ids")
 SCORE_SHORTHANDS = ("device", "mode")
 
 _Text = Annotated[str, expect("a non-empty string", lambda v: isinstance(v, str) and bool(v))]
@@ -57,6 +58,7 @@ class CharacterEvalEntry(BatchEntry):
     temperature: Any = None
     top_p: Any = None
     seed: Any = None
+    request_params: Any = None
     limit: Any = None
     ids: Any = None
     # Shorthands of score settings.

@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.data import DataUse, remember
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
+# Seconds one CoSER model call may take before it is abandoned and retried (seed 004 F17: the
+# earlier platform's 180 s; upstream's OpenAI client has its own default).
+REQUEST_TIMEOUT_S = 180.0
+
 COSER_ROLES = ("actor", "env", "nsp", "judge")
-# Upstream's defaults for the roles besides the actor (the model under test has none).
-COSER_ROLE_DEFAULTS = {"env": "gpt-4o", "nsp": "gpt-4o-mini", "judge": "gpt-4o"}
 COSER_RULES = ("system_role", "name_suffix", "output_example", "fix_repetition")
 COSER_BACKENDS = ("openai", "offline")
 COSER_REPORT_NOTEBOOK = "coser_report.ipynb"
@@ -26,7 +29,8 @@ COSER_COMPARE_NOTEBOOK = "coser_compare.ipynb"
 
 class CoserRunSettings(Settings):
     """A CoSER run: the preset, the protocol version and each role's model, endpoint, key
-    variable and model-name rules. A role's ``*_base_url`` / ``*_api_key_env`` left None takes
+    variable and model-name rules. A role's model left None is the one the protocol version
+    fixes for it (``coser.versions.RoleModels``). A role's ``*_base_url`` / ``*_api_key_env`` left None takes
     ``base_url`` / ``api_key_env``; a rule left None follows upstream's rule for the model name;
     ``no_api_key`` sends every role a placeholder key (a local server)."""
 
@@ -37,9 +41,10 @@ class CoserRunSettings(Settings):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     no_api_key: bool = False
-    env_model: str = COSER_ROLE_DEFAULTS["env"]
-    nsp_model: str = COSER_ROLE_DEFAULTS["nsp"]
-    judge_model: str = COSER_ROLE_DEFAULTS["judge"]
+    # None: the fixed model the protocol version declares (``coser.versions.RoleModels``).
+    env_model: str | None = None
+    nsp_model: str | None = None
+    judge_model: str | None = None
     actor_base_url: str | None = None
     env_base_url: str | None = None
     nsp_base_url: str | None = None
@@ -60,13 +65,22 @@ class CoserRunSettings(Settings):
     actor_fix_repetition: bool | None = None
     env_fix_repetition: bool | None = None
     nsp_fix_repetition: bool | None = None
+    # Further request-body keys per role (reasoning settings, a router's provider pin), sent as
+    # given; the keys the protocol fixes (coser.simulation.FIXED_REQUEST_PARAMS) are refused.
+    actor_request_params: dict[str, Any] | None = None
+    env_request_params: dict[str, Any] | None = None
+    nsp_request_params: dict[str, Any] | None = None
+    judge_request_params: dict[str, Any] | None = None
     repair_model: str | None = None
+    # The JSON repair call's (None: the judge's when the repair model is the judge's, else none).
+    repair_request_params: dict[str, Any] | None = None
     continue_from: int = 0
     wo_thought: bool = False
     limit: int | None = None
     concurrency: int = 64
     scene_concurrency: int = 256
-    timeout: Number = 300.0
+    # Seconds per call, as the seed's platform (seed 004 F17); recorded in run.json.
+    timeout: Number = REQUEST_TIMEOUT_S
     retry_base_delay: Number = 1.0
 
     def model_post_init(self, context: Any) -> None:
@@ -89,6 +103,15 @@ class CoserRunSettings(Settings):
             _positive(name, getattr(self, name))
         if self.continue_from < 0 or self.retry_base_delay < 0:
             raise SettingsError("continue_from and retry_base_delay must not be negative")
+        for role in (*COSER_ROLES, "repair"):
+            params = getattr(self, f"{role}_request_params")
+            if params and self.backend != "openai":
+                raise SettingsError(f"{role}_request_params (--{role}-request-param) go into the body of an HTTP "
+                                    f"request: backend openai sends them, backend {self.backend!r} has none")
+        try:
+            self.simulation_settings()  # a fixed parameter among the request parameters is reported now
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
 
     def simulation_settings(self):
         """The protocol's ``SimulationSettings``: each role's model, endpoint, key variable name
@@ -100,7 +123,7 @@ class CoserRunSettings(Settings):
         version = get_version(self.protocol or DEFAULT_VERSION)
         roles = {}
         for role in COSER_ROLES:
-            model = getattr(self, f"{role}_model")
+            model = getattr(self, f"{role}_model") or version.models.of(role)
             key_env = getattr(self, f"{role}_api_key_env")
             key_env = self.api_key_env if key_env is None else key_env
             flags = {name: getattr(self, f"{role}_{name}", None) for name in COSER_RULES}
@@ -111,11 +134,12 @@ class CoserRunSettings(Settings):
                                       for name, value in flags.items()})
             roles[role] = RoleSettings(model=model, base_url=getattr(self, f"{role}_base_url") or self.base_url,
                                        api_key_env="" if self.no_api_key else key_env, backend=self.backend,
-                                       rules=rules)
+                                       rules=rules, request_params=getattr(self, f"{role}_request_params"))
         repair = None
-        if self.repair_model:
-            repair = RoleSettings(self.repair_model, roles["judge"].base_url, roles["judge"].api_key_env,
-                                  self.backend)
+        if self.repair_model or self.repair_request_params:
+            repair = RoleSettings(self.repair_model or version.fix_json_model or roles["judge"].model,
+                                  roles["judge"].base_url, roles["judge"].api_key_env, self.backend,
+                                  request_params=self.repair_request_params)
         return SimulationSettings(version=version, repair=repair, continue_from=self.continue_from,
                                   thoughtless=self.wo_thought, **roles)
 
@@ -235,9 +259,9 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
         faults.check_endpoints([simulation.role(name).base_url for name in ROLES], "coser run")
     faults.check_writable(run.path, "run directory")
     run.path.mkdir(parents=True, exist_ok=True)
+    policy = RetryPolicy(base_delay_s=settings.retry_base_delay, timeout_s=settings.timeout)
     with coser_job(run).locked():
-        start_run(run, simulation, preset, scenes, str(located))
-        policy = RetryPolicy(base_delay_s=settings.retry_base_delay, timeout_s=settings.timeout)
+        start_run(run, simulation, preset, scenes, str(located), client=policy.as_dict())
         clients = RoleClients(simulation, concurrency=settings.concurrency, policy=policy)
         outcome = run_closing(clients, lambda: run_coser(run, scenes, simulation, preset, critic, clients,
                                                          scene_concurrency=settings.scene_concurrency,

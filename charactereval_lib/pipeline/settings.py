@@ -125,6 +125,8 @@ class GenerateSettings(Settings):
     top_p: Number | None = None
     seed: int | None = None
     preset: str | None = None
+    # Further request-body keys of the model under test, sent as given (openai backend).
+    request_params: dict[str, Any] | None = None
     limit: int | None = None
     ids: str | None = None
     retry_errors: bool = False
@@ -165,6 +167,9 @@ class GenerateSettings(Settings):
         if not 0 <= self.offline_fault_rate <= 1:
             raise SettingsError(f"offline_fault_rate must be a probability from 0 to 1, got {self.offline_fault_rate}")
         _check_engine(self)
+        if self.request_params and self.backend != "openai":
+            raise SettingsError(f"request_params (--request-param) go into the body of an HTTP request: backend openai "
+                                f"sends them, backend {self.backend!r} has none")
         if self.engine == "ray" and self.backend != "hf":
             raise SettingsError(f"engine ray runs the hf backend's batches on workers; backend {self.backend!r} "
                                 "sends its requests from this process (leave out engine ray)")
@@ -174,7 +179,7 @@ class GenerateSettings(Settings):
         from charactereval_lib.engine.generation.base import DecodingParams
 
         return DecodingParams.resolve(preset=self.preset, max_tokens=self.max_tokens, temperature=self.temperature,
-                                      top_p=self.top_p, seed=self.seed)
+                                      top_p=self.top_p, seed=self.seed, request_params=self.request_params)
 
     def backend_options(self):
         from charactereval_lib.engine.generation.backends import BackendOptions

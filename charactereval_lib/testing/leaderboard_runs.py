@@ -16,7 +16,6 @@ from charactereval_lib.charactereval.official import export_official, import_off
 from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import load_paper_table
 from charactereval_lib.coser.judge import dimension_score
-from charactereval_lib.coser.report import load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
@@ -86,10 +85,10 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
     rng = np.random.default_rng(seed)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    anchor = load_anchor()
     version = get_version(protocol)
-    roles = {"actor": actor, "env": anchor["env_model"], "nsp": anchor["nsp_model"], "judge": anchor["judge_model"],
-             "repair": version.fix_json_model or anchor["judge_model"], **(models or {})}
+    fixed = version.models
+    roles = {"actor": actor, "env": fixed.env, "nsp": fixed.nsp, "judge": fixed.judge,
+             "repair": version.fix_json_model or fixed.judge, **(models or {})}
     keys = [f"scene-{i:03d}" for i in range(scenes)]
     books = {k: f"Book {i % 10}" for i, k in enumerate(keys)}
     tags = {k: "id" if i < scenes // 2 else "ood" for i, k in enumerate(keys)}

@@ -33,6 +33,9 @@ from aiohttp import web
 
 SERVED_MODEL = "mock-served-model"
 SYSTEM_FINGERPRINT = "fp_mock"
+# Reasoning tokens an answer reports (usage.completion_tokens_details, as OpenAI and OpenRouter do)
+# when its request asks for reasoning (a ``reasoning_effort`` or ``reasoning`` key).
+REASONING_TOKENS = 7
 
 # Actions a plan can name (see ``MockServer.respond``); "429" and "slow" take ":seconds".
 ACTIONS = (
@@ -179,7 +182,8 @@ class MockServer:
                 await asyncio.sleep(float(argument or 1.0))
             default = self.reply(payload or {"messages": messages}) if self.reply else echo_reply(key)
             content = {"multiline": multiline_reply(key), "empty": ""}.get(name, default)
-            return _completion(content, messages, "stop")
+            reasoning = REASONING_TOKENS if {"reasoning_effort", "reasoning"} & (payload or {}).keys() else None
+            return _completion(content, messages, "stop", reasoning_tokens=reasoning)
         if name.startswith("judge"):
             return _completion(judge_reply(key, action), messages, "stop")
         if name == "refusal":
@@ -284,7 +288,8 @@ class MockServer:
         self.stop()
 
 
-def _completion(content: str | None, messages: list, finish_reason: str, refusal: str | None = None) -> web.Response:
+def _completion(content: str | None, messages: list, finish_reason: str, refusal: str | None = None,
+                reasoning_tokens: int | None = None) -> web.Response:
     prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
     completion_chars = len(content or refusal or "")
     body = {
@@ -306,6 +311,8 @@ def _completion(content: str | None, messages: list, finish_reason: str, refusal
             "total_tokens": prompt_chars + completion_chars,
         },
     }
+    if reasoning_tokens is not None:
+        body["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 

@@ -35,6 +35,9 @@ class BackendOptions:
 
 
 def make_backend(name: str, model: str, params: DecodingParams, options: BackendOptions = BackendOptions()) -> Backend:
+    if params.request_params and name != "openai":
+        raise ConfigError(f"request parameters ({', '.join(params.request_params)}) go into the body of an HTTP "
+                          f"request: the openai backend sends them, the {name} backend has none")
     if name == "openai":
         from charactereval_lib.engine.generation.openai_backend import OpenAIBackend
 

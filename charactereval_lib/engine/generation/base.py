@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +21,9 @@ STATUS_ERROR = "error"
 # model's chat() without decoding arguments): sampling with temperature 0.8 and top_p 0.8.
 PRESETS: dict[str, dict[str, float]] = {"chatglm3": {"temperature": 0.8, "top_p": 0.8}}
 DEFAULT_MAX_TOKENS = 1024
+# Body keys a request parameter (``--request-param``) may not set: the request's own fields, the
+# decoding settings that have their own option, and streaming (replies are read whole).
+RESERVED_REQUEST_PARAMS = ("model", "messages", "max_tokens", "temperature", "top_p", "seed", "stream")
 
 
 class ConfigError(ValueError):
@@ -76,6 +79,9 @@ class DecodingParams:
     top_p: float | None = None
     seed: int | None = None
     preset: str | None = None
+    # Further request-body keys sent as given (reasoning_effort, chat_template_kwargs, a router's
+    # provider pin, a vendor's extra_body keys); part of the payload, so of its digest.
+    request_params: Mapping[str, Any] | None = None
 
     @classmethod
     def resolve(
@@ -86,6 +92,7 @@ class DecodingParams:
         temperature: float | None = None,
         top_p: float | None = None,
         seed: int | None = None,
+        request_params: Mapping[str, Any] | None = None,
     ) -> DecodingParams:
         """Explicit flags win over the preset's values."""
         if preset and preset not in PRESETS:
@@ -104,12 +111,13 @@ class DecodingParams:
             top_p=top_p if top_p is not None else base.get("top_p"),
             seed=seed,
             preset=preset,
+            request_params=check_request_params(request_params),
         )
 
     def sent(self) -> dict[str, Any]:
         """The parameters put into the request payload: only those that were chosen."""
         values = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
-        return {k: v for k, v in values.items() if v is not None}
+        return {**{k: v for k, v in values.items() if v is not None}, **(self.request_params or {})}
 
     @property
     def do_sample(self) -> bool:
@@ -117,7 +125,37 @@ class DecodingParams:
         return (self.temperature is not None and self.temperature > 0) or self.top_p is not None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if not self.request_params:
+            # Runs made before request parameters existed keep their recorded identity.
+            del values["request_params"]
+        return values
+
+
+def check_request_params(params: Mapping[str, Any] | None, fixed: Sequence[str] = RESERVED_REQUEST_PARAMS,
+                         why: str = "it has its own option", where: str = "request parameter"
+                         ) -> dict[str, Any] | None:
+    """The extra request-body parameters as a plain dict (None when there are none), or a
+    ConfigError naming the first key that is ``fixed`` (and ``why``) or not a body key."""
+    if not params:
+        return None
+    for key in params:
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{where} {key!r}: expected a non-empty string key")
+        if key == "extra_body":
+            raise ConfigError(f"{where} 'extra_body': give its keys as parameters of their own (the OpenAI SDK "
+                              "merges extra_body into the request body, and so does this option)")
+        if key in fixed:
+            raise ConfigError(f"{where} {key!r} cannot be set: {why}")
+    return dict(params)
+
+
+def reasoning_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """Reasoning tokens of a reply where the server reports them (OpenAI and OpenRouter:
+    ``usage.completion_tokens_details.reasoning_tokens``); None when it does not."""
+    details = (usage or {}).get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def build_payload(model: str, messages: list[dict[str, str]], params: DecodingParams) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from charactereval_lib.engine.generation.base import (
     GenerationRequest,
     GenerationResult,
     RunAborted,
+    reasoning_tokens,
 )
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 
@@ -114,6 +115,9 @@ class SessionSummary:
     content_filtered: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Where the server reports them (see base.reasoning_tokens): their sum, and how many replies had the count.
+    reasoning_tokens: int = 0
+    reasoning_reported: int = 0
     served_models: Counter = field(default_factory=Counter)
     elapsed_s: float = 0.0
     interrupted: bool = False
@@ -132,6 +136,10 @@ class SessionSummary:
         usage = result.usage or {}
         self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
         self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        reasoning = reasoning_tokens(usage)
+        if reasoning is not None:
+            self.reasoning_tokens += reasoning
+            self.reasoning_reported += 1
         if result.model:
             self.served_models[result.model] += 1
 
@@ -157,7 +165,9 @@ class SessionSummary:
             f"{'interrupted after' if self.interrupted else 'generated'} {self.done}/{self.pending}: ok {self.ok}, "
             f"errors {errors}{f' ({by_class})' if by_class else ''}, empty {self.empty}, refusals {self.refusals}, "
             f"content-filtered {self.content_filtered}; tokens in {self.prompt_tokens:,} out "
-            f"{self.completion_tokens:,}; {self.elapsed_s:.1f} s ({rate:.1f}/s)"
+            f"{self.completion_tokens:,}"
+            + (f" (reasoning {self.reasoning_tokens:,})" if self.reasoning_reported else "")
+            + f"; {self.elapsed_s:.1f} s ({rate:.1f}/s)"
         )
         if self.already_ok or self.errors_kept:
             text += f"; skipped {self.already_ok} already ok"
@@ -179,6 +189,7 @@ class SessionSummary:
             "content_filtered": self.content_filtered,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens if self.reasoning_reported else None,
             "served_models": dict(self.served_models),
             "elapsed_s": round(self.elapsed_s, 3),
             "interrupted": self.interrupted,
@@ -334,10 +345,13 @@ def _finish_manifest(run_dir: Path, task: GenerationTask, backend: Backend, summ
     else:
         status = "complete" if state["missing"] == 0 else "partial"
     session = {"started_at": started_at, "finished_at": runs.utc_now(), **summary.as_dict()}
+    sessions = [*previous.get("sessions", []), session]
+    # The run's reasoning tokens: every session's that the server reported (None: never reported).
+    reported = [s["reasoning_tokens"] for s in sessions if s.get("reasoning_tokens") is not None]
     runs.update_manifest(
         run_dir,
         generation={**backend.describe(), "status": status, "state": state, "finished_at": session["finished_at"],
-                    "sessions": [*previous.get("sessions", []), session]},
+                    "reasoning_tokens": sum(reported) if reported else None, "sessions": sessions},
     )
 
 
