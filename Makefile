@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast bench-smoke lint demo lab
+.PHONY: setup test test-fast bench-smoke lint demo lab lab-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,10 @@ $(LAB_STAMP): $(STAMP)
 	$(BIN)/python -m charactereval_lib.engine.lab requirements > $(LAB_VENV)/requirements.txt
 	$(LAB_VENV)/bin/python -m pip install --quiet -r $(LAB_VENV)/requirements.txt
 	touch $(LAB_STAMP)
+
+# The Lab environment alone: CI makes it before `make test`, so that tests/test_lab.py runs a
+# notebook through a real Lab server (without it that test is skipped, saying so).
+lab-env: $(LAB_STAMP)
 
 lab: setup $(LAB_STAMP)
 	$(BIN)/python -m charactereval_lib.engine.lab open --lab-python $(LAB_VENV)/bin/python --run $(RUN)
