@@ -49,6 +49,8 @@ def runs_dir(tmp_path_factory):
     coser_run(co / "head-gpt4o", actor="gpt-4o-2024-08-06", protocol="coser-head", level=40, seed=8)
     official.import_evaluation(co / "imported", synthetic_file(root / "official.json"), data_dir=coser_data_dir(),
                                metrics=False, progress=False)
+    official.import_evaluation(co / "ablation", synthetic_file(root / "id_set_m-no_length_penalty.json"),
+                               data_dir=coser_data_dir(), metrics=False, progress=False)
     return root, data
 
 
@@ -167,7 +169,31 @@ def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anch
     samples = (out / "runs" / imported["page"] / "samples.js").read_text(encoding="utf-8")
     assert samples.startswith("window.LB_SAMPLES = ") and '"Book' not in samples
     detail = (out / "runs" / imported["page"] / "detail-0.js").read_text(encoding="utf-8")
-    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3*n) * 5)"' in detail
+    [computation] = {d["dimensions"]["Anthropomorphism"]["worked"] for d in _details(out, imported)}
+    assert computation == "max(0, 100 - (2 - 0.3 * 1) * 5)"
+    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3 * n) * 5)"' in detail
+
+
+def _details(out, entry):
+    text = (out / "runs" / entry["page"] / "detail-0.js").read_text(encoding="utf-8")
+    return json.loads(text.split("\n", 1)[1].split(" = ", 1)[1].rstrip().removesuffix(";"))
+
+
+def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_ranked_for_it(anchored):
+    """An import of a ``-no_length_penalty`` file: its explorer works out that formula (S = 2, no
+    n term: 90), and the board says it is not the protocol's score; the key names the formula."""
+    content, out = anchored
+    entry = board(content, "coser", "judge gpt-4o")
+    ablation = row(entry, "ablation")
+    assert ("score-formula: scored with the no_length_penalty formula max(0, 100 - S * 5), not the protocol's "
+            "max(0, 100 - (S - 0.3 * n) * 5)") in ablation["reasons"]
+    assert not any(r.startswith("score-formula") for r in row(entry, "imported")["reasons"])
+    [detail] = _details(out, ablation)
+    assert detail["formula"] == "max(0, 100 - S * 5)"
+    assert {(c["worked"], c["unclipped"]) for c in detail["dimensions"].values()} == {("max(0, 100 - 2 * 5)", 90)}
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "each dimension scored max(0, 100 - (S - 0.3 * n) * 5) (S: the judge&#x27;s severity sum" in index
+    assert "<code>score-formula</code>" in index
 
 
 def test_json_csv_and_site_files_say_the_same(anchored):

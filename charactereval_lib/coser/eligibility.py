@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
+from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
 from charactereval_lib.coser.report import NOT_COMPARABLE, comparability, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
@@ -26,7 +27,9 @@ from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
-            "Storyline Quality), the paper's Average column")
+            "Storyline Quality), the paper's Average column; each dimension scored "
+            f"{SCORE_FORMULAS[PROTOCOL_FORMULA]} (S: the judge's severity sum, n: the actor's rounds), clipped at 100 "
+            "where the protocol version clips")
 # The fixed parameters of a scene simulation (seed 004 H04, H05, H26); the version's own fields
 # (judge max tokens, attempts, clipping, ...) must equal its record too.
 FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continue_from": 0, "thoughtless": False}
@@ -102,6 +105,14 @@ def _one_host(view: RunView) -> list[str]:
     return reasons
 
 
+def _formula(view: RunView) -> list[str]:
+    formula = run_score_formula(view.manifest)
+    if formula == PROTOCOL_FORMULA:
+        return []
+    return [f"scored with the {formula} formula {SCORE_FORMULAS.get(formula, '(unknown)')}, not the protocol's "
+            f"{SCORE_FORMULAS[PROTOCOL_FORMULA]}"]
+
+
 RULES = (
     Rule("protocol", f"The run follows a protocol version this workbench implements ({', '.join(VERSIONS)}); each "
          "version has its own board, and runs of other versions go to the archive (seed 004 H01).",
@@ -120,6 +131,9 @@ RULES = (
     Rule("one-host", "Each role is served by one host: a router that may send one model name to several "
          "providers does not qualify (H27). A reasoning setting is allowed and named in the row label (H25).",
          _one_host),
+    Rule("score-formula", f"Every dimension is scored with the protocol's formula {SCORE_FORMULAS[PROTOCOL_FORMULA]}; "
+         "an imported ablation file re-scored with another (such as max(0, 100 - S * 5), without the length "
+         "penalty) is shown, not ranked.", _formula),
 )
 
 ANCHOR_TEXT = ("a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose 95% scene-bootstrap "
