@@ -120,7 +120,14 @@ def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_rea
     assert "official-rm: scored by the judge judge-x; the protocol's scorer is the reward model" in judged
     assert "all-rows-scored: 223 of 233 rows have no judge judge-x score" in judged
     assert page.locator("#rules dt").count() == 12
+    # Not ranked, but scored: the interval and n beside the reasons.
+    sample = coser.locator("table.ineligible tr", has_text="coser-sample").inner_text()
+    assert "[" in sample and "\t20\t0\t" in sample
     shoot(page, "index")
+    coser.locator("a.compare").click()
+    page.wait_for_selector("table.pairs")
+    pairs = page.locator("table.pairs tbody tr")
+    assert pairs.count() == 3 and "charactereval coser compare" in pairs.first.inner_text()
 
 
 def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site):

@@ -9,7 +9,7 @@ four dimensions with a 95% percentile interval from 1,000 resamples of whole sce
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -190,6 +190,12 @@ def anchor(view: RunView) -> AnchorCheck | None:
     return AnchorCheck(REPRODUCED, [f"{name}: {r.reason}" for name, r in results.items()], deltas)
 
 
+def compare(views: Sequence[RunView]) -> list[str]:
+    """``charactereval coser compare`` of runs of one board."""
+    return ["charactereval", "coser", "compare", *(str(v.path) for v in views),
+            "--out", "comparison-" + "-vs-".join(v.path.name for v in views)]
+
+
 SPEC = BoardSpec(
     benchmark=BENCHMARK,
     title="CoSER GCA",
@@ -200,4 +206,5 @@ SPEC = BoardSpec(
     anchor_text=ANCHOR_TEXT,
     read=read,
     anchor=anchor,
+    compare=compare,
 )
