@@ -135,3 +135,17 @@ def test_each_benchmark_gets_its_comparison_or_the_reason_why_not(tmp_path):
     lines = batch.summary_lines(outcome)
     assert lines[-3:-1] == [f"comparison (charactereval): skipped: 1 charactereval {reason}",
                             f"comparison (coser): skipped: 1 coser {reason}"]
+
+
+def test_a_finished_models_headline_is_its_boards_score_with_its_interval(tmp_path):
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run
+    from charactereval_lib.testing.synthetic import write_synthetic_data
+
+    data = load_official_data(write_synthetic_data(tmp_path / "data", 40), verify=False)
+    run = charactereval_run(tmp_path / "out" / "a", data, model="m", seed=1)
+    headline = batch._headline(batch.ModelResult("a", str(run), benchmark="charactereval"))
+    assert headline["scorer"] == f"BaichuanCharRM sha256:{CHECKPOINT[:12]}" and headline["headline"].startswith("overall")
+    assert headline["ci"][0] < headline["score"] < headline["ci"][1] and headline["n"] > 0
+    unread = batch._headline(batch.ModelResult("x", str(tmp_path / "none"), benchmark="charactereval"))
+    assert unread["error"].startswith("the score cannot be read: ")
