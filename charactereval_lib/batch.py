@@ -6,11 +6,13 @@ What a model's entry holds and which steps it runs are its benchmark's, through 
 it declares in the registry (``engine.batching``; CharacterEval's is
 ``pipeline.charactereval_batch``): every entry is validated before anything runs (an unknown key
 names the key and the model), then each plan's pre-flight check looks at what it can (for
-CharacterEval the data, every reward-model directory, API key variables and endpoints). A model
+CharacterEval the data, every reward-model directory, API key variables and endpoints; CoSER's
+in ``pipeline.coser_batch``), every benchmark's before the first model starts. A model
 that fails later is recorded with the step and the reason and the batch goes on with the next;
-Ctrl-C or SIGTERM stops the whole batch with everything received saved. The comparison covers the
-models that finished (of the first benchmark in the config that has one), and the closing
-summary (also written to ``batch-summary.json``) names every failure and why.
+Ctrl-C or SIGTERM stops the whole batch with everything received saved. Each benchmark whose plan
+compares gets a comparison of its models that finished, and the closing summary (also written to
+``batch-summary.json``, with each model's benchmark and headline score) names every failure and
+why, and why a comparison was not made.
 
 With ``engine: ray`` the models run concurrently as Ray tasks: each model's generation part, then
 (when it did not fail) its scoring part, each with the resource request its plan gives (for
@@ -58,7 +60,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -122,9 +124,12 @@ class BatchConfig:
 @dataclass
 class BatchResult:
     models: list[ModelResult] = field(default_factory=list)
+    # The first comparison made, and why one was not (every benchmark's reason when several).
     comparison: str | None = None
     comparison_error: str | None = None
     interrupted: bool = False
+    # One per benchmark of the batch, in config order: {"benchmark", "report", "error"}.
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failures(self) -> list[ModelResult]:
@@ -270,7 +275,8 @@ def run_stages(spec: Any, config: BatchConfig, result: ModelResult, stages: tupl
 
 
 def _new_result(spec: Any, config: BatchConfig) -> ModelResult:
-    return ModelResult(spec.name, str(runs.RunDir.resolve(config.output_dir / spec.name).path))
+    return ModelResult(spec.name, str(runs.RunDir.resolve(config.output_dir / spec.name).path),
+                       benchmark=spec.benchmark)
 
 
 def run_model(spec: Any, config: BatchConfig) -> ModelResult:
@@ -291,29 +297,70 @@ def run_batch(config: BatchConfig) -> BatchResult:
         if outcome.interrupted:
             outcome.comparison_error = "skipped: the batch was interrupted"
         else:
+            for result in outcome.models:
+                if result.status == "ok":
+                    result.headline = _headline(result)
             _compare(config, outcome)
     artifacts.write_json_atomic(config.output_dir / SUMMARY_FILE, _summary_record(config, outcome))
     return outcome
 
 
 def _compare(config: BatchConfig, outcome: BatchResult) -> None:
-    """The comparison of the finished models of the first benchmark (in config order) whose plan
-    compares, when two or more finished."""
+    """One comparison per benchmark whose plan compares, of its finished models when two or
+    more finished (runs of different benchmarks are never compared). The first such benchmark
+    writes into ``comparison_dir``, any other into ``comparison_dir`` suffixed with its name."""
     ok = {m.name for m in outcome.models if m.status == "ok"}
-    finished = [s for s in config.models if s.name in ok and batching.plan_of(s.benchmark).compare is not None]
-    finished = [s for s in finished if s.benchmark == finished[0].benchmark]
-    if len(finished) < 2:
-        outcome.comparison_error = f"skipped: {len(finished)} model(s) finished, a comparison needs two"
-        return
-    print(f"== comparison of {len(finished)} runs", flush=True)
+    names = list(dict.fromkeys(s.benchmark for s in config.models))
+    several = len(names) > 1
+    first = next((b for b in names if batching.plan_of(b).compare is not None), None)
+    for benchmark in names:
+        plan = batching.plan_of(benchmark)
+        finished = [s for s in config.models if s.benchmark == benchmark and s.name in ok]
+        entry: dict[str, Any] = {"benchmark": benchmark, "report": None, "error": None}
+        outcome.comparisons.append(entry)
+        if plan.compare is None:
+            entry["error"] = f"skipped: {benchmark} has no comparison report"
+            continue
+        if len(finished) < 2:
+            entry["error"] = (f"skipped: {len(finished)} {benchmark + ' ' if several else ''}model(s) finished, a "
+                              "comparison needs two" + (" of one benchmark" if several else ""))
+            continue
+        target = config if benchmark == first else replace(
+            config, comparison_dir=config.comparison_dir.with_name(f"{config.comparison_dir.name}-{benchmark}"))
+        print(f"== comparison of {len(finished)} {benchmark} runs", flush=True)
+        try:
+            entry["report"] = plan.compare(finished, target)
+        except Exception as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+    outcome.comparison = next((e["report"] for e in outcome.comparisons if e["report"]), None)
+    errors = [e for e in outcome.comparisons if e["error"]]
+    if errors:
+        outcome.comparison_error = ("; ".join(f'{e["benchmark"]}: {e["error"]}' for e in errors) if several
+                                    else errors[0]["error"])
+
+
+def _headline(result: ModelResult) -> dict[str, Any] | None:
+    """The finished run's score as its benchmark's board reads it (the first scorer's: the reward
+    model's for CharacterEval), with its 95% interval; None for a benchmark without a board."""
+    from charactereval_lib.leaderboard import BENCHMARKS
+
+    declared = BENCHMARKS.get(result.benchmark or "")
+    if declared is None:
+        return None
+    path = Path(result.run_dir)
     try:
-        outcome.comparison = batching.plan_of(finished[0].benchmark).compare(finished, config)
-    except Exception as exc:
-        outcome.comparison_error = f"{type(exc).__name__}: {exc}"
+        views = declared.spec.read(path, runs.load_manifest(path), {})
+    except (runs.RunError, ValueError, KeyError, OSError) as exc:
+        return {"error": f"the score cannot be read: {exc}"}
+    if not views:
+        return None
+    view = views[0]
+    return {"headline": declared.spec.headline, "scorer": view.scorer, "score": view.score,
+            "ci": list(view.ci) if view.score is not None else None, "n": view.n, "failures": view.failures}
 
 
 def _interrupted(spec: Any, config: BatchConfig, seconds: float) -> ModelResult:
-    return ModelResult(spec.name, _new_result(spec, config).run_dir, status="interrupted",
+    return ModelResult(spec.name, _new_result(spec, config).run_dir, benchmark=spec.benchmark, status="interrupted",
                        error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
 
 
@@ -457,6 +504,7 @@ def _summary_record(config: BatchConfig, outcome: BatchResult) -> dict[str, Any]
         "models": [asdict(m) for m in outcome.models],
         "comparison": outcome.comparison,
         "comparison_error": outcome.comparison_error,
+        "comparisons": outcome.comparisons,
     }
 
 
@@ -472,7 +520,9 @@ def summary_lines(outcome: BatchResult) -> list[str]:
             lines.append(f"STOPPED {m.name}: {m.error}")
         else:
             lines.append(f"FAILED  {m.name}: at {m.failed_step}: {m.error}")
-    if outcome.comparison:
+    if len(outcome.comparisons) > 1:
+        lines += [f'comparison ({c["benchmark"]}): {c["report"] or c["error"]}' for c in outcome.comparisons]
+    elif outcome.comparison:
         lines.append(f"comparison: {outcome.comparison}")
     else:
         lines.append(f"comparison: {outcome.comparison_error}")

@@ -57,6 +57,9 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
         manifests = [path / runs.MANIFEST] if (path / runs.MANIFEST).is_file() else sorted(path.rglob(runs.MANIFEST))
         if not manifests:
             raise LeaderboardError(f"{path}: no run.json in it or below it")
+        manifests = [m for m in manifests if not in_site(m.parent)]
+        if not manifests:
+            raise LeaderboardError(f"{path}: holds only a leaderboard site's copies of run.json, no run")
         for manifest_path in manifests:
             try:
                 manifest = runs.load_manifest(manifest_path.parent)
@@ -70,6 +73,14 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
                 continue
             found.setdefault(manifest_path.parent.resolve(), (manifest_path.parent, manifest, name))
     return list(found.values()), skipped
+
+
+def in_site(folder: Path) -> bool:
+    """Whether ``folder`` is a run page of a site this command wrote (``SITE/runs/PAGE`` with the
+    explorer's ``samples.js``, beside ``SITE/leaderboard.json``): its run.json is a copy for the
+    page, not a run, so a site built inside an input folder is passed over by the next build."""
+    return (folder.parent.name == "runs" and (folder / "samples.js").is_file()
+            and (folder.parent.parent / "leaderboard.json").is_file())
 
 
 def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any]) -> tuple[list[RunView], list[str]]:

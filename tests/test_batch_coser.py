@@ -35,7 +35,7 @@ models:
   - name: coser-smoke
     benchmark: coser
     data_dir: {data_dir()}
-    run: {{actor_model: mock-actor, preset: smoke, limit: 1, base_url: "{server.base_url}", no_api_key: true,
+    run: {{actor_model: mock-actor, preset: smoke, base_url: "{server.base_url}", no_api_key: true,
            retry_base_delay: 0.01, timeout: 5}}
     summarize: {{n_boot: 20}}
     report: {{n_boot: 20}}
@@ -46,7 +46,15 @@ models:
     assert f"ok      coser-smoke: {run / 'report.html'}" in out
     assert (run / JUDGEMENTS).exists() and json.loads((run / SUMMARY).read_text(encoding="utf-8"))
     summary = json.loads((tmp_path / "out" / "batch-summary.json").read_text(encoding="utf-8"))
-    assert [(m["name"], m["status"]) for m in summary["models"]] == [("coser-smoke", "ok")]
+    [model] = summary["models"]
+    assert (model["name"], model["status"], model["benchmark"]) == ("coser-smoke", "ok", "coser")
+    # A model with no unfinished session says 0, not null; its headline is the board's score.
+    assert model["failed_samples"] == 0
+    headline = model["headline"]
+    assert headline["scorer"] == "judge gpt-4o" and headline["n"] == 2 and headline["headline"].startswith("average")
+    assert headline["ci"][0] <= headline["score"] <= headline["ci"][1]
+    assert summary["comparisons"] == [{"benchmark": "coser", "report": None,
+                                       "error": "skipped: 1 model(s) finished, a comparison needs two"}]
 
 
 def test_an_interrupted_coser_model_stops_the_batch_and_is_marked_interrupted(tmp_path):

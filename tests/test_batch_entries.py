@@ -88,3 +88,64 @@ def test_the_overall_bar_counts_each_models_own_steps(capsys):
         bar.model_done()
         assert bar.bar.n == bar.bar.total
     assert "== c: coser summarize" in capsys.readouterr().out
+
+
+def test_every_benchmarks_entries_get_their_pre_flight_before_the_first_model_starts(tmp_path, monkeypatch, capsys):
+    """A CoSER entry whose endpoint is down, whose key variable is unset or whose data is missing
+    stops the batch before the CharacterEval entry in front of it generates anything."""
+    from charactereval_lib.cli import main
+    from tests.coser_golden import data_dir
+
+    monkeypatch.delenv("COSER_TEST_KEY", raising=False)
+    down = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
+    path = tmp_path / "batch.yaml"
+    path.write_text(f"""output_dir: {tmp_path / 'out'}
+models:
+  - {CE.replace('NAME', 'ce')}
+  - {{name: down, benchmark: coser, data_dir: {data_dir()}, run: {{actor_model: m, base_url: "{down}", no_api_key: true}}}}
+  - {{name: keyless, benchmark: coser, data_dir: {data_dir()}, run: {{actor_model: m, base_url: "{down}",
+      api_key_env: COSER_TEST_KEY}}}}
+  - {{name: nodata, benchmark: coser, data_dir: {tmp_path / 'nowhere'}, run: {{actor_model: m}}}}
+""", encoding="utf-8")
+    problems = batch.preflight(batch.load_config(path))
+    where = f"{path}: model"
+    assert any(p.startswith(f"{where} 'down': {down}: ") for p in problems), problems
+    assert [p for p in problems if "COSER_TEST_KEY" in p] == [
+        f"{where} 'keyless': the actor, env, nsp, judge, repair role(s): the API key variable COSER_TEST_KEY is not "
+        "set (set it, name another one with --api-key-env, or pass --api-key-env '' for a local server that needs "
+        "no key)"]
+    assert any(p.startswith(f"{where} 'nodata': ") and "nowhere" in p for p in problems), problems
+    # The endpoint is tried once, named with the first entry that uses it.
+    assert sum(down in p for p in problems) == 1
+    assert main(["batch", str(path), "--quiet"]) == 1  # as the CharacterEval pre-flight exits
+    assert f"model 'down': {down}" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_each_benchmark_gets_its_comparison_or_the_reason_why_not(tmp_path):
+    """Two models finished, one of each benchmark: no comparison mixes them, and the summary says
+    per benchmark why there is none (the message said '1 model(s) finished' for two)."""
+    config = load(tmp_path, f"models:\n  - {CE.replace('NAME', 'a')}\n  - {COSER.replace('NAME', 'c')}\n")
+    outcome = batch.BatchResult(models=[batch.ModelResult("a", "outputs/a", benchmark="charactereval"),
+                                        batch.ModelResult("c", "outputs/c", benchmark="coser")])
+    batch._compare(config, outcome)
+    reason = "model(s) finished, a comparison needs two of one benchmark"
+    assert outcome.comparisons == [
+        {"benchmark": "charactereval", "report": None, "error": f"skipped: 1 charactereval {reason}"},
+        {"benchmark": "coser", "report": None, "error": f"skipped: 1 coser {reason}"}]
+    lines = batch.summary_lines(outcome)
+    assert lines[-3:-1] == [f"comparison (charactereval): skipped: 1 charactereval {reason}",
+                            f"comparison (coser): skipped: 1 coser {reason}"]
+
+
+def test_a_finished_models_headline_is_its_boards_score_with_its_interval(tmp_path):
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run
+    from charactereval_lib.testing.synthetic import write_synthetic_data
+
+    data = load_official_data(write_synthetic_data(tmp_path / "data", 40), verify=False)
+    run = charactereval_run(tmp_path / "out" / "a", data, model="m", seed=1)
+    headline = batch._headline(batch.ModelResult("a", str(run), benchmark="charactereval"))
+    assert headline["scorer"] == f"BaichuanCharRM sha256:{CHECKPOINT[:12]}" and headline["headline"].startswith("overall")
+    assert headline["ci"][0] < headline["score"] < headline["ci"][1] and headline["n"] > 0
+    unread = batch._headline(batch.ModelResult("x", str(tmp_path / "none"), benchmark="charactereval"))
+    assert unread["error"].startswith("the score cannot be read: ")

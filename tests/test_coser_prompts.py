@@ -9,6 +9,7 @@ import pytest
 
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.prompts import CONVERSATION_START, ModelRules, build_scene_agents, involved_character_profiles, prompt_stream, scene_rng
+from charactereval_lib.coser.upstream import load_agent_additions
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, get_version
 from tests.coser_golden import data_dir, golden
 
@@ -115,7 +116,8 @@ def test_rules_can_be_overridden_per_role():
     )
     actor = agents[0]
     assert actor.rules == forced and actor.initial_messages[0]["role"] == "user"
-    assert actor.system_prompt.endswith(f'Start your response with "{actor.name}: ". Avoid speaking as other characters.\n\n')
+    suffix = load_agent_additions("coser-paper", data_dir()).name_suffix.render({"name": actor.name})
+    assert actor.system_prompt.endswith(suffix) and f'"{actor.name}: "' in suffix
     assert all(a.rules.system_role == "system" for a in agents if a.kind != "actor")
 
 
@@ -144,7 +146,9 @@ def test_prompts_py_restates_no_wording_of_the_upstream_skeletons():
     source = inspect.getsource(prompts)
     for name in ("coser-paper", "coser-head"):
         sk = load_prompt_skeletons(name, data_dir())
-        texts = [sk.output_thoughtless, sk.output_thought, sk.output_thought_example, *sk.environment_roles]
+        added = load_agent_additions(name, data_dir())
+        texts = [sk.output_thoughtless, sk.output_thought, sk.output_thought_example, *sk.environment_roles,
+                 added.actor_rule, *(p for p in added.name_suffix.parts if isinstance(p, str))]
         for template in (sk.character_head, sk.thought_section, sk.others_section, sk.requirements, sk.environment,
                          sk.nsp):
             texts += [part for part in template.parts if isinstance(part, str)]
@@ -152,6 +156,32 @@ def test_prompts_py_restates_no_wording_of_the_upstream_skeletons():
         # are format, and absent too, but not worth a claim).
         pieces = [line for text in texts for line in text.split("\n") if len(line.strip()) >= 20]
         assert pieces and not [p for p in pieces if p.strip() in source], name
+
+
+def test_an_altered_or_unexpected_agent_py_is_refused_in_one_line(tmp_path):
+    """What Agent adds is read from the pinned agent.py of each version (hash-verified, parsed,
+    never executed): an altered copy is refused, a reshaped one named in one line."""
+    import shutil
+
+    from charactereval_lib.coser.data import UPSTREAM_AGENT
+    from charactereval_lib.coser.upstream import parse_agent_additions
+    from charactereval_lib.engine.pinned import DataError
+
+    for version in ("coser-paper", "coser-head"):
+        added = load_agent_additions(version, data_dir())
+        assert added.actor_rule.startswith("\n\n") and added.name_suffix.placeholders() == {"name"}
+    name = UPSTREAM_AGENT["coser-head"]
+    copy = tmp_path / name
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(data_dir() / name, copy)
+    copy.write_bytes(copy.read_bytes() + b"\n")
+    with pytest.raises(DataError, match="mismatch"):
+        load_agent_additions("coser-head", tmp_path)
+    source = (data_dir() / name).read_bytes()
+    with pytest.raises(DataError) as caught:
+        parse_agent_additions(source.replace(b"class Agent:", b"class OldAgent:"), copy)
+    assert "no Agent.__init__" in str(caught.value) and "\n" not in str(caught.value)
+    parse_agent_additions(source + b"\nraise SystemExit('executed')\n", copy)
 
 
 def test_an_altered_or_unexpected_utils_py_is_refused_in_one_line(tmp_path):

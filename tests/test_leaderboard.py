@@ -49,6 +49,8 @@ def runs_dir(tmp_path_factory):
     coser_run(co / "head-gpt4o", actor="gpt-4o-2024-08-06", protocol="coser-head", level=40, seed=8)
     official.import_evaluation(co / "imported", synthetic_file(root / "official.json"), data_dir=coser_data_dir(),
                                metrics=False, progress=False)
+    official.import_evaluation(co / "ablation", synthetic_file(root / "id_set_m-no_length_penalty.json"),
+                               data_dir=coser_data_dir(), metrics=False, progress=False)
     return root, data
 
 
@@ -167,7 +169,117 @@ def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anch
     samples = (out / "runs" / imported["page"] / "samples.js").read_text(encoding="utf-8")
     assert samples.startswith("window.LB_SAMPLES = ") and '"Book' not in samples
     detail = (out / "runs" / imported["page"] / "detail-0.js").read_text(encoding="utf-8")
-    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3*n) * 5)"' in detail
+    [computation] = {d["dimensions"]["Anthropomorphism"]["worked"] for d in _details(out, imported)}
+    assert computation == "max(0, 100 - (2 - 0.3 * 1) * 5)"
+    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3 * n) * 5)"' in detail
+
+
+def _details(out, entry):
+    text = (out / "runs" / entry["page"] / "detail-0.js").read_text(encoding="utf-8")
+    return json.loads(text.split("\n", 1)[1].split(" = ", 1)[1].rstrip().removesuffix(";"))
+
+
+def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_ranked_for_it(anchored):
+    """An import of a ``-no_length_penalty`` file: its explorer works out that formula (S = 2, no
+    n term: 90), and the board says it is not the protocol's score; the key names the formula."""
+    content, out = anchored
+    entry = board(content, "coser", "judge gpt-4o")
+    ablation = row(entry, "ablation")
+    assert ("score-formula: scored with the no_length_penalty formula max(0, 100 - S * 5), not the protocol's "
+            "max(0, 100 - (S - 0.3 * n) * 5)") in ablation["reasons"]
+    assert not any(r.startswith("score-formula") for r in row(entry, "imported")["reasons"])
+    [detail] = _details(out, ablation)
+    assert detail["formula"] == "max(0, 100 - S * 5)"
+    assert {(c["worked"], c["unclipped"]) for c in detail["dimensions"].values()} == {("max(0, 100 - 2 * 5)", 90)}
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "each dimension scored max(0, 100 - (S - 0.3 * n) * 5) (S: the judge&#x27;s severity sum" in index
+    assert "<code>score-formula</code>" in index
+
+
+def test_ineligible_rows_show_score_interval_and_n_best_first_under_a_not_ranked_label(anchored):
+    content, out = anchored
+    entry = board(content, "coser")
+    others = [r for r in entry["rows"] if not r["eligible"]]
+    scores = [r["score"] for r in others]
+    assert len(others) >= 3 and scores == sorted(scores, reverse=True)
+    index = (out / "index.html").read_text(encoding="utf-8")
+    section = index.split('data-board="coser|coser-paper|judge gpt-4o-2024-08-06"')[1].split("</section>")[0]
+    assert "<h3>Not ranked: not eligible</h3>" in section and "<th>95% CI</th><th>n</th>" in section.split("ineligible")[1]
+    long = row(entry, "long")
+    assert f'<td>{long["score"]:.3f}</td><td>[{long["ci"][0]:.3f}, {long["ci"][1]:.3f}]</td><td>{long["n"]}</td>' in section
+
+
+def test_any_two_runs_of_a_board_have_a_paired_comparison_linked_from_it(runs_dir, anchored):
+    content, out = anchored
+    entry = board(content, "coser")
+    pages = {r["page"]: r["run"] for r in entry["rows"]}
+    pairs = {frozenset((pages[c["a"]], pages[c["b"]])): c for c in entry["comparisons"]}
+    assert len(pairs) == len(pages) * (len(pages) - 1) // 2
+    pair = pairs[frozenset(("actor-b", "actor-c"))]
+    assert pages[pair["a"]] == "actor-b" and pair["difference"] > 10 and pair["separated"] and pair["shared"] == 200
+    runs = runs_dir[0] / "runs" / "coser"
+    assert pair["command"] == (f"charactereval coser compare {runs / 'actor-b'} {runs / 'actor-c'} "
+                               "--out comparison-actor-b-vs-actor-c")
+    index = (out / "index.html").read_text(encoding="utf-8")
+    link = index.split('data-board="coser|coser-paper|judge gpt-4o-2024-08-06"')[1].split('class="compare" href="')[1]
+    page = (out / link.split('"')[0]).read_text(encoding="utf-8")
+    assert page.count("<tr><td>") == len(pairs) and "charactereval coser compare" in page
+    assert 'href="../runs/' in page and 'href="../index.html"' in page
+
+
+def test_a_charactereval_judge_board_compares_by_its_judge():
+    from pathlib import Path
+
+    from charactereval_lib.charactereval.eligibility import compare
+    from charactereval_lib.engine.board import RunView
+
+    views = [RunView(Path("/r") / name, "charactereval", "charactereval-1.0", "judge j", name, {}, facts={"judge": "j"})
+             for name in ("a", "b")]
+    assert compare(views) == ["charactereval", "compare", "/r/a", "/r/b", "--scorer", "judge", "--judge-model", "j",
+                              "--out", "comparison-a-vs-b"]
+
+
+def test_a_test_checkpoint_board_says_so_in_its_title(runs_dir, tmp_path):
+    import shutil
+
+    from charactereval_lib.engine import runs
+
+    root, data = runs_dir
+    run = tmp_path / "tiny-scored"
+    shutil.copytree(root / "runs" / "ce" / "weak", run)
+    scoring = runs.load_manifest(run)["scoring"]
+    runs.update_manifest(run, scoring={**scoring, "checkpoint": {**scoring["checkpoint"], "label": "tiny-random"}})
+    views, _ = read_runs([run], {"charactereval": data})
+    [entry] = boards(views)["boards"]
+    assert entry["scorer"] == f"test checkpoint tiny-random sha256:{CHECKPOINT[:12]} (not BaichuanCharRM)"
+    assert entry["rows"][0]["reasons"] == ["official-rm: scored by a test checkpoint (tiny-random), not BaichuanCharRM"]
+
+
+def test_two_copies_of_one_run_are_flagged_as_duplicates(runs_dir, tmp_path):
+    import shutil
+
+    root, data = runs_dir
+    for name in ("a-original", "b-copy"):
+        shutil.copytree(root / "runs" / "coser" / "actor-c", tmp_path / name)
+    views, _ = read_runs([tmp_path], {})
+    [entry] = boards(views)["boards"]
+    copy, original = row(entry, "b-copy"), row(entry, "a-original")
+    assert copy["reasons"] == [f"duplicate: a copy of {tmp_path / 'a-original'} (the same run.json and scores), "
+                               "which stands for both on this board"]
+    assert not original["reasons"] and original["eligible"]
+
+
+def test_a_site_built_inside_an_input_folder_is_passed_over_by_the_next_build(runs_dir, tmp_path):
+    import shutil
+
+    root, _ = runs_dir
+    shutil.copytree(root / "runs" / "coser" / "sample", tmp_path / "runs" / "sample")
+    first, warnings = build([tmp_path / "runs"], tmp_path / "runs" / "site", context={})
+    assert warnings == [] and first["runs"] == 1
+    again, warnings = build([tmp_path / "runs"], tmp_path / "runs" / "site", context={})
+    assert warnings == [] and again["runs"] == 1
+    with pytest.raises(Exception, match="holds only a leaderboard site's copies of run.json, no run"):
+        build([tmp_path / "runs" / "site"], tmp_path / "other", context={})
 
 
 def test_json_csv_and_site_files_say_the_same(anchored):
@@ -284,5 +396,7 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
     assert reasons(failed_scored=MAX_FAILED, rows=8032 - 90, failed_rows=90) == []
     assert reasons(failed_scored=MAX_FAILED + 1, rows=8032 - 92, failed_rows=92) == [
         f"all-samples: {MAX_FAILED + 1} scored samples failed (None/ERROR), more than {MAX_FAILED} (1% of 4531)"]
+    # Without the official data and with no failed sample: no count to print, and no "None".
+    assert reasons(rows=358, failed_rows=None) == ["all-rows-scored: 358 rows, not the protocol's 8032"]
     assert reasons(failed_scored=1, rows=8031, failed_rows=None) == [
         "all-rows-scored: the official data is not available to count the rows of the failed samples"]

@@ -121,8 +121,15 @@ def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_rea
     judged = boards.nth(1).locator("table.ineligible").inner_text()
     assert "official-rm: scored by the judge judge-x; the protocol's scorer is the reward model" in judged
     assert "all-rows-scored: 223 of 233 rows have no judge judge-x score" in judged
-    assert page.locator("#rules dt").count() == 11
+    assert page.locator("#rules dt").count() == 12
+    # Not ranked, but scored: the interval and n beside the reasons.
+    sample = coser.locator("table.ineligible tr", has_text="coser-sample").inner_text()
+    assert "[" in sample and "\t20\t0\t" in sample
     shoot(page, "index")
+    coser.locator("a.compare").click()
+    page.wait_for_selector("table.pairs")
+    pairs = page.locator("table.pairs tbody tr")
+    assert pairs.count() == 3 and "charactereval coser compare" in pairs.first.inner_text()
 
 
 def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site):
@@ -198,8 +205,15 @@ def test_coser_detail_shows_the_dialogue_critiques_and_the_score_computation(pag
     detail.wait_for(state="visible")
     text = detail.inner_text()
     assert "Simulated dialogue" in text and "Storyline Consistency" in text
+    # The recorded message starts with its speaker's name ("Alice: ..."): printed once.
+    lines = detail.locator("ol.dialogue li").all_inner_texts()
+    assert lines and all(line.startswith(("Alice: ", "Bob: ", "Environment: ")) for line in lines)
+    assert not any(line.startswith(("Alice: Alice:", "Bob: Bob:", "Environment: Environment:")) for line in lines)
     computation = detail.locator("p.computation").first.inner_text()
-    assert "max(0, 100 - (" in computation and "no upper clip" in computation
+    # The formula, then the same with this dimension's S and n in place.
+    s, n = computation.split("S = ")[1].split(" ")[0], computation.split("n = ")[1].split(" ")[0]
+    assert f"max(0, 100 - (S - 0.3 * n) * 5) = max(0, 100 - ({s} - 0.3 * {n}) * 5) = " in computation
+    assert "no upper clip" in computation
     # The table's score is the one the computation ends in.
     assert float(computation.rsplit("score ", 1)[1]) == pytest.approx(float(storyline), abs=5e-4)
     shoot(page, "explorer-coser")

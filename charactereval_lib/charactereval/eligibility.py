@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +67,9 @@ def _scored(view: RunView) -> list[str]:
     if f["failed_rows"] is None and f["failed_scored"]:
         reasons.append("the official data is not available to count the rows of the failed samples")
     elif f["rows"] + (f["failed_rows"] or 0) != EXPECTED_ROWS:
-        reasons.append(f"{f['rows']} rows plus {f['failed_rows']} rows of failed samples, not the protocol's "
-                       f"{EXPECTED_ROWS}")
+        # Without the official data there is no row count of failed samples; none failed here.
+        failed = f" plus {f['failed_rows']} rows of failed samples" if f["failed_rows"] is not None else ""
+        reasons.append(f"{f['rows']} rows{failed}, not the protocol's {EXPECTED_ROWS}")
     if f["unscored_rows"]:
         scorer = f"judge {f['judge']}" if f["judge"] else "reward-model"
         reasons.append(f"{f['unscored_rows']} of {f['rows']} rows have no {scorer} score")
@@ -159,6 +160,9 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManife
              "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
     if judge:
         scorer = f"judge {judge}"
+    elif len(checkpoints) == 1 and checkpoint.get("label"):
+        # A tiny random model (`rm make-tiny`) scores plumbing, not quality: its board says so.
+        scorer = f"test checkpoint {checkpoint['label']} sha256:{checkpoints[0][:12]} (not BaichuanCharRM)"
     elif len(checkpoints) == 1:
         scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
     else:
@@ -203,6 +207,14 @@ def anchor(view: RunView) -> AnchorCheck | None:
                                     f"Table 4; largest |delta| {largest:.4f}"], values)
 
 
+def compare(views: Sequence[RunView]) -> list[str]:
+    """``charactereval compare`` of runs of one board, by the board's scorer."""
+    judge = views[0].facts["judge"]
+    scorer = ["--scorer", "judge", "--judge-model", judge] if judge else []
+    return ["charactereval", "compare", *(str(v.path) for v in views), *scorer,
+            "--out", "comparison-" + "-vs-".join(v.path.name for v in views)]
+
+
 SPEC = BoardSpec(
     benchmark=BENCHMARK,
     title="CharacterEval",
@@ -213,4 +225,5 @@ SPEC = BoardSpec(
     anchor_text=ANCHOR_TEXT,
     read=read,
     anchor=anchor,
+    compare=compare,
 )

@@ -43,6 +43,7 @@ BENCHMARK = Benchmark(
     board="charactereval_lib.coser.eligibility:SPEC",
     explorer="charactereval_lib.coser.explorer:explorer",
     report="report.html",
+    batch="charactereval_lib.pipeline.coser_batch:CoserPlan",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",
                               options=("no_metrics",), notes="charactereval_lib.coser.reproduce:notes",
                               file_columns="charactereval_lib.coser.reproduce:file_columns"),

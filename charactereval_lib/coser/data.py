@@ -36,6 +36,9 @@ UPSTREAM_PROMPTS = "upstream/prompts.py"
 # Each protocol version's upstream utils.py (prompt skeletons read with ast), by version name.
 UPSTREAM_UTILS = {"coser-paper": "upstream/paper-93c1474/gca_evaluation/utils.py",
                   "coser-head": "upstream/head-624efc5/gca_evaluation/utils.py"}
+# Each protocol version's upstream agent.py (what ``Agent`` adds to a system prompt, read with ast).
+UPSTREAM_AGENT = {"coser-paper": "upstream/paper-93c1474/gca_evaluation/agent.py",
+                  "coser-head": "upstream/head-624efc5/gca_evaluation/agent.py"}
 # The released evaluation files of branch `rebuttal` (group RESULTS_GROUP, fetched on request).
 RELEASED_EVALUATION_DIR = "upstream/rebuttal-d77a6d2/exp/evaluation"
 GROUP = "required"

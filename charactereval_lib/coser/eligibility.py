@@ -9,7 +9,7 @@ four dimensions with a 95% percentile interval from 1,000 resamples of whole sce
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
+from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
 from charactereval_lib.coser.report import load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.simulation import provider_pin
@@ -27,7 +28,9 @@ from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
-            "Storyline Quality), the paper's Average column")
+            "Storyline Quality), the paper's Average column; each dimension scored "
+            f"{SCORE_FORMULAS[PROTOCOL_FORMULA]} (S: the judge's severity sum, n: the actor's rounds), clipped at 100 "
+            "where the protocol version clips")
 # The fixed parameters of a scene simulation (seed 004 H04, H05, H26); the version's own fields
 # (judge max tokens, attempts, clipping, ...) must equal its record too.
 FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continue_from": 0, "thoughtless": False}
@@ -127,6 +130,14 @@ def _declared() -> str:
     return "; ".join(parts)
 
 
+def _formula(view: RunView) -> list[str]:
+    formula = run_score_formula(view.manifest)
+    if formula == PROTOCOL_FORMULA:
+        return []
+    return [f"scored with the {formula} formula {SCORE_FORMULAS.get(formula, '(unknown)')}, not the protocol's "
+            f"{SCORE_FORMULAS[PROTOCOL_FORMULA]}"]
+
+
 RULES = (
     Rule("protocol", f"The run follows a protocol version this workbench implements ({', '.join(VERSIONS)}); each "
          "version has its own board, and runs of other versions go to the archive (seed 004 H01).",
@@ -147,6 +158,9 @@ RULES = (
          "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
          "vendor of their fixed models (H03, H27). A reasoning setting is allowed and named in the row label (H25).",
          _one_host),
+    Rule("score-formula", f"Every dimension is scored with the protocol's formula {SCORE_FORMULAS[PROTOCOL_FORMULA]}; "
+         "an imported ablation file re-scored with another (such as max(0, 100 - S * 5), without the length "
+         "penalty) is shown, not ranked.", _formula),
 )
 
 ANCHOR_TEXT = ("a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose 95% scene-bootstrap "
@@ -205,6 +219,12 @@ def anchor(view: RunView) -> AnchorCheck | None:
     return AnchorCheck(REPRODUCED, [f"{name}: {r.reason}" for name, r in results.items()], deltas)
 
 
+def compare(views: Sequence[RunView]) -> list[str]:
+    """``charactereval coser compare`` of runs of one board."""
+    return ["charactereval", "coser", "compare", *(str(v.path) for v in views),
+            "--out", "comparison-" + "-vs-".join(v.path.name for v in views)]
+
+
 SPEC = BoardSpec(
     benchmark=BENCHMARK,
     title="CoSER GCA",
@@ -215,4 +235,5 @@ SPEC = BoardSpec(
     anchor_text=ANCHOR_TEXT,
     read=read,
     anchor=anchor,
+    compare=compare,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from charactereval_lib.coser.judge import actor_rounds, severity_sum
+from charactereval_lib.coser.judge import SCORE_FORMULAS, actor_rounds, run_score_formula, severity_sum, worked_formula
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import artifacts, runs
@@ -19,12 +19,12 @@ COLUMNS = [("scene", "scene", "text"), ("book", "book", "text"), ("split", "spli
            ("repeat", "repeat", "int"), *[(ABBR[d], ABBR[d], "num") for d in DIMENSIONS],
            ("average", "average", "num"), ("ended", "ended by", "text"), ("failure", "failure", "text")]
 FILTERS = ("book", "split", "ended", "failure")
-FORMULA = "max(0, 100 - (S - 0.3*n) * 5)"
 
 
 def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     run = runs.RunDir(view.path)
     clip = (((view.manifest.get("coser") or {}).get("identity") or {}).get("protocol") or {}).get("score_upper_clip")
+    formula = run_score_formula(view.manifest)
     scenes = {(r["repeat"], r["scene"]): r for r in artifacts.read_jsonl(run.artifact(SCENES)).records}
     judged: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for record in artifacts.read_jsonl(run.artifact(JUDGEMENTS)).records:
@@ -37,7 +37,7 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
         computations, values = {}, []
         for dimension in DIMENSIONS:
             record = dims.get(dimension)
-            computations[dimension] = _computation(record, n, bool(clip))
+            computations[dimension] = _computation(record, n, bool(clip), formula)
             values.append(computations[dimension].get("score"))
         failure = _failure(scene, dims)
         average = sum(values) / len(values) if not failure and all(v is not None for v in values) else None
@@ -45,20 +45,22 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
         rows.append([key[1], scene.get("book") or any_record.get("book"), scene.get("tag") or any_record.get("tag"),
                      key[0], *(None if failure else v for v in values), average,
                      scene.get("ended_by") or ("failed" if scene.get("status") == "error" else None), failure])
-        details.append({"dialogue": scene.get("simulation") or [], "n": n, "formula": FORMULA,
+        details.append({"dialogue": scene.get("simulation") or [], "n": n, "formula": SCORE_FORMULAS[formula],
                         "clip": "min(score, 100)" if clip else None, "dimensions": computations,
                         "error": scene.get("error")})
     return Explorer(COLUMNS, FILTERS, rows, details, None)
 
 
-def _computation(record: Mapping[str, Any] | None, n: int, clip: bool) -> dict[str, Any]:
+def _computation(record: Mapping[str, Any] | None, n: int, clip: bool, formula: str) -> dict[str, Any]:
     if record is None:
         return {"status": "not judged"}
     if record.get("status") != "ok":
         return {"status": record.get("status"), "reason": record.get("reason")}
     flaws = (record.get("critique") or {}).get("flaws") or []
     scores = record.get("scores") or {}
-    return {"status": "ok", "flaws": flaws, "severity_sum": severity_sum(flaws), "n": n,
+    severity = severity_sum(flaws)
+    return {"status": "ok", "flaws": flaws, "severity_sum": severity, "n": n,
+            "worked": worked_formula(formula, severity, n),
             "unclipped": scores.get("score"), "clipped": scores.get("score_clipped"),
             "score": scores.get("score_clipped" if clip else "score")}
 

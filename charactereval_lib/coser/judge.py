@@ -193,11 +193,26 @@ def dimension_score_no_length_penalty(severity: int) -> int:
     return max(0, 100 - severity * 5)
 
 
-# Per-dimension score formulas by name: what a run or an imported file was scored with.
-SCORE_FORMULAS = {
-    "length_penalty": "max(0, 100 - (S - 0.3 * n) * 5)",
-    "no_length_penalty": "max(0, 100 - S * 5)",
+# Per-dimension score formulas by name (what a run or an imported file was scored with), with
+# slots for the severity sum S and the actor rounds n, so a page can show one worked out.
+_FORMULA_SLOTS = {
+    "length_penalty": "max(0, 100 - ({S} - 0.3 * {n}) * 5)",
+    "no_length_penalty": "max(0, 100 - {S} * 5)",
 }
+SCORE_FORMULAS = {name: slots.format(S="S", n="n") for name, slots in _FORMULA_SLOTS.items()}
+# The protocol's formula: any other (an imported ablation file) is not the benchmark's score.
+PROTOCOL_FORMULA = "length_penalty"
+
+
+def run_score_formula(manifest: Mapping[str, Any]) -> str:
+    """The formula a run's dimension scores were computed with: an import records the one it
+    re-scored the file with; a simulated run is always judged with the protocol's."""
+    return (manifest.get("import_official") or {}).get("score_formula") or PROTOCOL_FORMULA
+
+
+def worked_formula(formula: str, severity: int, n: int) -> str:
+    """``SCORE_FORMULAS[formula]`` with this dimension's S and n in place."""
+    return _FORMULA_SLOTS[formula].format(S=severity, n=n)
 
 
 def clipped_score(score: float | int) -> float | int:

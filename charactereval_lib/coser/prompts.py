@@ -6,8 +6,10 @@ not restated here: the skeletons (f-strings, output formats, decorators, the env
 self-descriptions) are read at run time from the scene's pinned, verified utils.py
 (``upstream.load_prompt_skeletons``); the golden prompt vectors (``prompts_paper/head/
 variants.jsonl``, 560 scenes x agents) pin the result. What ``Agent`` adds (the actors' length
-rule, the name suffix, the start marker) is not in utils.py and stays below as short protocol
-strings.
+rule and the name suffix) is read the same way from the version's agent.py
+(``upstream.load_agent_additions``). Only the conversation-start marker, a format delimiter that
+upstream's entry points (not among the pinned files) send as the first user message, is written
+here.
 
 Randomness: two choices per agent come from a ``random.Random``: the decorator put before each
 other character's profile (one draw per actor whenever the scene has any profile) and the
@@ -25,16 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from charactereval_lib.coser.data import Scene
-from charactereval_lib.coser.upstream import PromptSkeletons, load_prompt_skeletons
+from charactereval_lib.coser.upstream import AgentAdditions, PromptSkeletons, load_agent_additions, load_prompt_skeletons
 from charactereval_lib.coser.versions import ProtocolVersion
 
 ENVIRONMENT = "Environment"
 NSP = "NSP"
 CONVERSATION_START = "===Conversation Start===\n\n"
 PROCESS_SEED = 42
-
-_ACTOR_LENGTH_RULE = "\n\nSpeak concisely as humans, instead of being verbose. Limit your response to 60 words.\n\n"
-_NAME_SUFFIX = 'Start your response with "{name}: ". Avoid speaking as other characters.\n\n'
 
 
 def skeletons(scene: Scene, version: ProtocolVersion) -> PromptSkeletons:
@@ -47,7 +46,7 @@ class ModelRules:
     """Per-role model-name rules of upstream, as explicit flags (defaults: ``default_rules``)."""
 
     system_role: str  # "system", or "user" when the family takes no system message
-    name_suffix: bool  # append `Start your response with "<name>: "...`
+    name_suffix: bool  # append the name suffix of agent.py (asks the reply to start with the name)
     output_example: bool  # actors: the output-format line carries the e.g./such-as examples
     # actors: replies go through `text.fix_repeation` (upstream: every model but GPT and Claude)
     fix_repetition: bool = False
@@ -199,14 +198,15 @@ def nsp_prompt(scene: Scene, version: ProtocolVersion) -> str:
                           "scenario": scene.raw["scenario"]})
 
 
-def finish_system_prompt(raw_prompt: str, kind: str, name: str, rules: ModelRules) -> str:
+def finish_system_prompt(raw_prompt: str, kind: str, name: str, rules: ModelRules, additions: AgentAdditions) -> str:
     """Upstream step "Agent init": strip newlines, add the actors' length rule, then the
-    name suffix (glued without a separator, which shows after the NSP prompt's final ``].``)."""
+    name suffix (glued without a separator, which shows after the NSP prompt's final ``].``);
+    both read from the version's agent.py."""
     prompt = raw_prompt.strip("\n")
     if kind == "actor":
-        prompt += _ACTOR_LENGTH_RULE
+        prompt += additions.actor_rule
     if rules.name_suffix:
-        prompt += _NAME_SUFFIX.format(name=name)
+        prompt += additions.name_suffix.render({"name": name})
     return prompt
 
 
@@ -241,6 +241,7 @@ def build_scene_agents(
     }
     role_rules.update(rules or {})
     profiles = involved_character_profiles(scene)
+    additions = load_agent_additions(version.name, scene.data_dir)
     agents = []
     for name in agent_order(scene):
         if name == NSP:
@@ -260,7 +261,7 @@ def build_scene_agents(
                 thoughtless=thoughtless, output_example=role_rules["actor"].output_example,
             )
         agent_rules = role_rules[kind]
-        system_prompt = finish_system_prompt(raw, kind, name, agent_rules)
+        system_prompt = finish_system_prompt(raw, kind, name, agent_rules, additions)
         agents.append(
             AgentPrompt(
                 name=name, kind=kind, model=model, rules=agent_rules, raw_prompt=raw,

@@ -5,7 +5,8 @@ critic template and the four dimension rubrics (prompts.py), and the actor, envi
 next-speaker prompt skeletons of each protocol version (its utils.py), are read at run time from
 the verified files. They are parsed, never imported or executed: from prompts.py only a literal
 assignment ``critic_prompts = {...}`` is accepted, evaluated with ``ast.literal_eval``; from
-utils.py the f-strings and literals of three functions, read as templates (``PromptSkeletons``).
+utils.py the f-strings and literals of three functions, read as templates (``PromptSkeletons``);
+from agent.py what ``Agent.__init__`` appends to a system prompt (``AgentAdditions``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from charactereval_lib.coser.data import UPSTREAM_PROMPTS, UPSTREAM_UTILS, locate_data_dir, read_verified
+from charactereval_lib.coser.data import UPSTREAM_AGENT, UPSTREAM_PROMPTS, UPSTREAM_UTILS, locate_data_dir, read_verified
 from charactereval_lib.engine.pinned import DataError
 
 DIMENSIONS = ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality")
@@ -262,3 +263,74 @@ def load_prompt_skeletons(version_name: str, data_dir: str | os.PathLike[str] | 
     if version_name not in UPSTREAM_UTILS:
         raise DataError(f"no upstream utils.py is pinned for protocol version {version_name!r}")
     return _load_skeletons(str(locate_data_dir(data_dir).resolve()), UPSTREAM_UTILS[version_name])
+
+
+# --- what Agent adds, from agent.py ------------------------------------------------------------
+# Agent.__init__ strips the given prompt, then appends, each under its own `if`: a literal for
+# every agent but the Environment and NSP (the actors' length rule) and an f-string with the
+# agent's name for some model names (the name suffix). Read as those two shapes, never run.
+
+
+@dataclass(frozen=True)
+class AgentAdditions:
+    """What one version's ``Agent.__init__`` appends to an agent's system prompt."""
+
+    actor_rule: str  # appended for every agent but the Environment and NSP
+    name_suffix: Template  # appended where the model-name rule asks; its one placeholder is the name
+
+
+def parse_agent_additions(source: bytes, path: Path) -> AgentAdditions:
+    """Upstream step: the two appends of ``Agent.__init__`` (ast only, never imported or executed)."""
+    from importlib.util import decode_source
+
+    try:
+        tree = ast.parse(decode_source(source), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not parseable Python ({exc})") from None
+    r = _Reader(path, tree)
+    agent = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Agent"), None)
+    init = next((n for n in (agent.body if agent else ()) if isinstance(n, ast.FunctionDef)
+                 and n.name == "__init__"), None)
+    if init is None:
+        raise DataError(f"{path}: no Agent.__init__ (not the pinned upstream agent.py?)")
+    literals, fstrings = [], []
+    for node in init.body:
+        if not isinstance(node, ast.If) or len(node.body) != 1:
+            continue
+        appended = _appended_to_system_prompt(node.body[0])
+        if isinstance(appended, ast.JoinedStr):
+            fstrings.append(appended)
+        elif appended is not None:
+            literals.append(appended)
+    suffix = r.template(r.one(fstrings, "f-string appended to the system prompt"), "the name suffix")
+    if suffix.placeholders() != {"name"}:
+        raise r.fail(f"the name suffix has placeholders {sorted(suffix.placeholders())}, expected ['name']")
+    rule = r.constant(r.one(literals, "literal appended to the system prompt"), "the actors' rule")
+    if not isinstance(rule, str):
+        raise r.fail("the actors' rule is not a string")
+    return AgentAdditions(actor_rule=rule, name_suffix=suffix)
+
+
+def _appended_to_system_prompt(node: ast.stmt) -> ast.AST | None:
+    """X of ``self.system_prompt = self.system_prompt + X``, else None."""
+    def is_prompt(target: ast.AST) -> bool:
+        return (isinstance(target, ast.Attribute) and target.attr == "system_prompt"
+                and isinstance(target.value, ast.Name) and target.value.id == "self")
+
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1 and is_prompt(node.targets[0])
+            and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add)
+            and is_prompt(node.value.left)):
+        return node.value.right
+    return None
+
+
+@lru_cache(maxsize=8)
+def _load_additions(root: str, name: str) -> AgentAdditions:
+    return parse_agent_additions(read_verified(Path(root), name), Path(root) / name)
+
+
+def load_agent_additions(version_name: str, data_dir: str | os.PathLike[str] | None = None) -> AgentAdditions:
+    """The verified additions of a protocol version's agent.py (cached per directory)."""
+    if version_name not in UPSTREAM_AGENT:
+        raise DataError(f"no upstream agent.py is pinned for protocol version {version_name!r}")
+    return _load_additions(str(locate_data_dir(data_dir).resolve()), UPSTREAM_AGENT[version_name])

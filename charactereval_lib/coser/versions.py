@@ -85,7 +85,7 @@ class ProtocolVersion:
     nsp_reinject_system_prompt: bool
     # remove_inner_thoughts also drops <role_thinking>/<system_thinking>/< think> blocks (958f962).
     strip_thinking_tags: bool
-    # Model-name rule for the `Start your response with "<name>: "` suffix.
+    # Model-name rule for the name suffix that agent.py appends (the reply starts with the name).
     name_suffix_rule: Literal["paper", "head"]
     # Model-name rule for dropping the output example (CoSER fine-tuned actors).
     no_output_example_rule: Literal["paper", "head"]

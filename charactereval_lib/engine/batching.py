@@ -56,9 +56,14 @@ class ModelResult:
     report: str | None = None
     # One report per judge named in the config that this run holds.
     judge_reports: list[str] = field(default_factory=list)
-    # Samples whose latest generation is an error (S5 drops them; the summary counts them).
+    # Samples whose latest generation is an error (S5 drops them; the summary counts them); None
+    # only when the model never reached its generation.
     failed_samples: int | None = None
     seconds: float = 0.0
+    benchmark: str | None = None
+    # The score its benchmark's board ranks by, with its interval (``batch`` reads it from the
+    # finished run): {"headline", "scorer", "score", "ci", "n", "failures"}.
+    headline: dict[str, Any] | None = None
 
 
 def step(result: ModelResult, name: str) -> None:
@@ -139,7 +144,7 @@ class BatchPlan:
             step(result, self._step_name(stage))
             done = self.benchmark.call(stage, run, model.settings[stage], data_dir=model.data_dir,
                                        progress=config.progress)
-            if stage == "run" and getattr(done, "errors", None):
+            if stage == "run" and hasattr(done, "errors"):
                 result.failed_samples = len(done.errors)
             if stage == "report":
                 result.report = str(done.html)

@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import math
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ class BoardSpec:
     read: Callable[[Path, dict[str, Any], Mapping[str, Any]], list[RunView]]
     # None: the run is not an anchor run; else whether it reproduces the paper's row.
     anchor: Callable[[RunView], AnchorCheck | None]
+    # The command line that renders the full paired comparison (the comparison notebook) of two
+    # runs of one board; None: the benchmark has none.
+    compare: Callable[[Sequence[RunView]], list[str]] | None = None
 
     def check(self, view: RunView) -> list[str]:
         return [f"{rule.name}: {reason}" for rule in self.rules for reason in rule.check(view)]
@@ -170,6 +174,46 @@ def anchor_state(spec: BoardSpec, views: Sequence[RunView]) -> dict[str, Any]:
             "deltas": {}}
 
 
+def _by_score(views: Iterable[RunView]) -> list[RunView]:
+    """Best score first, runs without a score last."""
+    return sorted(views, key=lambda v: (v.score is None, -(v.score or 0.0), v.model, str(v.path)))
+
+
+def _fingerprint(view: RunView) -> str:
+    """What makes two folders one run: the same run.json and the same per-cluster scores."""
+    text = json.dumps([view.manifest, sorted((str(k), v) for k, v in view.clusters.items()), view.score, view.n],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def flag_duplicates(members: Sequence[RunView]) -> None:
+    """A copy of a run already on the board (its folder copied elsewhere) would be ranked twice:
+    the first by path stays, every other copy fails with the path it copies."""
+    first: dict[str, RunView] = {}
+    for view in sorted(members, key=lambda v: str(v.path)):
+        kept = first.setdefault(_fingerprint(view), view)
+        if kept is not view:
+            view.reasons.append(f"duplicate: a copy of {kept.path} (the same run.json and scores), which stands "
+                                "for both on this board")
+
+
+def comparisons(spec: BoardSpec, members: Sequence[RunView]) -> list[dict[str, Any]]:
+    """Every pair of runs on one board, by the paired test the ranks use: the mean per-cluster
+    difference (first minus second) over the clusters both scored, its p-value, and the command
+    that renders the pair's full comparison."""
+    ordered = _by_score(members)
+    pairs = []
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            is_tied, p, shared = tied(a.clusters, b.clusters)
+            keys = set(a.clusters) & set(b.clusters)
+            difference = float(np.mean([a.clusters[k] - b.clusters[k] for k in keys])) if keys else None
+            pairs.append({"a": page_name(a), "b": page_name(b), "difference": _num(difference),
+                          "p": None if math.isnan(p) else p, "shared": shared, "separated": not is_tied,
+                          "command": shlex.join(spec.compare([a, b])) if spec.compare else None})
+    return pairs
+
+
 def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> dict[str, Any]:
     """Boards of the current protocol versions and the archive of older ones, as the
     ``leaderboard.json`` contract; each view's ``reasons`` are filled by its spec's rules."""
@@ -180,16 +224,18 @@ def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> di
     boards, archived = [], []
     for (benchmark, version, scorer), members in sorted(groups.items()):
         spec = specs[benchmark]
+        flag_duplicates(members)
         board = {"benchmark": benchmark, "title": spec.title, "protocol_version": version, "scorer": scorer,
-                 "headline": spec.headline, "cluster": spec.cluster, "tie_test": TIE_TEST}
+                 "headline": spec.headline, "cluster": spec.cluster, "tie_test": TIE_TEST,
+                 "comparisons": comparisons(spec, members)}
         if version not in spec.current_versions:
-            board.update(anchor=None, rows=[row_of(v) for v in members])
+            board.update(anchor=None, rows=[row_of(v) for v in _by_score(members)])
             archived.append(board)
             continue
         anchor = anchor_state(spec, members)
         eligible = [v for v in members if not v.reasons]
-        ranked = rank_rows(eligible) if anchor["status"] == REPRODUCED else [row_of(v) for v in eligible]
-        others = [row_of(v) for v in sorted(members, key=lambda v: v.model) if v.reasons]
+        ranked = rank_rows(eligible) if anchor["status"] == REPRODUCED else [row_of(v) for v in _by_score(eligible)]
+        others = [row_of(v) for v in _by_score(members) if v.reasons]
         board.update(anchor=anchor, rows=ranked + others)
         boards.append(board)
     return {"boards": boards, "archived": archived}

@@ -14,6 +14,7 @@ so an interrupted build leaves the previous site (or nothing), never half of one
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import html
 import json
 import re
@@ -183,15 +184,52 @@ def _board_html(board: Mapping[str, Any]) -> str:
                    f'<td>{row["failures"]}</td></tr>')
     out.append("</tbody></table>")
     if others:
-        out.append('<h3>Not eligible</h3><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
-                   '<th>score</th><th>why</th></tr></thead><tbody>')
+        out.append('<h3>Not ranked: not eligible</h3><p class="meta">These runs fail an eligibility rule (the '
+                   'reasons beside each), so they are never ranked; their scores, by the same method, are shown for '
+                   'analysis, best first.</p><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
+                   '<th>score</th><th>95% CI</th><th>n</th><th>failed</th><th>why not ranked</th></tr></thead><tbody>')
         for row in others:
+            ci = row["ci"] or [None, None]
             out.append(f'<tr><td>{esc(row["model"])}</td><td><a href="runs/{esc(row["page"])}/index.html">'
-                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td><ul class="reasons">'
+                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td>'
+                       f'<td>{row["n"]}</td><td>{row["failures"]}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
+    if board.get("comparisons"):
+        out.append(f'<p class="meta"><a class="compare" href="{esc(compare_page(board))}">Paired comparison of any two '
+                   f'runs on this board</a> ({len(board["comparisons"])} pair(s), ranked or not).</p>')
     out.append("</section>")
     return "\n".join(out)
+
+
+def compare_page(board: Mapping[str, Any]) -> str:
+    """The board's page of paired comparisons, relative to the site's root."""
+    key = f'{board["benchmark"]}\0{board["protocol_version"]}\0{board["scorer"]}'
+    return f"compare/{board['benchmark']}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.html"
+
+
+def compare_html(board: Mapping[str, Any]) -> str:
+    rows = {r["page"]: r for r in board["rows"]}
+
+    def label(page_name: str) -> str:
+        row = rows[page_name]
+        return f'<a href="../runs/{esc(page_name)}/index.html">{esc(row["model"])}</a> <small>{esc(row["run"])}</small>'
+
+    parts = ['<p><a href="../index.html">← all boards</a></p>',
+             f'<header><h1>Paired comparisons</h1><p class="meta">{esc(board["title"])} · protocol '
+             f'{esc(board["protocol_version"])} · scorer {esc(board["scorer"])}. Every pair of runs on this board, '
+             f'eligible or not: the mean difference of the headline score per {esc(board["cluster"])} (first minus '
+             f'second) over the {esc(board["cluster"])}s both runs scored, and the paired test the ranks use '
+             f'({esc(board["tie_test"])}). The command renders the pair\'s full comparison report.</p></header>',
+             '<table class="pairs"><thead><tr><th>first</th><th>second</th><th>difference</th><th>p</th>'
+             '<th>shared</th><th>separated</th><th>full comparison</th></tr></thead><tbody>']
+    for pair in board["comparisons"]:
+        command = f'<code>{esc(pair["command"])}</code>' if pair["command"] else "–"
+        parts.append(f'<tr><td>{label(pair["a"])}</td><td>{label(pair["b"])}</td><td>{fmt(pair["difference"], 4)}</td>'
+                     f'<td>{fmt(pair["p"], 4)}</td><td>{pair["shared"]}</td>'
+                     f'<td>{"yes" if pair["separated"] else "no"}</td><td>{command}</td></tr>')
+    parts.append("</tbody></table>")
+    return page(f'Paired comparisons · {board["title"]}', "\n".join(parts), depth=1)
 
 
 # --- a run's page ----------------------------------------------------------------------------
@@ -276,6 +314,11 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
         (staging / "leaderboard.json").write_text(json.dumps(content, ensure_ascii=False, indent=2) + "\n",
                                                   encoding="utf-8")
         (staging / "leaderboard.csv").write_text(csv_text, encoding="utf-8")
+        for board in (*content["boards"], *content["archived"]):
+            if board.get("comparisons"):
+                target = staging / compare_page(board)
+                target.parent.mkdir(exist_ok=True)
+                target.write_text(compare_html(board), encoding="utf-8")
         (staging / "index.html").write_text(index_html(content, rules, built), encoding="utf-8")
         staging.chmod(0o755)
         _swap(staging, out)

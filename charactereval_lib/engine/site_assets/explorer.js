@@ -99,11 +99,19 @@
     return out;
   }
 
+  // A recorded message usually starts with its speaker's name ("Name: ..."): that name is set
+  // in bold rather than printed a second time; a message without it gets the role in front.
+  function message(m) {
+    const named = typeof m.content === "string" && [":", "\uff1a"].some((colon) => m.content.startsWith(m.role + colon));
+    if (named) return el("li", {}, el("strong", {}, m.role), m.content.slice(m.role.length));
+    return el("li", {}, el("strong", {}, m.role), ": ", m.content);
+  }
+
   function coserDetail(d) {
     const out = [];
     if (d.error) out.push(section("Simulation error", el("pre", {}, JSON.stringify(d.error))));
     out.push(section("Simulated dialogue", el("ol", { class: "dialogue" },
-      ...d.dialogue.map((m) => el("li", {}, el("strong", {}, m.role), ": ", m.content)))));
+      ...d.dialogue.map(message))));
     Object.entries(d.dimensions).forEach(([name, c]) => {
       if (c.status !== "ok") {
         out.push(section(name, el("p", { class: "failure" }, `${c.status}${c.reason ? ": " + c.reason : ""}`)));
@@ -112,7 +120,7 @@
       const flaws = el("table", { class: "flaws" }, el("tr", {}, el("th", {}, "flaw"), el("th", {}, "type"), el("th", {}, "severity")),
         ...c.flaws.map((f) => el("tr", {}, el("td", {}, f.instance ?? JSON.stringify(f)), el("td", {}, f.type ?? ""), el("td", {}, JSON.stringify(f.severity)))));
       const computation = `n = ${c.n} actor rounds, S = ${c.severity_sum} (integer severities only); ` +
-        `${d.formula} = max(0, 100 - (${c.severity_sum} - 0.3*${c.n}) * 5) = ${c.unclipped}` +
+        `${d.formula} = ${c.worked} = ${c.unclipped}` +
         (d.clip ? `; clipped ${d.clip} = ${c.clipped}` : "; no upper clip in this version") + `; score ${c.score}`;
       out.push(section(name, flaws, el("p", { class: "computation" }, computation)));
     });
