@@ -51,7 +51,7 @@ models:
     # A model with no unfinished session says 0, not null; its headline is the board's score.
     assert model["failed_samples"] == 0
     headline = model["headline"]
-    assert headline["scorer"] == "judge gpt-4o" and headline["n"] == 2 and headline["headline"].startswith("average")
+    assert headline["scorer"] == "judge gpt-4o-2024-08-06" and headline["n"] == 2 and headline["headline"].startswith("average")
     assert headline["ci"][0] <= headline["score"] <= headline["ci"][1]
     assert summary["comparisons"] == [{"benchmark": "coser", "report": None,
                                        "error": "skipped: 1 model(s) finished, a comparison needs two"}]
