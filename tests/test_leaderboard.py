@@ -154,9 +154,25 @@ def test_a_failed_anchor_says_which_values_fall_outside_and_ranks_nothing(anchor
     entry = board(anchored[0], "coser", version="coser-head")
     assert entry["anchor"]["status"] == "failed" and entry["anchor"]["run"] == "head-gpt4o"
     assert len(entry["anchor"]["reasons"]) == 5
-    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: paper 61.59 outside our interval [")
+    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: |delta| ")
+    assert "> margin 2.5; interval check (information): paper 61.59 outside our interval [" in entry["anchor"]["reasons"][0]
     assert all(delta < -5 for delta in entry["anchor"]["deltas"].values())  # the run scores about 40
     assert [r["rank"] for r in entry["rows"]] == [None]
+
+
+@pytest.mark.parametrize("shift, status", [(2.0, "reproduced"), (3.0, "failed")])
+def test_the_coser_anchor_is_decided_by_seed_004s_margins_not_by_the_interval(tmp_path, shift, status):
+    # Character Fidelity about `shift` above the paper: 2.0 is inside the 2.5 margin although the
+    # paper's value is far outside a 600-session interval; 3.0 is outside the margin.
+    coser_run(tmp_path / "runs" / "gpt4o", actor="gpt-4o-2024-08-06", seed=11,
+              targets={**PAPER, "Character Fidelity": PAPER["Character Fidelity"] + shift})
+    views, warnings = read_runs([tmp_path / "runs"], {})
+    assert warnings == []
+    entry = board(boards(views), "coser")
+    assert entry["anchor"]["status"] == status, entry["anchor"]
+    fidelity = next(r for r in entry["anchor"]["reasons"] if r.startswith("Character Fidelity"))
+    assert "interval check (information): paper 48.95 outside our interval" in fidelity
+    assert abs(entry["anchor"]["deltas"]["average"]) <= 1.0
 
 
 def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):

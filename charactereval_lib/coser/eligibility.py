@@ -22,7 +22,7 @@ from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import VERSIONS
 from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
@@ -35,7 +35,8 @@ FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continu
 MAX_FAILED_SHARE = 0.01
 # Hosts that route one model name to several providers: a row would mix providers (H27).
 ROUTERS = ("openrouter.ai",)
-# The paper prints two decimals: half a unit of the second widens the run's interval (engine.anchor).
+# The paper prints two decimals: half a unit of the second widens the run's interval in the
+# interval check shown beside the margin verdict (engine.anchor).
 ANCHOR_TOLERANCE = rounding_tolerance(2)
 
 
@@ -122,9 +123,10 @@ RULES = (
          _one_host),
 )
 
-ANCHOR_TEXT = ("a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose 95% scene-bootstrap "
-               "interval, widened by half a unit of the paper's second decimal, contains the paper's value for each "
-               "of the four dimensions and their average")
+ANCHOR_TEXT = (f"a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose four dimension "
+               f"scores each lie within {DIMENSION_MARGIN:g} points of the paper's and whose average lies within "
+               f"{AVERAGE_MARGIN:g} (seed 004 L15); whether the run's 95% scene-bootstrap interval contains the "
+               "paper's value is shown beside, as information")
 
 
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
@@ -154,9 +156,9 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
 
 
 def anchor(view: RunView) -> AnchorCheck | None:
-    """A run of the paper's actor: the paper's four dimensions and average against the run's
-    95% intervals, by the one comparison of ``engine.anchor`` (interval widened by half a unit
-    of the paper's second decimal)."""
+    """A run of the paper's actor: each of the paper's four dimensions within ``DIMENSION_MARGIN``
+    and its average within ``AVERAGE_MARGIN`` (``engine.anchor.compare_within_margin``, seed 004
+    L15); the 95% interval check is in each reason, as information."""
     paper = load_anchor()
     actor = ((view.manifest.get("coser") or {}).get("models") or {}).get("actor")
     if actor != paper["actor_model"]:
@@ -166,9 +168,10 @@ def anchor(view: RunView) -> AnchorCheck | None:
     for name in (*DIMENSIONS, "average"):
         cell = overall.get(name) or Interval()
         interval = (cell.low, cell.high) if cell.low is not None and cell.high is not None else None
-        results[name] = compare_to_paper(paper["dimensions"][name]["value"], cell.mean,
-                                         paper_pm=paper["dimensions"][name]["plus_minus"], interval=interval,
-                                         tolerance=ANCHOR_TOLERANCE)
+        results[name] = compare_within_margin(
+            paper["dimensions"][name]["value"], cell.mean, margin=AVERAGE_MARGIN if name == "average" else
+            DIMENSION_MARGIN, paper_pm=paper["dimensions"][name]["plus_minus"], interval=interval,
+            tolerance=ANCHOR_TOLERANCE)
     deltas = {name: r.delta for name, r in results.items() if r.delta is not None}
     outside = [f"{name}: {r.reason}" for name, r in results.items() if r.within is not True]
     if outside:
