@@ -53,6 +53,7 @@ class RunPage:
     manifest: Mapping[str, Any]
     report: Path | None  # the run's rendered report, copied beside the page
     explorer: Explorer
+    redacted: bool = False  # a site without test-set text: the explorer's details are redacted
 
 
 def vendor_bundle() -> tuple[str, str, str]:
@@ -113,11 +114,21 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
 # --- the index -------------------------------------------------------------------------------
 
 
+LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
+                   "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
+                   "allow (the CoSER repository carries no licence). `charactereval leaderboard --redact` writes a "
+                   "site without any test-set text.")
+REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
+                   "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
+
+
 def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str) -> str:
+    notice = (f'<p class="redacted">{esc(REDACTED_NOTICE)}</p>' if content.get("redacted")
+              else f'<p class="licence warning">{esc(LICENCE_WARNING)}</p>')
     parts = ['<header><h1>Leaderboard</h1>',
              f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
              '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
-             'Scores from different scorers never share a board.</p></header>']
+             'Scores from different scorers never share a board.</p>', notice, '</header>']
     if content.get("warnings"):
         parts.append('<section id="left-out"><h2>Left out</h2><ul class="reasons">'
                      + "".join(f"<li>{esc(w)}</li>" for w in content["warnings"]) + "</ul></section>")
@@ -206,6 +217,7 @@ def run_html(run: RunPage) -> str:
                  '<table id="samples" class="display compact" style="width:100%"></table>'
                  '<div id="detail" hidden></div></section>')
     report = ('<p>Its rendered report: <a href="report.html">report.html</a>.</p>' if run.report
+              else f'<p class="empty">{esc(REDACTED_NOTICE)}</p>' if run.redacted
               else '<p class="empty">No rendered report in the run directory (run <code>charactereval report</code> '
                    'or <code>charactereval coser report</code>, then build the site again).</p>')
     parts.append(f'<section id="report"><h2>Report</h2>{report}</section>')
