@@ -186,6 +186,26 @@ def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anch
     assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3*n) * 5)"' in detail
 
 
+def test_every_coser_board_shows_the_papers_published_rows_beside_its_runs_never_ranked(anchored):
+    content, out = anchored
+    for version in ("coser-paper", "coser-head"):
+        published = board(content, "coser", version=version)["published"]
+        assert len(published) == 21 and all("rank" not in r for r in published)
+        assert {r["model"] for r in published if r["authors_fine_tune"]} == {"CoSER-8B", "CoSER-70B"}
+        gpt4o = next(r for r in published if r["model"] == "GPT-4o")
+        assert (gpt4o["score"], gpt4o["pm"], gpt4o["dimensions"]["Character Fidelity"]) == (59.95, 0.5, 48.95)
+        assert "not reproduced here, never ranked" in gpt4o["note"]
+        assert ("not this board's coser-head" in gpt4o["note"]) == (version == "coser-head")
+    entry = board(content, "coser")
+    assert not {r["model"] for r in entry["rows"]} & {r["model"] for r in entry["published"]}  # never mixed
+    assert board(content, "charactereval")["published"] == []
+    index = (out / "index.html").read_text(encoding="utf-8")
+    coser_boards = sum(b["benchmark"] == "coser" for b in content["boards"])
+    assert coser_boards == 3 and all(len(b["published"]) == 21 for b in content["boards"] if b["benchmark"] == "coser")
+    assert index.count("Published in the paper (not reproduced here, never ranked)") == coser_boards
+    assert index.count('<tr class="published"><td>CoSER-70B <span class="fine-tune"') == coser_boards
+
+
 def test_json_csv_and_site_files_say_the_same(anchored):
     content, out = anchored
     on_disk = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))

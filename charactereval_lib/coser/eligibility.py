@@ -155,6 +155,32 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     return [view]
 
 
+# The CoSER authors' own models in the main table: LLaMA-3.1 fine-tuned on CoSER's training data
+# (the paper's CoSER-8B and CoSER-70B; CoSER-70B is also the paper's next-speaker model).
+AUTHORS_FINE_TUNES = ("CoSER-8B", "CoSER-70B")
+PUBLISHED_NOTE = ("published in the CoSER paper's main table (all 200 test scenes x 3 runs, GPT-4o judge and "
+                  "environment, CoSER-70B next speaker, the paper-era code {code}): not reproduced here, never ranked")
+
+
+def published(version: str) -> list[dict[str, Any]]:
+    """The paper's 21 published rows, shown beside every CoSER board (seed 004: a board sets its
+    runs beside the paper; the rows are the paper's numbers, not runs, so they are never ranked).
+    ``authors_fine_tune`` marks the CoSER authors' own models."""
+    from charactereval_lib.coser.reproduce import load_main_table
+
+    paper_version = load_anchor()["protocol_version"]
+    note = PUBLISHED_NOTE.format(code=paper_version if version == paper_version else
+                                 f"{paper_version}, not this board's {version}")
+    rows = []
+    for row in load_main_table():
+        values, pm = row["values"], row["plus_minus"]
+        rows.append({"model": row["model"], "section": row["section"],
+                     "authors_fine_tune": row["model"] in AUTHORS_FINE_TUNES,
+                     "score": values["Average"], "pm": pm["Average"],
+                     "dimensions": {d: values[d] for d in DIMENSIONS}, "note": note})
+    return sorted(rows, key=lambda r: -r["score"])
+
+
 def anchor(view: RunView) -> AnchorCheck | None:
     """A run of the paper's actor: each of the paper's four dimensions within ``DIMENSION_MARGIN``
     and its average within ``AVERAGE_MARGIN`` (``engine.anchor.compare_within_margin``, seed 004
@@ -189,4 +215,5 @@ SPEC = BoardSpec(
     anchor_text=ANCHOR_TEXT,
     read=read,
     anchor=anchor,
+    published=published,
 )

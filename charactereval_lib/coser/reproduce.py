@@ -120,13 +120,21 @@ def load_paper(split: str = "in-domain") -> dict[str, dict[str, tuple[float | No
                 paper.setdefault(row["model_key"], {}).update({
                     column: (_number(row[key]), _number(row[f"{key}_pm"]))
                     for column, key in _CSV_COLUMNS.items() if key in row})
-    with resource_path(MAIN_TABLE).open(encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if row["model_key"]:
-                paper.setdefault(row["model_key"], {}).update({
-                    column: (_number(row[_CSV_COLUMNS[column]]), _number(row[f"{_CSV_COLUMNS[column]}_pm"]))
-                    for column in ("BLEU", "ROUGE-L")})
+    for row in load_main_table():
+        if row["model_key"]:
+            paper.setdefault(row["model_key"], {}).update({
+                column: (row["values"][column], row["plus_minus"][column]) for column in ("BLEU", "ROUGE-L")})
     return paper
+
+
+def load_main_table() -> list[dict[str, Any]]:
+    """The paper's main results table (Table 2, 21 models) as shipped in data/reference/: per
+    row its section, model, each column's value and ± (column names as ``COLUMNS``)."""
+    with resource_path(MAIN_TABLE).open(encoding="utf-8") as f:
+        return [{"section": row["section"], "model": row["model"], "model_key": row["model_key"] or None,
+                 "values": {c: _number(row[k]) for c, k in _CSV_COLUMNS.items()},
+                 "plus_minus": {c: _number(row[f"{k}_pm"]) for c, k in _CSV_COLUMNS.items()}}
+                for row in csv.DictReader(f)]
 
 
 def rescore_critiques(document: dict[str, Any], formula: str = "length_penalty",

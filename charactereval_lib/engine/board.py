@@ -81,6 +81,9 @@ class BoardSpec:
     read: Callable[[Path, dict[str, Any], Mapping[str, Any]], list[RunView]]
     # None: the run is not an anchor run; else whether it reproduces the paper's row.
     anchor: Callable[[RunView], AnchorCheck | None]
+    # The paper's own published rows shown beside a board of this protocol version (never
+    # ranked, never mixed with the runs): version -> rows (``model``, ``score``, ``note``, ...).
+    published: Callable[[str], list[dict[str, Any]]] | None = None
 
     def check(self, view: RunView) -> list[str]:
         return [f"{rule.name}: {reason}" for rule in self.rules for reason in rule.check(view)]
@@ -175,7 +178,7 @@ def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> di
         eligible = [v for v in members if not v.reasons]
         ranked = rank_rows(eligible) if anchor["status"] == REPRODUCED else [row_of(v) for v in eligible]
         others = [row_of(v) for v in sorted(members, key=lambda v: v.model) if v.reasons]
-        board.update(anchor=anchor, rows=ranked + others)
+        board.update(anchor=anchor, rows=ranked + others, published=spec.published(version) if spec.published else [])
         boards.append(board)
     return {"boards": boards, "archived": archived}
 

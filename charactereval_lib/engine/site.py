@@ -193,7 +193,28 @@ def _board_html(board: Mapping[str, Any]) -> str:
                        f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
+    out.append(_published_html(board.get("published") or []))
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _published_html(published: Sequence[Mapping[str, Any]]) -> str:
+    """The paper's own rows beside a board: labelled as published numbers, never ranked."""
+    if not published:
+        return ""
+    dimensions = list(published[0].get("dimensions") or {})
+    head = "".join(f"<th>{esc(d)}</th>" for d in dimensions)
+    out = [f'<h3>Published in the paper (not reproduced here, never ranked)</h3><p class="meta">'
+           f'{esc(published[0]["note"])}. † the paper authors\' own fine-tuned model.</p>'
+           f'<table class="published"><thead><tr><th>model</th><th>score</th>{head}</tr></thead><tbody>']
+    for row in published:
+        mark = ' <span class="fine-tune" title="the paper authors\' own fine-tuned model">†</span>' \
+            if row.get("authors_fine_tune") else ""
+        pm = f" ± {row['pm']:g}" if row.get("pm") is not None else ""
+        cells = "".join(f"<td>{fmt(v, 2)}</td>" for v in (row.get("dimensions") or {}).values())
+        out.append(f'<tr class="published"><td>{esc(row["model"])}{mark}</td><td>{fmt(row["score"], 2)}{esc(pm)}</td>'
+                   f"{cells}</tr>")
+    out.append("</tbody></table>")
     return "\n".join(out)
 
 
