@@ -12,6 +12,7 @@ import pytest
 
 from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.eligibility import RELEASED
 from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST, model_label
 from charactereval_lib.leaderboard import boards, build, read_runs, write
@@ -36,8 +37,10 @@ def runs_dir(tmp_path_factory):
     charactereval_run(ce / "unscored", data, model="half-done", seed=4, unscored=100)
     charactereval_run(ce / "test-checkpoint", data, model="tiny-scored", seed=5, checkpoint=None)
     charactereval_run(ce / "old", data, model="old-protocol", seed=6, protocol_version="charactereval-0.9")
-    anchor = root / "anchor" / "chatglm3"
-    released_run(anchor, data, root / "released", paper_row="ChatGLM3-6B", file_key="chatglm3_6b", seed=7)
+    # The anchor needs all five released generations (seed 000 D1/D5).
+    for seed, (file_key, paper_row) in enumerate(RELEASED.items(), start=7):
+        released_run(root / "anchor" / file_key, data, root / "released" / file_key, paper_row=paper_row,
+                     file_key=file_key, seed=seed)
     co = root / "runs" / "coser"
     coser_run(co / "gpt4o", actor="gpt-4o-2024-08-06", targets=PAPER, seed=1)
     coser_run(co / "actor-b", actor="actor-b", level=70, seed=2, failed_sessions=3)
@@ -81,7 +84,7 @@ def views(runs_dir):
 @pytest.fixture(scope="module")
 def gated(views):
     """The CharacterEval runs without their anchor run: that board must rank nothing."""
-    return boards([v for v in views if v.benchmark == "charactereval" and v.path.name != "chatglm3"]), []
+    return boards([v for v in views if v.benchmark == "charactereval" and v.path.parent.name != "anchor"]), []
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +101,17 @@ def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
     eligible = [r for r in entry["rows"] if r["eligible"]]
     assert {r["run"] for r in eligible} == {"strong", "strong-twin", "weak"}
     assert all(r["rank"] is None for r in entry["rows"])
+
+
+def test_a_charactereval_anchor_with_some_released_generations_is_pending_and_names_the_missing(views):
+    present = ("chatglm3_6b", "baichuan_7b", "xverse_7b")
+    content = boards([v for v in views if v.benchmark == "charactereval"
+                      and (v.path.parent.name != "anchor" or v.path.name in present)])
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "pending"
+    assert sorted(entry["anchor"]["run"].split(", ")) == sorted(present)
+    assert entry["anchor"]["reasons"][-1].startswith("still missing 2 of the 5 anchor runs: Qwen-7B, InternLM-7B (")
+    assert len(entry["anchor"]["deltas"]) == 3 * 15 and all(r["rank"] is None for r in entry["rows"])
 
 
 def test_ineligible_runs_say_every_reason(gated):
@@ -119,16 +133,18 @@ def test_older_protocol_versions_are_archived_unranked(gated):
 def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
     content, _ = anchored
     entry = board(content, "charactereval")
-    assert entry["anchor"]["status"] == "reproduced" and entry["anchor"]["run"] == "chatglm3"
-    assert len(entry["anchor"]["deltas"]) == 15
-    assert "all 12 metric means within 0.0005" in entry["anchor"]["reasons"][0]
+    assert entry["anchor"]["status"] == "reproduced"
+    assert entry["anchor"]["run"].split(", ") == list(RELEASED)  # all five released generations
+    assert len(entry["anchor"]["deltas"]) == 5 * 15
+    assert [r.split(":")[0] for r in entry["anchor"]["reasons"]] == list(RELEASED.values())
+    assert all("all 12 metric means within 0.0005" in r for r in entry["anchor"]["reasons"])
     ranked = [r for r in entry["rows"] if r["rank"] is not None]
-    # The anchor's own run is an eligible run of the board and ranked like the others.
-    assert [r["run"] for r in ranked][2:] == ["weak", "chatglm3"]
+    # The anchor's own runs are eligible runs of the board and ranked like the others.
+    assert {r["run"] for r in ranked} == {"strong", "strong-twin", "weak", *RELEASED}
     assert {r["run"] for r in ranked[:2]} == {"strong", "strong-twin"}
     # Same quality, different noise: the signed-rank test cannot separate them, so they tie.
     assert [r["rank"] for r in ranked[:2]] == [1, 1] and ranked[1]["tie_test"]["tied_with_above"]
-    assert [r["rank"] for r in ranked[2:]] == [3, 4] and all(r["tie_test"]["p"] < 0.05 for r in ranked[2:])
+    assert ranked[2]["rank"] == 3 and ranked[2]["tie_test"]["p"] < 0.05
     for r in ranked:
         assert r["ci"][0] < r["score"] < r["ci"][1]
     assert entry["tie_test"] == TIE_TEST

@@ -64,6 +64,8 @@ class AnchorCheck:
     status: str  # REPRODUCED or FAILED
     reasons: list[str]
     deltas: dict[str, float]
+    # Which of the spec's ``anchor_parts`` this run anchors (None: the spec has no parts).
+    part: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class BoardSpec:
     read: Callable[[Path, dict[str, Any], Mapping[str, Any]], list[RunView]]
     # None: the run is not an anchor run; else whether it reproduces the paper's row.
     anchor: Callable[[RunView], AnchorCheck | None]
+    # The runs the anchor needs, all of them (e.g. every released generation); empty: any one
+    # anchor run that reproduces the paper suffices.
+    anchor_parts: tuple[str, ...] = ()
     # The paper's own published rows shown beside a board of this protocol version (never
     # ranked, never mixed with the runs): version -> rows (``model``, ``score``, ``note``, ...).
     published: Callable[[str], list[dict[str, Any]]] | None = None
@@ -146,6 +151,8 @@ def anchor_state(spec: BoardSpec, views: Sequence[RunView]) -> dict[str, Any]:
     outside, and by how much), or pending (no anchor run yet, and what is missing)."""
     checks = [(v, spec.anchor(v)) for v in views]
     candidates = [(v, c) for v, c in checks if c is not None]
+    if spec.anchor_parts:
+        return _anchor_of_parts(spec, candidates)
     for view, check in candidates:
         if check.status == REPRODUCED and not view.reasons:
             return {"status": REPRODUCED, "run": view.path.name, "reasons": check.reasons, "deltas": check.deltas}
@@ -156,6 +163,38 @@ def anchor_state(spec: BoardSpec, views: Sequence[RunView]) -> dict[str, Any]:
         return {"status": status, "run": view.path.name, "reasons": reasons, "deltas": check.deltas}
     return {"status": PENDING, "run": None, "reasons": [f"no anchor run on this board: {spec.anchor_text}"],
             "deltas": {}}
+
+
+def _anchor_of_parts(spec: BoardSpec, candidates: Sequence[tuple[RunView, AnchorCheck]]) -> dict[str, Any]:
+    """The gate of an anchor made of several runs (``BoardSpec.anchor_parts``): reproduced when
+    every part has an eligible run that reproduces its row; failed when a part's run falls
+    outside; else pending, naming the parts still missing. Deltas are keyed ``part: name``."""
+    done: dict[str, tuple[RunView, AnchorCheck]] = {}
+    tried: dict[str, tuple[RunView, AnchorCheck]] = {}
+    for view, check in candidates:
+        if check.status == REPRODUCED and not view.reasons:
+            done.setdefault(check.part or "", (view, check))
+        else:
+            tried.setdefault(check.part or "", (view, check))
+    deltas = {f"{part}: {name}": value for part, (_, check) in sorted({**tried, **done}.items())
+              for name, value in check.deltas.items()}
+    runs_used = [done[part][0].path.name for part in spec.anchor_parts if part in done]
+    if all(part in done for part in spec.anchor_parts):
+        reasons = [reason for part in spec.anchor_parts for reason in done[part][1].reasons]
+        return {"status": REPRODUCED, "run": ", ".join(runs_used), "reasons": reasons, "deltas": deltas}
+    reasons, status = [], PENDING
+    for part in spec.anchor_parts:
+        if part in done or part not in tried:
+            continue
+        view, check = tried[part]
+        status = FAILED if check.status == FAILED else status
+        reasons += list(check.reasons) + [f"{part}: anchor run not eligible: {r}" for r in view.reasons]
+    missing = [part for part in spec.anchor_parts if part not in done and part not in tried]
+    if missing:
+        reasons.append(f"still missing {len(missing)} of the {len(spec.anchor_parts)} anchor runs: "
+                       f"{', '.join(missing)} ({spec.anchor_text})")
+    named = [view.path.name for part, (view, _) in tried.items() if part not in done] + runs_used
+    return {"status": status, "run": ", ".join(named) or None, "reasons": reasons, "deltas": deltas}
 
 
 def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> dict[str, Any]:
