@@ -342,3 +342,31 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
         f"all-samples: {MAX_FAILED + 1} scored samples failed (None/ERROR), more than {MAX_FAILED} (1% of 4531)"]
     assert reasons(failed_scored=1, rows=8031, failed_rows=None) == [
         "all-rows-scored: the official data is not available to count the rows of the failed samples"]
+
+
+def test_a_charactereval_row_says_how_its_replies_were_decoded(anchored):
+    # Seed 001 row 9 / U1: the paper gives no decoding settings, so each row shows them.
+    from charactereval_lib.charactereval.eligibility import decoding_text
+    from charactereval_lib.engine.manifest import GenerationSection
+
+    hf = GenerationSection(backend="hf", parameters={"max_tokens": 1024, "temperature": None}, decoding_used={
+        "do_sample": True, "temperature": 0.8, "top_p": 0.8, "top_k": 50, "max_new_tokens": 1024, "seed": None,
+        "source": "the model's generation_config"})
+    assert decoding_text(hf) == ("sampling: temperature 0.8, top_p 0.8, top_k 50, at most 1024 new tokens "
+                                 "(the model's generation_config)")
+    greedy = GenerationSection(backend="hf", decoding_used={"do_sample": False, "max_new_tokens": 64, "seed": 3,
+                                                            "source": "asked, over the model's generation_config"})
+    assert decoding_text(greedy) == "greedy, at most 64 new tokens, seed 3 (asked, over the model's generation_config)"
+    api = GenerationSection(backend="openai", parameters={"max_tokens": 1024, "temperature": 0.8, "top_p": None})
+    assert decoding_text(api) == "temperature 0.8, top_p provider default, at most 1024 tokens"
+    assert decoding_text(GenerationSection(backend="import-official")) == "decoding not recorded (imported replies)"
+    content, out = anchored
+    entry = board(content, "charactereval")
+    assert row(entry, "strong")["decoding"] == "offline placeholder replies (no model, no decoding)"
+    assert row(entry, "chatglm3_6b")["decoding"] == "decoding not recorded (imported replies)"
+    assert all(r["decoding"] is None for r in board(content, "coser")["rows"])
+    assert '<small class="decoding">decoding not recorded (imported replies)</small>' in (
+        out / "index.html").read_text(encoding="utf-8")
+    lines = list(csv.DictReader((out / "leaderboard.csv").open(encoding="utf-8")))
+    assert {line["decoding"] for line in lines if line["run"] == "strong"} == {
+        "offline placeholder replies (no model, no decoding)"}

@@ -167,7 +167,7 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManife
     generation = typed.generation or GenerationSection()
     view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
                    model_label(str(generation.model or run.path.name), generation.parameters), manifest,
-                   n=len(frame), failures=common["failed_scored"], facts=facts)
+                   n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation))
     if len(frame):
         stats = metric_statistics(frame)
         overall = dimension_draws(stats.draws).mean(axis=1)
@@ -177,6 +177,27 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManife
         view.clusters = frame.groupby("id")["score"].mean().to_dict()
         view.facts["stats"] = stats
     return view
+
+
+def decoding_text(generation: GenerationSection) -> str:
+    """How the run's replies were decoded, for its board row (seed 001 row 9, U1: the paper gives
+    no settings, so they are part of what a row says): the values the hf backend used, or what
+    was sent to an API (an unsent value is the provider's default)."""
+    if generation.backend == "offline":
+        return "offline placeholder replies (no model, no decoding)"
+    used = generation.model_dump().get("decoding_used")
+    if used:
+        how = (f"sampling: temperature {used.get('temperature')}, top_p {used.get('top_p')}, top_k {used.get('top_k')}"
+               if used.get("do_sample") else "greedy")
+        seed = f", seed {used['seed']}" if used.get("seed") is not None else ""
+        return f"{how}, at most {used.get('max_new_tokens')} new tokens{seed} ({used.get('source')})"
+    parameters = generation.parameters
+    if not parameters:
+        return "decoding not recorded (imported replies)"
+    sent = {k: parameters.get(k) for k in ("temperature", "top_p")}
+    values = ", ".join(f"{k} {'provider default' if v is None else v}" for k, v in sent.items())
+    seed = f", seed {parameters['seed']}" if parameters.get("seed") is not None else ""
+    return f"{values}, at most {parameters.get('max_tokens')} tokens{seed}"
 
 
 def anchor(view: RunView) -> AnchorCheck | None:

@@ -57,6 +57,8 @@ class RunView:
     failures: int = 0  # excluded from every mean, counted
     facts: dict[str, Any] = field(default_factory=dict)  # benchmark-specific, for the rules and the site
     reasons: list[str] = field(default_factory=list)
+    # How the replies were decoded, where the protocol leaves it to the run (shown on its row).
+    decoding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def row_of(view: RunView) -> dict[str, Any]:
     return {"run": view.path.name, "model": view.model, "eligible": not view.reasons,
             "reasons": list(view.reasons), "rank": None, "score": _num(view.score),
             "ci": [_num(view.ci[0]), _num(view.ci[1])] if view.score is not None else None,
-            "n": view.n, "failures": view.failures, "page": page_name(view)}
+            "n": view.n, "failures": view.failures, "page": page_name(view), "decoding": view.decoding}
 
 
 def page_name(view: RunView) -> str:
@@ -223,7 +225,7 @@ def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> di
 
 
 CSV_COLUMNS = ["section", "benchmark", "protocol_version", "scorer", "anchor_status", "rank", "run", "model",
-               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons"]
+               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons", "decoding"]
 
 
 def boards_csv(content: Mapping[str, Any]) -> str:
@@ -238,5 +240,5 @@ def boards_csv(content: Mapping[str, Any]) -> str:
                 ci = row["ci"] or [None, None]
                 writer.writerow([section, board["benchmark"], board["protocol_version"], board["scorer"], status,
                                  row["rank"], row["run"], row["model"], row["eligible"], row["score"], ci[0], ci[1],
-                                 row["n"], row["failures"], " | ".join(row["reasons"])])
+                                 row["n"], row["failures"], " | ".join(row["reasons"]), row.get("decoding")])
     return out.getvalue()

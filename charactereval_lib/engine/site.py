@@ -151,6 +151,10 @@ def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], b
     return page("Leaderboard", "\n".join(parts), depth=0)
 
 
+def _decoding(row: Mapping[str, Any]) -> str:
+    return f'<br><small class="decoding">{esc(row["decoding"])}</small>' if row.get("decoding") else ""
+
+
 def _board_html(board: Mapping[str, Any]) -> str:
     anchor = board.get("anchor")
     key = f'{board["benchmark"]}|{board["protocol_version"]}|{board["scorer"]}'
@@ -180,7 +184,7 @@ def _board_html(board: Mapping[str, Any]) -> str:
         if row.get("tie_test") and row["tie_test"]["tied_with_above"]:
             rank += ' <span class="tie" title="not separated from the row above">(tied)</span>'
         ci = row["ci"] or [None, None]
-        out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}</td>'
+        out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}{_decoding(row)}</td>'
                    f'<td><a href="runs/{esc(row["page"])}/index.html">{esc(row["run"])}</a></td>'
                    f'<td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td><td>{row["n"]}</td>'
                    f'<td>{row["failures"]}</td></tr>')
@@ -189,7 +193,7 @@ def _board_html(board: Mapping[str, Any]) -> str:
         out.append('<h3>Not eligible</h3><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
                    '<th>score</th><th>why</th></tr></thead><tbody>')
         for row in others:
-            out.append(f'<tr><td>{esc(row["model"])}</td><td><a href="runs/{esc(row["page"])}/index.html">'
+            out.append(f'<tr><td>{esc(row["model"])}{_decoding(row)}</td><td><a href="runs/{esc(row["page"])}/index.html">'
                        f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
