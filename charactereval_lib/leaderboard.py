@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,16 @@ class Benchmark:
     explorer: Callable[[RunView, Mapping[str, Any]], site.Explorer]
     # The rendered report a run directory may hold (None: the benchmark has none).
     report: str
+    # One explorer detail record without test-set text (a redacted site).
+    redact: Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     declared.name: Benchmark(benchmarks.resolve(declared.board, f"benchmark {declared.name!r}, board"),
                              declared.recognises_manifest,
                              benchmarks.resolve(declared.explorer, f"benchmark {declared.name!r}, explorer"),
-                             declared.report)
+                             declared.report,
+                             benchmarks.resolve(declared.redact, f"benchmark {declared.name!r}, redact"))
     for declared in benchmarks.registry().values() if declared.board is not None
 }
 
@@ -102,26 +105,31 @@ def boards(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+          context: Mapping[str, Any], redact: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Read every run, build the boards, write the site into ``out``; returns the
     ``leaderboard.json`` content and the warnings (runs left out, and why)."""
     views, warnings = read_runs(paths, context)
-    return write(views, warnings, out, context=context), warnings
+    return write(views, warnings, out, context=context, redact=redact), warnings
 
 
 def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any]) -> dict[str, Any]:
-    """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content."""
+          context: Mapping[str, Any], redact: bool = False) -> dict[str, Any]:
+    """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content.
+    ``redact``: a site without test-set text (seed 004 H34): ranks, scores, intervals, per-sample
+    ids, scores and flaw severities, but no context, profile, scene, dialogue, reply or critique
+    (each benchmark's ``redact`` strips its explorer details; rendered reports are left out)."""
     content = boards(views)
     content["runs"] = len({v.path for v in views})
     content["warnings"] = list(warnings)
-    pages = list(_pages(content, views, context))
+    content["redacted"] = redact
+    pages = list(_pages(content, views, context, redact))
     rules = {b.spec.title: b.spec.rules for b in BENCHMARKS.values()}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
     return content
 
 
-def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any]) -> Iterable[site.RunPage]:
+def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any],
+           redact: bool) -> Iterable[site.RunPage]:
     by_page = {board.page_name(v): v for v in views}
     for section in ("boards", "archived"):
         for entry in content[section]:
@@ -130,5 +138,8 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
                 view = by_page[row["page"]]
                 spec = BENCHMARKS[view.benchmark]
                 report = view.path / spec.report
+                explorer = spec.explorer(view, context)
+                if redact:
+                    explorer = replace(explorer, details=[spec.redact(d) for d in explorer.details])
                 yield site.RunPage(row["page"], spec.spec.title, label, row, view.manifest,
-                                   report if report.is_file() else None, spec.explorer(view, context))
+                                   report if report.is_file() and not redact else None, explorer, redact)

@@ -8,8 +8,9 @@ notes the notebook shows are built here from the JSON document alone.
 
 ``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
 "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within", "reason", ...}]}``;
-``delta`` is recomputed minus paper, ``within`` the anchor decision (``engine.anchor``), values
-null where they do not exist.
+``delta`` is recomputed minus paper, ``within`` the anchor decision (``engine.anchor``; the
+document's ``verdict`` says its rule where it is not the interval rule, and ``interval_within``
+then gives the interval check as information), values null where they do not exist.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+_INTERVAL_VERDICT = ("within tolerance (the paper's value inside our 95% interval, widened by half a unit of its last "
+                     "printed digit: {tolerance:g})")
+
+
 def header_markdown(document: dict[str, Any]) -> str:
     benchmark = document["benchmark"]
     decided = [r for r in document["rows"] if r["within"] is not None]
@@ -106,9 +111,9 @@ def header_markdown(document: dict[str, Any]) -> str:
     return (f"# Reproduction: {_declared(benchmark).title}\n\n"
             f"Every number the released files allow, recomputed and set beside the paper: "
             f"{len(document['files'])} released file(s), {len(document['rows'])} cells, "
-            f"{len(decided)} with a published value and a recomputed one, of which **{inside}** reproduce the paper "
-            f"within tolerance (the paper's value inside our 95% interval, widened by half a unit of its last printed "
-            f"digit: {document['tolerance']:g}). {rendered_by()}")
+            f"{len(decided)} with a published value, a recomputed one and a verdict, of which **{inside}** reproduce "
+            f"the paper: {document.get('verdict') or _INTERVAL_VERDICT.format(tolerance=document['tolerance'])}. "
+            f"{rendered_by()}")
 
 
 def notes(document: dict[str, Any]) -> list[str]:
@@ -174,6 +179,8 @@ def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, dig
             "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
             "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",
             "within": {True: "yes", False: "NO", None: "–"}[r["within"]],
+            **({"interval check": {True: "inside", False: "outside", None: "–"}[r["interval_within"]]}
+               if "interval_within" in r else {}),
             "reasons": ", ".join(str(numbers[reason]) for reason in r["reasons"])})
     return pd.DataFrame.from_records(records)
 

@@ -155,3 +155,36 @@ def test_runs_on_cuda_in_bfloat16(model_dirs, tmp_path):
     assert summary.ok == 5 and not summary.errors
     generation = runs.load_manifest(tmp_path / "run")["generation"]
     assert generation["loaded_dtype"] == "bfloat16" and generation["device"] == "cuda"
+
+
+@pytest.fixture(scope="module")
+def sampling_model(model_dirs, tmp_path_factory):
+    """The random model with a generation config that samples, as many chat models ship."""
+    import shutil
+
+    path = tmp_path_factory.mktemp("sampling") / "model"
+    shutil.copytree(model_dirs["random"], path)
+    transformers.GenerationConfig(do_sample=True, temperature=0.7, top_p=0.85, top_k=20, bos_token_id=1,
+                                  eos_token_id=0, pad_token_id=0).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("asked, used", [
+    ({}, {"do_sample": True, "temperature": 0.7, "top_p": 0.85, "top_k": 20, "source": "the model's generation_config"}),
+    ({"temperature": 0}, {"do_sample": False, "temperature": None, "top_p": None, "top_k": None,
+                          "source": "asked, over the model's generation_config"}),
+    ({"temperature": 0.5}, {"do_sample": True, "temperature": 0.5, "top_p": 0.85, "top_k": 20,
+                            "source": "asked, over the model's generation_config"}),
+], ids=["model-defaults", "greedy-asked", "temperature-asked"])
+def test_without_settings_the_models_own_generation_config_decides_and_the_values_used_are_recorded(
+        sampling_model, tmp_path, asked, used):
+    # Seed 001 row 9 / U1: the model's defaults unless settings are given; greedy only when asked.
+    data = synthetic_data(2)
+    params = DecodingParams.resolve(max_tokens=MAX_TOKENS, seed=3, **asked)
+    _, summary, _ = generate(sampling_model, tmp_path / "run", data, batch_size=2, params=params)
+    assert summary.ok == 2
+    generation = runs.load_manifest(tmp_path / "run")["generation"]
+    assert {k: generation["decoding_used"][k] for k in used} == used
+    assert generation["decoding_used"]["max_new_tokens"] == MAX_TOKENS
+    assert generation["decoding"] == ("sampling" if used["do_sample"] else "greedy")
+    assert generation["identity"]["unset_decoding"] == "the model's generation_config"

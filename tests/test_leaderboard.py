@@ -12,6 +12,7 @@ import pytest
 
 from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.eligibility import RELEASED
 from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST, model_label
 from charactereval_lib.leaderboard import boards, build, read_runs, write
@@ -36,8 +37,10 @@ def runs_dir(tmp_path_factory):
     charactereval_run(ce / "unscored", data, model="half-done", seed=4, unscored=100)
     charactereval_run(ce / "test-checkpoint", data, model="tiny-scored", seed=5, checkpoint=None)
     charactereval_run(ce / "old", data, model="old-protocol", seed=6, protocol_version="charactereval-0.9")
-    anchor = root / "anchor" / "chatglm3"
-    released_run(anchor, data, root / "released", paper_row="ChatGLM3-6B", file_key="chatglm3_6b", seed=7)
+    # The anchor needs all five released generations (seed 000 D1/D5).
+    for seed, (file_key, paper_row) in enumerate(RELEASED.items(), start=7):
+        released_run(root / "anchor" / file_key, data, root / "released" / file_key, paper_row=paper_row,
+                     file_key=file_key, seed=seed)
     co = root / "runs" / "coser"
     coser_run(co / "gpt4o", actor="gpt-4o-2024-08-06", targets=PAPER, seed=1)
     coser_run(co / "actor-b", actor="actor-b", level=70, seed=2, failed_sessions=3)
@@ -83,7 +86,7 @@ def views(runs_dir):
 @pytest.fixture(scope="module")
 def gated(views):
     """The CharacterEval runs without their anchor run: that board must rank nothing."""
-    return boards([v for v in views if v.benchmark == "charactereval" and v.path.name != "chatglm3"]), []
+    return boards([v for v in views if v.benchmark == "charactereval" and v.path.parent.name != "anchor"]), []
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +103,17 @@ def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
     eligible = [r for r in entry["rows"] if r["eligible"]]
     assert {r["run"] for r in eligible} == {"strong", "strong-twin", "weak"}
     assert all(r["rank"] is None for r in entry["rows"])
+
+
+def test_a_charactereval_anchor_with_some_released_generations_is_pending_and_names_the_missing(views):
+    present = ("chatglm3_6b", "baichuan_7b", "xverse_7b")
+    content = boards([v for v in views if v.benchmark == "charactereval"
+                      and (v.path.parent.name != "anchor" or v.path.name in present)])
+    entry = board(content, "charactereval")
+    assert entry["anchor"]["status"] == "pending"
+    assert sorted(entry["anchor"]["run"].split(", ")) == sorted(present)
+    assert entry["anchor"]["reasons"][-1].startswith("still missing 2 of the 5 anchor runs: Qwen-7B, InternLM-7B (")
+    assert len(entry["anchor"]["deltas"]) == 3 * 15 and all(r["rank"] is None for r in entry["rows"])
 
 
 def test_ineligible_runs_say_every_reason(gated):
@@ -121,16 +135,18 @@ def test_older_protocol_versions_are_archived_unranked(gated):
 def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
     content, _ = anchored
     entry = board(content, "charactereval")
-    assert entry["anchor"]["status"] == "reproduced" and entry["anchor"]["run"] == "chatglm3"
-    assert len(entry["anchor"]["deltas"]) == 15
-    assert "all 12 metric means within 0.0005" in entry["anchor"]["reasons"][0]
+    assert entry["anchor"]["status"] == "reproduced"
+    assert entry["anchor"]["run"].split(", ") == list(RELEASED)  # all five released generations
+    assert len(entry["anchor"]["deltas"]) == 5 * 15
+    assert [r.split(":")[0] for r in entry["anchor"]["reasons"]] == list(RELEASED.values())
+    assert all("all 12 metric means within 0.0005" in r for r in entry["anchor"]["reasons"])
     ranked = [r for r in entry["rows"] if r["rank"] is not None]
-    # The anchor's own run is an eligible run of the board and ranked like the others.
-    assert [r["run"] for r in ranked][2:] == ["weak", "chatglm3"]
+    # The anchor's own runs are eligible runs of the board and ranked like the others.
+    assert {r["run"] for r in ranked} == {"strong", "strong-twin", "weak", *RELEASED}
     assert {r["run"] for r in ranked[:2]} == {"strong", "strong-twin"}
     # Same quality, different noise: the signed-rank test cannot separate them, so they tie.
     assert [r["rank"] for r in ranked[:2]] == [1, 1] and ranked[1]["tie_test"]["tied_with_above"]
-    assert [r["rank"] for r in ranked[2:]] == [3, 4] and all(r["tie_test"]["p"] < 0.05 for r in ranked[2:])
+    assert ranked[2]["rank"] == 3 and ranked[2]["tie_test"]["p"] < 0.05
     for r in ranked:
         assert r["ci"][0] < r["score"] < r["ci"][1]
     assert entry["tie_test"] == TIE_TEST
@@ -156,9 +172,25 @@ def test_a_failed_anchor_says_which_values_fall_outside_and_ranks_nothing(anchor
     entry = board(anchored[0], "coser", version="coser-head")
     assert entry["anchor"]["status"] == "failed" and entry["anchor"]["run"] == "head-gpt4o"
     assert len(entry["anchor"]["reasons"]) == 5
-    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: paper 61.59 outside our interval [")
+    assert entry["anchor"]["reasons"][0].startswith("Storyline Consistency: |delta| ")
+    assert "> margin 2.5; interval check (information): paper 61.59 outside our interval [" in entry["anchor"]["reasons"][0]
     assert all(delta < -5 for delta in entry["anchor"]["deltas"].values())  # the run scores about 40
     assert [r["rank"] for r in entry["rows"]] == [None]
+
+
+@pytest.mark.parametrize("shift, status", [(2.0, "reproduced"), (3.0, "failed")])
+def test_the_coser_anchor_is_decided_by_seed_004s_margins_not_by_the_interval(tmp_path, shift, status):
+    # Character Fidelity about `shift` above the paper: 2.0 is inside the 2.5 margin although the
+    # paper's value is far outside a 600-session interval; 3.0 is outside the margin.
+    coser_run(tmp_path / "runs" / "gpt4o", actor="gpt-4o-2024-08-06", seed=11,
+              targets={**PAPER, "Character Fidelity": PAPER["Character Fidelity"] + shift})
+    views, warnings = read_runs([tmp_path / "runs"], {})
+    assert warnings == []
+    entry = board(boards(views), "coser")
+    assert entry["anchor"]["status"] == status, entry["anchor"]
+    fidelity = next(r for r in entry["anchor"]["reasons"] if r.startswith("Character Fidelity"))
+    assert "interval check (information): paper 48.95 outside our interval" in fidelity
+    assert abs(entry["anchor"]["deltas"]["average"]) <= 1.0
 
 
 def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
@@ -282,6 +314,26 @@ def test_a_site_built_inside_an_input_folder_is_passed_over_by_the_next_build(ru
         build([tmp_path / "runs" / "site"], tmp_path / "other", context={})
 
 
+def test_every_coser_board_shows_the_papers_published_rows_beside_its_runs_never_ranked(anchored):
+    content, out = anchored
+    for version in ("coser-paper", "coser-head"):
+        published = board(content, "coser", version=version)["published"]
+        assert len(published) == 21 and all("rank" not in r for r in published)
+        assert {r["model"] for r in published if r["authors_fine_tune"]} == {"CoSER-8B", "CoSER-70B"}
+        gpt4o = next(r for r in published if r["model"] == "GPT-4o")
+        assert (gpt4o["score"], gpt4o["pm"], gpt4o["dimensions"]["Character Fidelity"]) == (59.95, 0.5, 48.95)
+        assert "not reproduced here, never ranked" in gpt4o["note"]
+        assert ("not this board's coser-head" in gpt4o["note"]) == (version == "coser-head")
+    entry = board(content, "coser")
+    assert not {r["model"] for r in entry["rows"]} & {r["model"] for r in entry["published"]}  # never mixed
+    assert board(content, "charactereval")["published"] == []
+    index = (out / "index.html").read_text(encoding="utf-8")
+    coser_boards = sum(b["benchmark"] == "coser" for b in content["boards"])
+    assert coser_boards == 3 and all(len(b["published"]) == 21 for b in content["boards"] if b["benchmark"] == "coser")
+    assert index.count("Published in the paper (not reproduced here, never ranked)") == coser_boards
+    assert index.count('<tr class="published"><td>CoSER-70B <span class="fine-tune"') == coser_boards
+
+
 def test_json_csv_and_site_files_say_the_same(anchored):
     content, out = anchored
     on_disk = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
@@ -400,3 +452,31 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
     assert reasons(rows=358, failed_rows=None) == ["all-rows-scored: 358 rows, not the protocol's 8032"]
     assert reasons(failed_scored=1, rows=8031, failed_rows=None) == [
         "all-rows-scored: the official data is not available to count the rows of the failed samples"]
+
+
+def test_a_charactereval_row_says_how_its_replies_were_decoded(anchored):
+    # Seed 001 row 9 / U1: the paper gives no decoding settings, so each row shows them.
+    from charactereval_lib.charactereval.eligibility import decoding_text
+    from charactereval_lib.engine.manifest import GenerationSection
+
+    hf = GenerationSection(backend="hf", parameters={"max_tokens": 1024, "temperature": None}, decoding_used={
+        "do_sample": True, "temperature": 0.8, "top_p": 0.8, "top_k": 50, "max_new_tokens": 1024, "seed": None,
+        "source": "the model's generation_config"})
+    assert decoding_text(hf) == ("sampling: temperature 0.8, top_p 0.8, top_k 50, at most 1024 new tokens "
+                                 "(the model's generation_config)")
+    greedy = GenerationSection(backend="hf", decoding_used={"do_sample": False, "max_new_tokens": 64, "seed": 3,
+                                                            "source": "asked, over the model's generation_config"})
+    assert decoding_text(greedy) == "greedy, at most 64 new tokens, seed 3 (asked, over the model's generation_config)"
+    api = GenerationSection(backend="openai", parameters={"max_tokens": 1024, "temperature": 0.8, "top_p": None})
+    assert decoding_text(api) == "temperature 0.8, top_p provider default, at most 1024 tokens"
+    assert decoding_text(GenerationSection(backend="import-official")) == "decoding not recorded (imported replies)"
+    content, out = anchored
+    entry = board(content, "charactereval")
+    assert row(entry, "strong")["decoding"] == "offline placeholder replies (no model, no decoding)"
+    assert row(entry, "chatglm3_6b")["decoding"] == "decoding not recorded (imported replies)"
+    assert all(r["decoding"] is None for r in board(content, "coser")["rows"])
+    assert '<small class="decoding">decoding not recorded (imported replies)</small>' in (
+        out / "index.html").read_text(encoding="utf-8")
+    lines = list(csv.DictReader((out / "leaderboard.csv").open(encoding="utf-8")))
+    assert {line["decoding"] for line in lines if line["run"] == "strong"} == {
+        "offline placeholder replies (no model, no decoding)"}

@@ -263,3 +263,35 @@ def test_the_site_says_when_the_browser_has_no_cjk_font(page, site):
         if notice.is_visible():
             assert "no CJK font" in notice.inner_text() and "fonts-noto-cjk" in notice.inner_text()
     shoot(page, "no-cjk-font")
+
+
+@pytest.fixture(scope="module")
+def redacted(site):
+    """The same runs published with --redact, inside the site's folder (so the page fixture's
+    check that every request stays inside the site holds)."""
+    site_dir, _, data = site
+    out = site_dir / "redacted"
+    build([site_dir.parent / "runs"], out, context={"charactereval": data}, redact=True)
+    return out
+
+
+def test_a_redacted_sites_details_show_scores_and_severities_and_no_text(page, redacted, site):
+    open_index(page, redacted)
+    assert "Redacted:" in page.locator("header").inner_text()
+    page.click("text=coser-b")
+    page.wait_for_selector("#samples tbody tr")
+    page.locator("#samples tbody tr").first.click()
+    detail = page.locator("#detail")
+    detail.wait_for(state="visible")
+    text = detail.inner_text()
+    assert "not published (redacted site)" in text and "invented flaw" not in text
+    assert "max(0, 100 - (" in detail.locator("p.computation").first.inner_text()
+    assert detail.locator("table.flaws tr").count() > 1  # one row per flaw, its severity shown
+    open_index(page, redacted)
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    page.locator("#samples tbody tr").first.click()
+    detail.wait_for(state="visible")
+    text = detail.inner_text()
+    assert "not published (redacted site)" in text and "Reward model" in text and "The model's full reply" not in text
+    assert not any(s.context in text for s in site[2].samples)

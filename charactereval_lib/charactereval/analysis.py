@@ -118,6 +118,10 @@ class RunAnalysis:
             f"{self.scorer_text()}{len(self.scores)} scored rows of {len(self.rows)}; protocol "
             f"{self.manifest_model.protocol_version or 'unknown'}. {rendered_by()}",
         ]
+        transform = self.manifest.get("transform") or {}
+        if transform.get("thinking"):
+            lines += ["", f"Thinking blocks: {transform['thinking']} before S5's first-line cut "
+                          f"({transform.get('thinking_blocks_removed', 0)} reply(ies) had one removed)."]
         if data_note:
             lines += ["", data_note]
         return "\n".join(lines)

@@ -48,6 +48,7 @@ BENCHMARK = Benchmark(
     artifacts=(runs.MANIFEST, runs.GENERATIONS, runs.ROWS, runs.SCORES, runs.JUDGE_SCORES, runs.SUMMARY),
     board="charactereval_lib.charactereval.eligibility:SPEC",
     explorer="charactereval_lib.charactereval.explorer:explorer",
+    redact="charactereval_lib.charactereval.explorer:redact",
     report="report.html",
     batch="charactereval_lib.pipeline.charactereval_batch:CharacterEvalPlan",
     reproduction=Reproduction("charactereval_lib.pipeline.charactereval:reproduction", "CharacterEval",

@@ -118,9 +118,10 @@ RULES = (
          "(`charactereval score --verify K`: no row more than one bf16 grid step from faithful mode).", _mode),
 )
 
-ANCHOR_TEXT = (f"a released generation (`charactereval data fetch --with-results`, then `import-official`) scored "
-               f"by this board's checkpoint, all of its 12 metric means within "
-               f"{ANCHOR_TOLERANCE:g} of the paper's Table 4 row (half a unit of its third decimal)")
+ANCHOR_TEXT = (f"each of the {len(RELEASED)} released generations (`charactereval data fetch --with-results`, then "
+               f"`import-official`; 40,160 rows in all, seed 000 D1/D5) scored by this board's checkpoint, all 12 "
+               f"metric means of each within {ANCHOR_TOLERANCE:g} of its Table 4 row (half a unit of the third "
+               "decimal)")
 
 
 def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> list[RunView]:
@@ -170,7 +171,7 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManife
     generation = typed.generation or GenerationSection()
     view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
                    model_label(str(generation.model or run.path.name), generation.parameters), manifest,
-                   n=len(frame), failures=common["failed_scored"], facts=facts)
+                   n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation))
     if len(frame):
         stats = metric_statistics(frame)
         overall = dimension_draws(stats.draws).mean(axis=1)
@@ -182,13 +183,35 @@ def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManife
     return view
 
 
+def decoding_text(generation: GenerationSection) -> str:
+    """How the run's replies were decoded, for its board row (seed 001 row 9, U1: the paper gives
+    no settings, so they are part of what a row says): the values the hf backend used, or what
+    was sent to an API (an unsent value is the provider's default)."""
+    if generation.backend == "offline":
+        return "offline placeholder replies (no model, no decoding)"
+    used = generation.model_dump().get("decoding_used")
+    if used:
+        how = (f"sampling: temperature {used.get('temperature')}, top_p {used.get('top_p')}, top_k {used.get('top_k')}"
+               if used.get("do_sample") else "greedy")
+        seed = f", seed {used['seed']}" if used.get("seed") is not None else ""
+        return f"{how}, at most {used.get('max_new_tokens')} new tokens{seed} ({used.get('source')})"
+    parameters = generation.parameters
+    if not parameters:
+        return "decoding not recorded (imported replies)"
+    sent = {k: parameters.get(k) for k in ("temperature", "top_p")}
+    values = ", ".join(f"{k} {'provider default' if v is None else v}" for k, v in sent.items())
+    seed = f", seed {parameters['seed']}" if parameters.get("seed") is not None else ""
+    return f"{values}, at most {parameters.get('max_tokens')} tokens{seed}"
+
+
 def anchor(view: RunView) -> AnchorCheck | None:
     """A released generation's run: its 12 metric means against the paper's Table 4 row, by the
     one comparison of ``engine.anchor`` (the scorer is deterministic, so no interval: within
     half a unit of the printed third decimal). The published dimension averages are not gated:
     they differ from the mean of the published metrics by up to 0.00067 (data/reference/README.md),
     more than the rounding allows, so a run matching every metric could miss them; their deltas
-    are reported beside."""
+    are reported beside. The board's anchor needs all five released generations
+    (``SPEC.anchor_parts``, seed 000 D1/D5): one model's rows calibrate too little of the scorer."""
     source = ((view.manifest.get("generation") or {}).get("source") or {}).get("file") or ""
     match = re.search(r"generation_trans_(\w+?)\.jsonl?$", Path(source).name)
     paper_model = RELEASED.get(match.group(1)) if match else None
@@ -201,10 +224,10 @@ def anchor(view: RunView) -> AnchorCheck | None:
     outside = [f"{name}: {result.reason}" for name, result in results.items() if result.within is not True]
     if outside:
         return AnchorCheck(FAILED, [f"{len(outside)} of {len(results)} metric means of {paper_model} not reproduced",
-                                    *outside], values)
+                                    *(f"{paper_model}: {line}" for line in outside)], values, paper_model)
     largest = max(abs(values[name]) for name in results)
     return AnchorCheck(REPRODUCED, [f"{paper_model}: all {len(results)} metric means within {ANCHOR_TOLERANCE:g} of "
-                                    f"Table 4; largest |delta| {largest:.4f}"], values)
+                                    f"Table 4; largest |delta| {largest:.4f}"], values, paper_model)
 
 
 def compare(views: Sequence[RunView]) -> list[str]:
@@ -226,4 +249,5 @@ SPEC = BoardSpec(
     read=read,
     anchor=anchor,
     compare=compare,
+    anchor_parts=tuple(RELEASED.values()),
 )

@@ -59,6 +59,17 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     return Explorer(COLUMNS, FILTERS, rows, details, note)
 
 
+def redact(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """A detail record for a site published without test-set text (``leaderboard --redact``):
+    the scores, the failure and the judge's parsed choice, never the context, the reply, its
+    scored first line or the judge's written answer."""
+    kept = {"rm": detail.get("rm"), "failure": detail.get("failure"), "attempts": detail.get("attempts")}
+    judge = detail.get("judge")
+    if judge:
+        kept["judge"] = {k: judge.get(k) for k in ("model", "choice", "score", "invalid")}
+    return {**kept, "redacted": True}
+
+
 def _row(sample_id: int, role: str | None, samples: Mapping[int, Any], metric: str | None, rm: float | None,
          judge: float | None, failure: str) -> list[Any]:
     sample = samples.get(sample_id)

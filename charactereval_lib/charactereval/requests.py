@@ -9,6 +9,7 @@ from typing import Any
 from charactereval_lib.charactereval.data import DataError, OfficialData, Sample
 from charactereval_lib.charactereval.prompts import build_messages
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
+from charactereval_lib.engine import thinking
 from charactereval_lib.engine.generation.base import GenerationRequest
 from charactereval_lib.engine.generation.engine import GenerationTask
 
@@ -64,6 +65,9 @@ def make_requests(samples: Sequence[Sample], data: OfficialData) -> list[Generat
     return [GenerationRequest(s.id, s.role, build_request(s, data)["messages"]) for s in samples]
 
 
-def generation_task(data: OfficialData) -> GenerationTask:
-    """What the generation engine needs to know of CharacterEval: protocol, data, all test ids."""
-    return GenerationTask(PROTOCOL_VERSION, data.sha256, frozenset(s.id for s in data.samples))
+def generation_task(data: OfficialData, *, keep_thinking: bool = False) -> GenerationTask:
+    """What the generation engine needs to know of CharacterEval: protocol, data, all test ids,
+    and whether S5 removes a leading thinking block (``engine.thinking``; recorded in the run's
+    identity, read back by the transform)."""
+    return GenerationTask(PROTOCOL_VERSION, data.sha256, frozenset(s.id for s in data.samples),
+                          thinking=thinking.rule(keep_thinking))

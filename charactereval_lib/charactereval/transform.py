@@ -21,7 +21,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import artifacts, runs, thinking
 
 
 @dataclass
@@ -35,6 +35,8 @@ class TransformResult:
     missing_ids: list[int] = field(default_factory=list)
     # What the caller should show the user (e.g. a torn last line that was skipped).
     warnings: list[str] = field(default_factory=list)
+    # Scored replies whose leading thinking block was removed before the cut.
+    thinking_blocks_removed: int = 0
 
     def counts(self) -> dict[str, int]:
         return {
@@ -56,12 +58,15 @@ def first_line(output: str) -> str:
 
 
 def transform(
-    outputs: Mapping[int, str | None], data: OfficialData, *, already_transformed: bool = False
+    outputs: Mapping[int, str | None], data: OfficialData, *, already_transformed: bool = False,
+    thinking_rule: str = thinking.KEPT,
 ) -> TransformResult:
     """S5: expand replies (sample id -> raw model output) into (id, metric) rows.
 
     With ``already_transformed`` the replies are S5 output already (see the module docstring):
-    only ``None`` counts as failed and the first-line cut changes nothing. Ids of ``outputs``
+    only ``None`` counts as failed and the first-line cut changes nothing. ``thinking_rule``
+    (``engine.thinking``): with ``REMOVED`` a leading thinking block is removed before the cut,
+    so the reward model scores the answer's first line, not the block's. Ids of ``outputs``
     that are not test samples are an error: they cannot be scored faithfully.
     """
     known = {s.id for s in data.samples}
@@ -81,7 +86,9 @@ def transform(
         if not metrics:
             result.no_metric_ids.append(sample.id)
             continue
-        reply = first_line(output)
+        answer = thinking.apply(output, thinking_rule)
+        result.thinking_blocks_removed += answer != output
+        reply = first_line(answer)
         for metric_en, metric_zh in metrics:
             result.rows.append(
                 {
@@ -113,8 +120,11 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
     generations = artifacts.read_jsonl(run_dir / runs.GENERATIONS)
     if not generations.records:
         raise runs.RunError(f"{run_dir / runs.GENERATIONS}: no generations to transform")
-    already = bool(runs.load_manifest(run_dir).get("generation", {}).get("already_transformed", False))
-    result = transform(generation_outputs(generations.records), data, already_transformed=already)
+    generation = runs.load_manifest(run_dir).get("generation") or {}
+    already = bool(generation.get("already_transformed", False))
+    rule = thinking.recorded(generation.get("identity"))
+    result = transform(generation_outputs(generations.records), data, already_transformed=already,
+                       thinking_rule=rule)
     result.warnings.extend(generations.warnings)
     artifacts.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
     runs.update_manifest(
@@ -125,6 +135,8 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
             "failed_ids": result.failed_ids,
             "no_metric_ids": result.no_metric_ids,
             "torn_lines_ignored": len(generations.warnings),
+            "thinking": rule,
+            "thinking_blocks_removed": result.thinking_blocks_removed,
             "warnings": result.warnings,
             "finished_at": runs.utc_now(),
         },

@@ -169,6 +169,9 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
                          "the JSON repair calls (default: the judge's when the repair model is the judge's)")
     p.add_argument("--continue-from", type=int, default=C.default("continue_from"), metavar="K", help="give the first K original lines")
     p.add_argument("--wo-thought", action="store_true", help="thoughtless output format (upstream --wo_thought)")
+    p.add_argument("--keep-thinking", action="store_true",
+                   help="keep a reply's leading <think>...</think> block in the dialogue, the judge's input and the "
+                        "length term, as upstream does (default: removed; recorded in the run's identity)")
     p.add_argument("--limit", type=int, help="only the preset's first N scenes")
     p.add_argument("--concurrency", type=int, default=C.default("concurrency"),
                    help="requests in flight per role (default %(default)s)")

@@ -40,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    outcome = pipeline.leaderboard(args.paths, args.out, data_dir=args.data_dir)
+    outcome = pipeline.leaderboard(args.paths, args.out, data_dir=args.data_dir, redact=args.redact)
     warn(outcome.warnings)
     boards = outcome.content["boards"]
     print(f"wrote {outcome.out / 'index.html'}: {len(boards)} board(s), {len(outcome.content['archived'])} archived, "
@@ -97,6 +97,9 @@ def _compare_parser(p: argparse.ArgumentParser) -> None:
 def _leaderboard_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", metavar="RUN_OR_DIR", nargs="+", help="runs, or folders searched for runs")
     p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced as a whole)")
+    p.add_argument("--redact", action="store_true",
+                   help="publish without test-set text: ranks, scores, intervals, per-sample ids, scores and flaw "
+                        "severities; no context, profile, scene, dialogue, reply or critique, no rendered reports")
     data_dir_option(p)
     p.set_defaults(func=cmd_leaderboard)
 

@@ -20,7 +20,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                         **{option: value for option, value in given.items() if value is not None})
     decided = [r for r in outcome.document["rows"] if r["within"] is not None]
     print(f"wrote {outcome.out / 'reproduction.json'} and {outcome.html}: {len(outcome.document['rows'])} cells, "
-          f"{sum(1 for r in decided if r['within'])}/{len(decided)} within the paper's tolerance")
+          f"{sum(1 for r in decided if r['within'])}/{len(decided)} reproduce the paper (the rule is in the report's header)")
     warn([w for w in (outcome.document.get("missing"), outcome.document.get("meaningless")) if w])
     return 0
 

@@ -25,8 +25,12 @@ def cmd_rm_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_rm_check(args: argparse.Namespace) -> int:
+    from charactereval_lib.charactereval.reward import pins
+
+    pinned = (f"; the side files match the pins of {pins.REVISION} ({', '.join(pins.unpinned())} not pinned yet: "
+              "no digest known)" if pins.claims_official(args.dir) else "")
     return report_problems(pipeline.rm_check(args.dir),
-                           f"{args.dir}: config, tokenizer and weight index are consistent")
+                           f"{args.dir}: config, tokenizer and weight index are consistent{pinned}")
 
 
 def _rm_parser(p: argparse.ArgumentParser) -> None:

@@ -189,6 +189,9 @@ def _generate_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=["chatglm3"],
                    help="chatglm3: sample with temperature 0.8, top_p 0.8 (ChatGLM3 chat() defaults); flags win")
     p.add_argument("--retry-errors", action="store_true", help="also retry ids whose latest record is an error")
+    p.add_argument("--keep-thinking", action="store_true",
+                   help="score a reply's leading <think>...</think> block as upstream does (default: S5 removes it "
+                        "before the first-line cut; recorded in the run's identity)")
     add_quiet_option(p, legacy_no_progress=True)
     p.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     p.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")

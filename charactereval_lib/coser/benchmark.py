@@ -42,6 +42,7 @@ BENCHMARK = Benchmark(
     artifacts=(runs.MANIFEST, TURNS, SCENES, JUDGEMENTS, SUMMARY),
     board="charactereval_lib.coser.eligibility:SPEC",
     explorer="charactereval_lib.coser.explorer:explorer",
+    redact="charactereval_lib.coser.explorer:redact",
     report="report.html",
     batch="charactereval_lib.pipeline.coser_batch:CoserPlan",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",

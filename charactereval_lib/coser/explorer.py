@@ -51,6 +51,19 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     return Explorer(COLUMNS, FILTERS, rows, details, None)
 
 
+def redact(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """A detail record for a site published without test-set text (``leaderboard --redact``):
+    the score computation with each flaw's severity, never the dialogue or a critique's words
+    (a flaw's instance and type quote or describe the scene)."""
+    dimensions = {name: {**c, "flaws": [{"severity": f.get("severity")} for f in c["flaws"]]} if "flaws" in c else c
+                  for name, c in (detail.get("dimensions") or {}).items()}
+    # A provider's error message may quote the request; its class and role say what failed.
+    error = detail.get("error")
+    return {"dialogue": [], "n": detail.get("n"), "formula": detail.get("formula"), "clip": detail.get("clip"),
+            "dimensions": dimensions, "redacted": True,
+            "error": {k: error.get(k) for k in ("class", "role") if k in error} if isinstance(error, Mapping) else None}
+
+
 def _computation(record: Mapping[str, Any] | None, n: int, clip: bool, formula: str) -> dict[str, Any]:
     if record is None:
         return {"status": "not judged"}

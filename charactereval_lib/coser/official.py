@@ -312,6 +312,7 @@ def import_evaluation(
         random_stream="upstream's process-wide random.seed(42) stream (imported run, not simulated here)",
         nsp_fallback="upstream's draw on a set (imported run)",
         refusal_rule="upstream: a declined call is an API error (imported run)",
+        keep_thinking=True,  # the dialogues are upstream's, as recorded
     )
     scene_records, judgement_records, mismatches, block_cases = [], [], [], []
     reproduced_dims = reproduced_scenes = reproduced_texts = metrics_recorded = 0

@@ -42,7 +42,7 @@ from charactereval_lib.coser.simulation import (
     simulate_scene,
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
-from charactereval_lib.engine import jobs
+from charactereval_lib.engine import jobs, thinking
 from charactereval_lib.engine.artifacts import latest_by_key, read_jsonl, write_json_atomic
 from charactereval_lib.engine.generation.engine import cancel_on_sigterm
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
@@ -131,8 +131,12 @@ def check_identity(run_dir: RunDir, settings: SimulationSettings, preset: Preset
     run_dir.check_protocol(settings.version.name)
     recorded = run_dir.manifest().get("coser")
     if recorded:
-        jobs.check_identity(run_dir.path, {"identity": recorded.get("identity"), "preset": recorded.get("preset")},
-                            {"identity": settings.identity(), "preset": preset.name})
+        identity, current = recorded.get("identity"), settings.identity()
+        if identity is not None and thinking.KEY in current:
+            # A run made before the rule was recorded kept its thinking blocks (upstream).
+            identity = {**identity, thinking.KEY: thinking.recorded(identity)}
+        jobs.check_identity(run_dir.path, {"identity": identity, "preset": recorded.get("preset")},
+                            {"identity": current, "preset": preset.name})
 
 
 async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset,

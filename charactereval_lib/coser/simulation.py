@@ -80,6 +80,7 @@ from charactereval_lib.coser.text import (
 )
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.coser.versions import COSER_PAPER, FIXED_ROLES, ProtocolVersion
+from charactereval_lib.engine import thinking
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     DecodingParams,
@@ -159,6 +160,8 @@ class SimulationSettings:
     max_tokens: int = 512
     continue_from: int = 0
     thoughtless: bool = False
+    # A reply's leading <think> block: removed before it enters the dialogue (engine.thinking).
+    keep_thinking: bool = False
     random_stream: str = "per-scene sha256(42:scene_key)"
     nsp_fallback: str = "one draw among the sorted candidates"
     refusal_rule: str = ("a declined call (message.refusal, finish_reason content_filter, or a 400/403 with a "
@@ -208,6 +211,7 @@ class SimulationSettings:
             "temperature": "0 on a turn's first attempt, 1 on its retries",
             "continue_from": self.continue_from,
             "thoughtless": self.thoughtless,
+            thinking.KEY: thinking.rule(self.keep_thinking),
             "random_stream": self.random_stream,
             "nsp_fallback": self.nsp_fallback,
             "refusal_rule": self.refusal_rule,
@@ -365,12 +369,13 @@ async def simulate_scene(scene: Scene, repeat: int, settings: SimulationSettings
                        speakers_with_environment(scene))
     steps = itertools.count()
     fallbacks = 0
+    rule = thinking.rule(settings.keep_thinking)
 
     async def predict(current: str, round_index: int) -> str | None:
         """The NSP turn: the next speaker, or None when the scene ends here."""
         nonlocal fallbacks
         answer = await turn(next(steps), "nsp", NSP, state.histories[NSP])
-        parsed = parse_nsp_reply(answer["reply"], version)
+        parsed = parse_nsp_reply(thinking.apply(answer["reply"], rule), version)
         add_message(state.histories[NSP], "assistant", parsed)
         state.simulation.append({"role": NSP, "content": parsed})
         if parsed == END_CHAT and round_index >= settings.end_chat_from:
@@ -396,7 +401,9 @@ async def simulate_scene(scene: Scene, repeat: int, settings: SimulationSettings
             break
         kind = "env" if current == ENVIRONMENT else "actor"
         answer = await turn(next(steps), kind, current, state.histories[current])
-        reply = answer["reply"]
+        # The record keeps the reply as received; the dialogue (and so the judge's input and the
+        # length term) gets it without a leading thinking block unless the run keeps it.
+        reply = thinking.apply(answer["reply"], rule)
         if kind == "actor" and rules["actor"].fix_repetition:
             reply = fix_repeation(reply) or reply
         stored = add_speaker_name(reply, current) if version.store_speaker_prefix else reply

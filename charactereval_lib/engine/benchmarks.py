@@ -106,9 +106,11 @@ class Benchmark:
     add_commands: Ref | None = None
     artifacts: tuple[str, ...] = ()
     # The leaderboard's part (``engine.board.BoardSpec``), the sample explorer of a run page
-    # (``explorer(view, context)``) and the rendered report a run directory may hold.
+    # (``explorer(view, context)``), what of one explorer detail record a redacted site keeps
+    # (``redact(detail)``: no test-set text) and the rendered report a run directory may hold.
     board: Ref | None = None
     explorer: Ref | None = None
+    redact: Ref | None = None
     report: str | None = None
     reproduction: Reproduction | None = None
     batch: Ref | None = None

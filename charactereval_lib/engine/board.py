@@ -59,6 +59,8 @@ class RunView:
     failures: int = 0  # excluded from every mean, counted
     facts: dict[str, Any] = field(default_factory=dict)  # benchmark-specific, for the rules and the site
     reasons: list[str] = field(default_factory=list)
+    # How the replies were decoded, where the protocol leaves it to the run (shown on its row).
+    decoding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class AnchorCheck:
     status: str  # REPRODUCED or FAILED
     reasons: list[str]
     deltas: dict[str, float]
+    # Which of the spec's ``anchor_parts`` this run anchors (None: the spec has no parts).
+    part: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,12 @@ class BoardSpec:
     # The command line that renders the full paired comparison (the comparison notebook) of two
     # runs of one board; None: the benchmark has none.
     compare: Callable[[Sequence[RunView]], list[str]] | None = None
+    # The runs the anchor needs, all of them (e.g. every released generation); empty: any one
+    # anchor run that reproduces the paper suffices.
+    anchor_parts: tuple[str, ...] = ()
+    # The paper's own published rows shown beside a board of this protocol version (never
+    # ranked, never mixed with the runs): version -> rows (``model``, ``score``, ``note``, ...).
+    published: Callable[[str], list[dict[str, Any]]] | None = None
 
     def check(self, view: RunView) -> list[str]:
         return [f"{rule.name}: {reason}" for rule in self.rules for reason in rule.check(view)]
@@ -119,7 +129,7 @@ def row_of(view: RunView) -> dict[str, Any]:
     return {"run": view.path.name, "model": view.model, "eligible": not view.reasons,
             "reasons": list(view.reasons), "rank": None, "score": _num(view.score),
             "ci": [_num(view.ci[0]), _num(view.ci[1])] if view.score is not None else None,
-            "n": view.n, "failures": view.failures, "page": page_name(view)}
+            "n": view.n, "failures": view.failures, "page": page_name(view), "decoding": view.decoding}
 
 
 def page_name(view: RunView) -> str:
@@ -162,6 +172,8 @@ def anchor_state(spec: BoardSpec, views: Sequence[RunView]) -> dict[str, Any]:
     outside, and by how much), or pending (no anchor run yet, and what is missing)."""
     checks = [(v, spec.anchor(v)) for v in views]
     candidates = [(v, c) for v, c in checks if c is not None]
+    if spec.anchor_parts:
+        return _anchor_of_parts(spec, candidates)
     for view, check in candidates:
         if check.status == REPRODUCED and not view.reasons:
             return {"status": REPRODUCED, "run": view.path.name, "reasons": check.reasons, "deltas": check.deltas}
@@ -214,6 +226,38 @@ def comparisons(spec: BoardSpec, members: Sequence[RunView]) -> list[dict[str, A
     return pairs
 
 
+def _anchor_of_parts(spec: BoardSpec, candidates: Sequence[tuple[RunView, AnchorCheck]]) -> dict[str, Any]:
+    """The gate of an anchor made of several runs (``BoardSpec.anchor_parts``): reproduced when
+    every part has an eligible run that reproduces its row; failed when a part's run falls
+    outside; else pending, naming the parts still missing. Deltas are keyed ``part: name``."""
+    done: dict[str, tuple[RunView, AnchorCheck]] = {}
+    tried: dict[str, tuple[RunView, AnchorCheck]] = {}
+    for view, check in candidates:
+        if check.status == REPRODUCED and not view.reasons:
+            done.setdefault(check.part or "", (view, check))
+        else:
+            tried.setdefault(check.part or "", (view, check))
+    deltas = {f"{part}: {name}": value for part, (_, check) in sorted({**tried, **done}.items())
+              for name, value in check.deltas.items()}
+    runs_used = [done[part][0].path.name for part in spec.anchor_parts if part in done]
+    if all(part in done for part in spec.anchor_parts):
+        reasons = [reason for part in spec.anchor_parts for reason in done[part][1].reasons]
+        return {"status": REPRODUCED, "run": ", ".join(runs_used), "reasons": reasons, "deltas": deltas}
+    reasons, status = [], PENDING
+    for part in spec.anchor_parts:
+        if part in done or part not in tried:
+            continue
+        view, check = tried[part]
+        status = FAILED if check.status == FAILED else status
+        reasons += list(check.reasons) + [f"{part}: anchor run not eligible: {r}" for r in view.reasons]
+    missing = [part for part in spec.anchor_parts if part not in done and part not in tried]
+    if missing:
+        reasons.append(f"still missing {len(missing)} of the {len(spec.anchor_parts)} anchor runs: "
+                       f"{', '.join(missing)} ({spec.anchor_text})")
+    named = [view.path.name for part, (view, _) in tried.items() if part not in done] + runs_used
+    return {"status": status, "run": ", ".join(named) or None, "reasons": reasons, "deltas": deltas}
+
+
 def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> dict[str, Any]:
     """Boards of the current protocol versions and the archive of older ones, as the
     ``leaderboard.json`` contract; each view's ``reasons`` are filled by its spec's rules."""
@@ -236,13 +280,13 @@ def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> di
         eligible = [v for v in members if not v.reasons]
         ranked = rank_rows(eligible) if anchor["status"] == REPRODUCED else [row_of(v) for v in _by_score(eligible)]
         others = [row_of(v) for v in _by_score(members) if v.reasons]
-        board.update(anchor=anchor, rows=ranked + others)
+        board.update(anchor=anchor, rows=ranked + others, published=spec.published(version) if spec.published else [])
         boards.append(board)
     return {"boards": boards, "archived": archived}
 
 
 CSV_COLUMNS = ["section", "benchmark", "protocol_version", "scorer", "anchor_status", "rank", "run", "model",
-               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons"]
+               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons", "decoding"]
 
 
 def boards_csv(content: Mapping[str, Any]) -> str:
@@ -257,5 +301,5 @@ def boards_csv(content: Mapping[str, Any]) -> str:
                 ci = row["ci"] or [None, None]
                 writer.writerow([section, board["benchmark"], board["protocol_version"], board["scorer"], status,
                                  row["rank"], row["run"], row["model"], row["eligible"], row["score"], ci[0], ci[1],
-                                 row["n"], row["failures"], " | ".join(row["reasons"])])
+                                 row["n"], row["failures"], " | ".join(row["reasons"]), row.get("decoding")])
     return out.getvalue()

@@ -54,6 +54,7 @@ class RunPage:
     manifest: Mapping[str, Any]
     report: Path | None  # the run's rendered report, copied beside the page
     explorer: Explorer
+    redacted: bool = False  # a site without test-set text: the explorer's details are redacted
 
 
 def vendor_bundle() -> tuple[str, str, str]:
@@ -122,11 +123,21 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
 # --- the index -------------------------------------------------------------------------------
 
 
+LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
+                   "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
+                   "allow (the CoSER repository carries no licence). `charactereval leaderboard --redact` writes a "
+                   "site without any test-set text.")
+REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
+                   "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
+
+
 def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str) -> str:
+    notice = (f'<p class="redacted">{esc(REDACTED_NOTICE)}</p>' if content.get("redacted")
+              else f'<p class="licence warning">{esc(LICENCE_WARNING)}</p>')
     parts = ['<header><h1>Leaderboard</h1>',
              f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
              '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
-             'Scores from different scorers never share a board.</p></header>']
+             'Scores from different scorers never share a board.</p>', notice, '</header>']
     if content.get("warnings"):
         parts.append('<section id="left-out"><h2>Left out</h2><ul class="reasons">'
                      + "".join(f"<li>{esc(w)}</li>" for w in content["warnings"]) + "</ul></section>")
@@ -147,6 +158,10 @@ def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], b
         parts.append("</dl>")
     parts.append("</section>")
     return page("Leaderboard", "\n".join(parts), depth=0)
+
+
+def _decoding(row: Mapping[str, Any]) -> str:
+    return f'<br><small class="decoding">{esc(row["decoding"])}</small>' if row.get("decoding") else ""
 
 
 def _board_html(board: Mapping[str, Any]) -> str:
@@ -178,7 +193,7 @@ def _board_html(board: Mapping[str, Any]) -> str:
         if row.get("tie_test") and row["tie_test"]["tied_with_above"]:
             rank += ' <span class="tie" title="not separated from the row above">(tied)</span>'
         ci = row["ci"] or [None, None]
-        out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}</td>'
+        out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}{_decoding(row)}</td>'
                    f'<td><a href="runs/{esc(row["page"])}/index.html">{esc(row["run"])}</a></td>'
                    f'<td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td><td>{row["n"]}</td>'
                    f'<td>{row["failures"]}</td></tr>')
@@ -190,7 +205,7 @@ def _board_html(board: Mapping[str, Any]) -> str:
                    '<th>score</th><th>95% CI</th><th>n</th><th>failed</th><th>why not ranked</th></tr></thead><tbody>')
         for row in others:
             ci = row["ci"] or [None, None]
-            out.append(f'<tr><td>{esc(row["model"])}</td><td><a href="runs/{esc(row["page"])}/index.html">'
+            out.append(f'<tr><td>{esc(row["model"])}{_decoding(row)}</td><td><a href="runs/{esc(row["page"])}/index.html">'
                        f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td>'
                        f'<td>{row["n"]}</td><td>{row["failures"]}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
@@ -198,6 +213,7 @@ def _board_html(board: Mapping[str, Any]) -> str:
     if board.get("comparisons"):
         out.append(f'<p class="meta"><a class="compare" href="{esc(compare_page(board))}">Paired comparison of any two '
                    f'runs on this board</a> ({len(board["comparisons"])} pair(s), ranked or not).</p>')
+    out.append(_published_html(board.get("published") or []))
     out.append("</section>")
     return "\n".join(out)
 
@@ -232,6 +248,26 @@ def compare_html(board: Mapping[str, Any]) -> str:
     return page(f'Paired comparisons · {board["title"]}', "\n".join(parts), depth=1)
 
 
+def _published_html(published: Sequence[Mapping[str, Any]]) -> str:
+    """The paper's own rows beside a board: labelled as published numbers, never ranked."""
+    if not published:
+        return ""
+    dimensions = list(published[0].get("dimensions") or {})
+    head = "".join(f"<th>{esc(d)}</th>" for d in dimensions)
+    out = [f'<h3>Published in the paper (not reproduced here, never ranked)</h3><p class="meta">'
+           f'{esc(published[0]["note"])}. † the paper authors\' own fine-tuned model.</p>'
+           f'<table class="published"><thead><tr><th>model</th><th>score</th>{head}</tr></thead><tbody>']
+    for row in published:
+        mark = ' <span class="fine-tune" title="the paper authors\' own fine-tuned model">†</span>' \
+            if row.get("authors_fine_tune") else ""
+        pm = f" ± {row['pm']:g}" if row.get("pm") is not None else ""
+        cells = "".join(f"<td>{fmt(v, 2)}</td>" for v in (row.get("dimensions") or {}).values())
+        out.append(f'<tr class="published"><td>{esc(row["model"])}{mark}</td><td>{fmt(row["score"], 2)}{esc(pm)}</td>'
+                   f"{cells}</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 # --- a run's page ----------------------------------------------------------------------------
 
 
@@ -252,6 +288,7 @@ def run_html(run: RunPage) -> str:
                  '<table id="samples" class="display compact" style="width:100%"></table>'
                  '<div id="detail" hidden></div></section>')
     report = ('<p>Its rendered report: <a href="report.html">report.html</a>.</p>' if run.report
+              else f'<p class="empty">{esc(REDACTED_NOTICE)}</p>' if run.redacted
               else '<p class="empty">No rendered report in the run directory (run <code>charactereval report</code> '
                    'or <code>charactereval coser report</code>, then build the site again).</p>')
     parts.append(f'<section id="report"><h2>Report</h2>{report}</section>')

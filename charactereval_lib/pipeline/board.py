@@ -19,14 +19,14 @@ class LeaderboardOutcome:
 
 
 def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], *,
-                data_dir: str | os.PathLike[str] | None = None) -> LeaderboardOutcome:
+                data_dir: str | os.PathLike[str] | None = None, redact: bool = False) -> LeaderboardOutcome:
     """The leaderboard site of the runs in ``paths`` (runs, or folders searched for runs of any
     registered benchmark) written into ``out_dir``: boards, run pages with the sample explorer,
     ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). The
     official CharacterEval data, when it loads, gives the explorer its contexts and the rules the
-    row counts of failed samples."""
+    row counts of failed samples. ``redact``: a site without test-set text (``leaderboard.write``)."""
     from charactereval_lib.leaderboard import build
 
     data, reason = _optional_data(data_dir)
-    content, warnings = build(paths, out_dir, context={"charactereval": data})
+    content, warnings = build(paths, out_dir, context={"charactereval": data}, redact=redact)
     return LeaderboardOutcome(Path(out_dir), content, ([reason] if reason else []) + warnings)

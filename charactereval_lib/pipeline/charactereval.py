@@ -90,7 +90,7 @@ def generate(
     ids = read_ids_file(Path(settings.ids)) if settings.ids else None
     samples = select_samples(data, limit=settings.limit, ids=ids)
     run.check_protocol(PROTOCOL_VERSION)
-    requests, task = make_requests(samples, data), generation_task(data)
+    requests, task = make_requests(samples, data), generation_task(data, keep_thinking=settings.keep_thinking)
     if dry_run:
         planned = engine.dry_run(run.path, requests, task, settings.decoding(), backend=settings.backend,
                                  model=settings.model, base_url=settings.base_url, retry_errors=settings.retry_errors,

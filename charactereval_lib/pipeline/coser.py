@@ -76,6 +76,9 @@ class CoserRunSettings(Settings):
     repair_request_params: dict[str, Any] | None = None
     continue_from: int = 0
     wo_thought: bool = False
+    # Keep a reply's leading <think> block in the dialogue, as upstream does (seed 004 G08);
+    # default: removed before the reply enters the dialogue (C17a, engine.thinking).
+    keep_thinking: bool = False
     limit: int | None = None
     concurrency: int = 64
     scene_concurrency: int = 256
@@ -141,7 +144,7 @@ class CoserRunSettings(Settings):
                                   roles["judge"].base_url, roles["judge"].api_key_env, self.backend,
                                   request_params=self.repair_request_params)
         return SimulationSettings(version=version, repair=repair, continue_from=self.continue_from,
-                                  thoughtless=self.wo_thought, **roles)
+                                  thoughtless=self.wo_thought, keep_thinking=self.keep_thinking, **roles)
 
     def preset_settings(self):
         from charactereval_lib.coser.run import PRESETS

@@ -146,6 +146,9 @@ class GenerateSettings(Settings):
     offline_fault_rate: Number = 0.0
     price_in: Number | None = None
     price_out: Number | None = None
+    # Score a leading <think> block as upstream does (seed 004 G08) instead of removing it before
+    # S5's first-line cut (C17a, the default); recorded in the run's identity (engine.thinking).
+    keep_thinking: bool = False
     # "local": this process; "ray" (hf backend only): batches on the workers of a Ray cluster (at
     # ``address``, else a local one), each a model replica with ``gpus_per_worker`` GPUs; the
     # records are written by this process either way.

@@ -4,8 +4,9 @@ It answers ``POST /v1/chat/completions`` with a reply derived from the request (
 check that every record belongs to its own request) and can inject, per request and per attempt,
 the failures a real endpoint produces: 429 with ``Retry-After``, 5xx, hangs past the client's
 timeout, connection resets, malformed JSON, content-filter 400s, moderation 403s (OpenRouter's
-shape) and plain 403s, other 4xx, empty and multi-line replies. Its replies mean nothing. Built
-on ``aiohttp``, one of the workbench's own dependencies.
+shape) and plain 403s, other 4xx, empty and multi-line replies, and replies that start with a
+reasoning model's ``<think>`` block. Its replies mean nothing. Built on ``aiohttp``, one of the
+workbench's own dependencies.
 
 As a deterministic judge (actions ``judge``, ``judge_multiline``, ``judge_invalid``) it answers
 in the ``cot_classify`` shape: reasoning, then the grade alone on the last line; the grade is
@@ -39,7 +40,7 @@ REASONING_TOKENS = 7
 
 # Actions a plan can name (see ``MockServer.respond``); "429" and "slow" take ":seconds".
 ACTIONS = (
-    "ok", "multiline", "empty", "refusal", "finish_filter", "429", "500", "503", "timeout",
+    "ok", "multiline", "empty", "thinking", "refusal", "finish_filter", "429", "500", "503", "timeout",
     "reset", "malformed", "filter400", "bad400", "401", "403", "moderation403", "404", "slow",
     # Answers shaped like other servers' (FastAPI's {"detail": ...}, plain text, an HTML page):
     "detail400", "detail404", "text500", "html502",
@@ -67,6 +68,12 @@ def echo_reply(key: str) -> str:
 
 def multiline_reply(key: str) -> str:
     return f"echo {key[:16]}\nsecond line {key[16:24]}"
+
+
+def thinking_block(key: str) -> str:
+    """What a ``thinking`` answer puts before its reply: a reasoning model's leading block, several
+    lines long, with whitespace around it."""
+    return f"\n<think>\nreasoning about {key[:8]}\nand more\n</think>\n\n"
 
 
 def judge_grade(key: str) -> int:
@@ -177,11 +184,12 @@ class MockServer:
     async def respond(self, request: web.Request, action: str, key: str, messages: list,
                       payload: dict[str, Any] | None = None) -> web.StreamResponse:
         name, _, argument = action.partition(":")
-        if name in ("ok", "multiline", "empty", "slow"):
+        if name in ("ok", "multiline", "empty", "slow", "thinking"):
             if name == "slow":
                 await asyncio.sleep(float(argument or 1.0))
             default = self.reply(payload or {"messages": messages}) if self.reply else echo_reply(key)
-            content = {"multiline": multiline_reply(key), "empty": ""}.get(name, default)
+            content = {"multiline": multiline_reply(key), "empty": "",
+                       "thinking": thinking_block(key) + default}.get(name, default)
             reasoning = REASONING_TOKENS if {"reasoning_effort", "reasoning"} & (payload or {}).keys() else None
             return _completion(content, messages, "stop", reasoning_tokens=reasoning)
         if name.startswith("judge"):

@@ -459,7 +459,11 @@ def file_sha256(path: Path, *, cache: dict[str, Any] | None = None) -> str:
 
 def checkpoint_identity(model_dir: str | Path) -> dict[str, Any]:
     """What makes two checkpoints score alike: the config, tokenizer files and weight files,
-    by content. ``sha256`` is a digest over those files' names and SHA-256 digests."""
+    by content. ``sha256`` is a digest over those files' names and SHA-256 digests. A directory
+    that claims to be the official checkpoint must carry its pinned side files
+    (``reward.pins``; CheckpointError naming the first that differs)."""
+    from charactereval_lib.charactereval.reward import pins
+
     model_dir = Path(model_dir)
     layout = find_layout(model_dir)
     names = [CONFIG, *TOKENIZER_FILES]
@@ -487,6 +491,7 @@ def checkpoint_identity(model_dir: str | Path) -> dict[str, Any]:
             os.replace(tmp, cache_path)
         except OSError:
             pass  # a read-only home only costs re-hashing next time
+    pins.verify(model_dir, files)
     canonical = json.dumps(files, sort_keys=True, separators=(",", ":"))
     return {
         "sha256": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),

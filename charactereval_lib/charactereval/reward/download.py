@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from charactereval_lib.charactereval.reward.checkpoint import CONFIG, CheckpointError, check_weights, expected_shapes, load_config
+from charactereval_lib.charactereval.reward import pins
+from charactereval_lib.charactereval.reward.checkpoint import (
+    CONFIG,
+    CheckpointError,
+    check_weights,
+    expected_shapes,
+    file_sha256,
+    load_config,
+)
 from charactereval_lib.charactereval.reward.errors import DownloadError
 
 RM_REPO = "morecry/BaichuanCharRM"
@@ -40,6 +48,8 @@ def check_rm_dir(model_dir: str | Path, required: tuple[str, ...] = RM_FILES) ->
             problems.append(f"{path}: empty")
     if problems:
         return problems
+    digests = {name: file_sha256(model_dir / name) for name in pins.SIDE_FILE_PINS if (model_dir / name).is_file()}
+    problems += pins.problems(model_dir, digests)
     try:
         check_weights(model_dir, expected_shapes(load_config(model_dir)))
     except CheckpointError as exc:

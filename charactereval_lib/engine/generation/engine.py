@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import artifacts, jobs, runs
+from charactereval_lib.engine import thinking as thinking_rules
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     Backend,
@@ -53,6 +54,9 @@ class GenerationTask:
     protocol_version: str
     data_sha256: dict[str, str]
     all_ids: frozenset[int]
+    # How a leading thinking block is treated when the replies are scored (``engine.thinking``);
+    # part of the run's identity when the benchmark sets it.
+    thinking: str | None = None
 
 
 class GenerationInterrupted(jobs.JobInterrupted):
@@ -80,9 +84,11 @@ def plan_run(run_dir: Path, requests: Sequence[GenerationRequest], *, retry_erro
     return RunPlan(**vars(plan))
 
 
-def run_identity(backend: Backend, protocol_version: str) -> dict[str, Any]:
-    """What a resumed run must keep: protocol version plus the backend's reply-changing settings."""
-    return {"protocol_version": protocol_version, **backend.identity()}
+def run_identity(backend: Backend, protocol_version: str, thinking: str | None = None) -> dict[str, Any]:
+    """What a resumed run must keep: protocol version, the thinking-block rule (when the
+    benchmark has one) and the backend's reply-changing settings."""
+    return {"protocol_version": protocol_version, **({thinking_rules.KEY: thinking} if thinking else {}),
+            **backend.identity()}
 
 
 def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
@@ -97,6 +103,8 @@ def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
         raise runs.RunError(
             f"{run_dir}: already holds generations not made by `generate` ({origin}); use a new RUN directory"
         )
+    if thinking_rules.KEY in identity:
+        recorded = {**recorded, thinking_rules.KEY: thinking_rules.recorded(recorded)}
     jobs.check_identity(run_dir, recorded, identity)
 
 
@@ -233,7 +241,7 @@ async def generate_async(
     are saved."""
     run = runs.RunDir.resolve(Path(run_dir))
     run_dir = run.path
-    identity = run_identity(backend, task.protocol_version)
+    identity = run_identity(backend, task.protocol_version, task.thinking)
     job = generation_job(run)
     with job.locked():
         check_resume(run_dir, identity)

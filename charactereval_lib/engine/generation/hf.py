@@ -4,7 +4,12 @@ Each request's S3 messages go through the tokenizer's own chat template with the
 prompt added; no system message is added here (a template may insert its own default one, which
 is that model's documented behaviour). Prompts are sorted by length and batched with left
 padding, so a batch wastes little padding and the longest batch (the likeliest to run out of
-memory) comes first. Greedy decoding unless a temperature/top_p (or a preset) asks to sample.
+memory) comes first. Decoding follows the model's own generation config (its
+``generation_config.json``: sampling or not, temperature, top_p, top_k as its authors set them)
+unless settings are given: temperature 0 asks for greedy decoding, a temperature or top_p for
+sampling with it (the other value staying the model's). Seed 001 row 9 and U1: the paper gives no
+decoding settings, the models' own defaults are the likeliest, and the values actually used are
+recorded (``describe()["decoding_used"]``).
 """
 
 from __future__ import annotations
@@ -35,9 +40,15 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 Batch = list[tuple[GenerationRequest, list[int]]]
 
 
+# What a decoding setting left unset means for the hf backend; part of the identity, so that a run
+# made when unset meant greedy (before this rule) is not resumed under the model's defaults.
+UNSET_DECODING = "the model's generation_config"
+
+
 def hf_identity(model: str, params: DecodingParams, dtype: str) -> dict[str, Any]:
     """What a resumed hf run must keep, whichever engine (this process or Ray workers) runs it."""
-    return {"backend": HFBackend.name, "model": model, "parameters": params.as_dict(), "dtype": dtype}
+    return {"backend": HFBackend.name, "model": model, "parameters": params.as_dict(), "dtype": dtype,
+            "unset_decoding": UNSET_DECODING}
 
 
 class HFPrompts:
@@ -142,27 +153,41 @@ class HFBackend:
             "batch_size": self.batch_size,
             "trust_remote_code": self.trust_remote_code,
             "max_context": self.context.max_context if self.context else None,
-            "decoding": "sampling" if self.params.do_sample else "greedy",
+            "decoding": "sampling" if self.generation_config().do_sample else "greedy",
+            "decoding_used": self.decoding_used(),
             "chat_template_sha256": hashlib.sha256(str(template).encode("utf-8")).hexdigest(),
             "loaded_dtype": str(self.model.dtype).removeprefix("torch."),
             "transformers_version": transformers.__version__,
         }
 
     def generation_config(self) -> Any:
-        """The model's own generation config with our choices on top: greedy unless sampling was
-        asked for; max_tokens new tokens."""
+        """The model's own generation config with what was asked on top (module docstring):
+        temperature 0 is greedy; a temperature or top_p samples with it; nothing asked keeps the
+        model's choice. Always ``max_tokens`` new tokens."""
         config = copy.deepcopy(self.model.generation_config)
         config.max_new_tokens = self.params.max_tokens
         config.pad_token_id = self.pad_id
-        if self.params.do_sample:
-            config.do_sample = True
-            config.temperature = self.params.temperature if self.params.temperature is not None else 1.0
-            config.top_p = self.params.top_p if self.params.top_p is not None else 1.0
-        else:
+        temperature, top_p = self.params.temperature, self.params.top_p
+        if temperature == 0:
             config.do_sample = False
-            # Sampling knobs from the model's config would only trigger warnings under greedy.
+        elif temperature is not None or top_p is not None:
+            config.do_sample = True
+            config.temperature = temperature if temperature is not None else config.temperature
+            config.top_p = top_p if top_p is not None else config.top_p
+        if not config.do_sample:
+            # Sampling knobs do nothing under greedy decoding (and would only trigger warnings).
             config.temperature = config.top_p = config.top_k = None
         return config
+
+    def decoding_used(self) -> dict[str, Any]:
+        """The decoding values generate() actually runs with, and where they come from."""
+        config = self.generation_config()
+        asked = self.params.temperature is not None or self.params.top_p is not None
+        return {"do_sample": bool(config.do_sample), "temperature": config.temperature, "top_p": config.top_p,
+                "top_k": config.top_k, "num_beams": config.num_beams,
+                "repetition_penalty": config.repetition_penalty, "max_new_tokens": config.max_new_tokens,
+                "seed": self.params.seed,
+                "source": f"asked, over {UNSET_DECODING}" if asked else UNSET_DECODING}
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         return self.prompts.ids(request)

@@ -82,9 +82,13 @@
       out.push(section("Failure (left out of every mean)", el("p", { class: "failure" },
         d.failure + (d.attempts == null ? "" : ` after ${d.attempts} attempt(s)`))));
     }
-    out.push(section("Context", d.context == null ? el("p", { class: "empty" }, "not available") : el("pre", {}, d.context)));
-    out.push(section("The model's full reply", el("pre", {}, d.reply == null ? "None" : d.reply)));
-    out.push(section("First line (what was scored)", el("pre", { class: "scored" }, d.first_line == null ? "–" : d.first_line)));
+    if (d.redacted) {
+      out.push(section("Context and reply", el("p", { class: "empty" }, "not published (redacted site)")));
+    } else {
+      out.push(section("Context", d.context == null ? el("p", { class: "empty" }, "not available") : el("pre", {}, d.context)));
+      out.push(section("The model's full reply", el("pre", {}, d.reply == null ? "None" : d.reply)));
+      out.push(section("First line (what was scored)", el("pre", { class: "scored" }, d.first_line == null ? "–" : d.first_line)));
+    }
     if (d.rm) {
       out.push(section("Reward model", el("table", { class: "kv" },
         ...Object.entries(d.rm).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, typeof v === "number" ? num(v, 4) : String(v)))))));
@@ -94,7 +98,7 @@
         el("tr", {}, el("th", {}, "parsed choice"), el("td", {}, d.judge.choice)),
         el("tr", {}, el("th", {}, "score"), el("td", {}, num(d.judge.score))),
         el("tr", {}, el("th", {}, "invalid"), el("td", {}, String(d.judge.invalid)))),
-        el("pre", {}, d.judge.reply == null ? "–" : d.judge.reply)));
+        d.redacted ? "" : el("pre", {}, d.judge.reply == null ? "–" : d.judge.reply)));
     }
     return out;
   }
@@ -110,15 +114,15 @@
   function coserDetail(d) {
     const out = [];
     if (d.error) out.push(section("Simulation error", el("pre", {}, JSON.stringify(d.error))));
-    out.push(section("Simulated dialogue", el("ol", { class: "dialogue" },
-      ...d.dialogue.map(message))));
+    out.push(section("Simulated dialogue", d.redacted ? el("p", { class: "empty" }, "not published (redacted site)")
+      : el("ol", { class: "dialogue" }, ...d.dialogue.map(message))));
     Object.entries(d.dimensions).forEach(([name, c]) => {
       if (c.status !== "ok") {
         out.push(section(name, el("p", { class: "failure" }, `${c.status}${c.reason ? ": " + c.reason : ""}`)));
         return;
       }
       const flaws = el("table", { class: "flaws" }, el("tr", {}, el("th", {}, "flaw"), el("th", {}, "type"), el("th", {}, "severity")),
-        ...c.flaws.map((f) => el("tr", {}, el("td", {}, f.instance ?? JSON.stringify(f)), el("td", {}, f.type ?? ""), el("td", {}, JSON.stringify(f.severity)))));
+        ...c.flaws.map((f) => el("tr", {}, el("td", {}, f.instance ?? (d.redacted ? "not published" : JSON.stringify(f))), el("td", {}, f.type ?? ""), el("td", {}, JSON.stringify(f.severity)))));
       const computation = `n = ${c.n} actor rounds, S = ${c.severity_sum} (integer severities only); ` +
         `${d.formula} = ${c.worked} = ${c.unclipped}` +
         (d.clip ? `; clipped ${d.clip} = ${c.clipped}` : "; no upper clip in this version") + `; score ${c.score}`;
