@@ -3,7 +3,7 @@
 ``reproduce`` runs one benchmark's reproduction (its registry entry's ``Reproduction``, e.g.
 ``coser.reproduce`` or ``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
 ``reproduction.json`` and renders ``reproduction.ipynb``/``reproduction.html`` with papermill,
-then renames the whole directory into place: a failure leaves nothing behind. The tables and
+then swaps the whole directory into place (``engine.outdir``): a failure leaves nothing behind. The tables and
 notes the notebook shows are built here from the JSON document alone.
 
 ``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import artifacts, benchmarks
+from charactereval_lib.engine import artifacts, benchmarks, outdir
 from charactereval_lib.engine.reportkit import rendered_by
 
 DOCUMENT = "reproduction.json"
@@ -58,7 +58,8 @@ def _declared(benchmark: str) -> benchmarks.Reproduction:
 def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
               n_boot: int = 1000, seed: int = 0, show_code: bool = False, progress: bool = False,
               **options: Any) -> ReproduceOutcome:
-    """The reproduction of ``benchmark`` in ``out`` (new or empty), as its registry entry
+    """The reproduction of ``benchmark`` in ``out`` (new, empty or an earlier reproduction, which
+    is replaced: ``engine.outdir``'s rule, the data directory an input), as its registry entry
     declares it (``engine.benchmarks.Reproduction``); ``options`` are that benchmark's own (e.g.
     CharacterEval's ``rm`` and ``device``, CoSER's ``no_metrics``), refused for any other."""
     from charactereval_lib.engine import report as notebooks
@@ -71,9 +72,9 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
             title = benchmarks.get(benchmark).title
             raise ReproduceError(f"{flag} is an option of the {' or '.join(takers)} reproduction, not of {title}'s"
                                  if takers else f"{flag} is not an option of the {title} reproduction")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ReproduceError(f"{out}: already exists and is not empty; give a new output directory")
+    locate = benchmarks.get(benchmark).data.get("locate")
+    data_dirs = [benchmarks.resolve(locate, f"benchmark {benchmark!r}, data")(data_dir)] if locate else []
+    out = outdir.check(out, outdir.REPRODUCTION, inputs=data_dirs + ([data_dir] if data_dir else []))
     make = benchmarks.resolve(declared.prepare, f"benchmark {benchmark!r}, reproduction")(
         data_dir=data_dir, n_boot=n_boot, seed=seed, progress=progress, **options)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +86,8 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
         notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
                          title=f"{benchmark} reproduction")
-        # rename(2) replaces an empty directory, so an empty OUT made beforehand is fine.
-        os.rename(staging, out)
+        outdir.mark(staging, outdir.REPRODUCTION)
+        outdir.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -158,7 +158,7 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(tmp_path, capsys, mo
     used.mkdir()
     (used / "x").write_text("")
     assert main(["reproduce", "--benchmark", "coser", "--out", str(used)]) == 2
-    assert "already exists and is not empty" in capsys.readouterr().err
+    assert "is not empty and holds no .charactereval-output.json" in capsys.readouterr().err
     assert main(["reproduce", "--benchmark", "coser", "--out", str(tmp_path / "o"), "--rm", "x"]) == 2
     # The released CharacterEval generations are verified before anything is made.
     empty = tmp_path / "empty-data"

@@ -96,7 +96,8 @@ def _compare_parser(p: argparse.ArgumentParser) -> None:
 
 def _leaderboard_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", metavar="RUN_OR_DIR", nargs="+", help="runs, or folders searched for runs")
-    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced as a whole)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder: new, empty, or an earlier site (which is "
+                   "replaced as a whole); any other folder is refused")
     data_dir_option(p)
     p.set_defaults(func=cmd_leaderboard)
 
