@@ -161,16 +161,18 @@ def reasons_table(document: dict[str, Any], kinds: Sequence[str] | None = None) 
     return pd.DataFrame([{"#": n, "reason": reason} for reason, n in reason_numbers(document, kinds).items()])
 
 
-def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2) -> pd.DataFrame:
-    """The rows of the document (of ``kinds`` when given) as a display table; the reasons column
-    cites the numbers of ``reasons_table``."""
+def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2, *,
+               files: bool = False) -> pd.DataFrame:
+    """The rows of the document (of ``kinds`` when given) as a display table, led by the
+    released file of each row when ``files``; the paper's ± as the paper prints it; the reasons
+    column cites the numbers of ``reasons_table``."""
     numbers = reason_numbers(document, kinds)
     records = []
     for r in _selected(document, kinds):
-        paper = _value(r["paper"], digits) + (f" ± {r['paper_pm']:g}" if r.get("paper_pm") is not None else "")
+        paper = _value(r["paper"], digits) + (f" ± {r['paper_pm_printed']}" if r.get("paper_pm") is not None else "")
         interval = r.get("interval")
         records.append({
-            "model": r["model"], "column": r["column"], "paper": paper if r["paper"] is not None else "–",
+            **({"file": r["source_file"]} if files else {}), "model": r["model"], "column": r["column"], "paper": paper if r["paper"] is not None else "–",
             "recorded": _value(r["recorded"], digits + 1), "recomputed": _value(r["recomputed"], digits + 1),
             "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
             "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",
