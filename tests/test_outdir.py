@@ -108,9 +108,9 @@ def test_a_site_replaces_only_an_earlier_site_and_names_its_version(ws, tmp_path
     report_dir = tmp_path / "reports"
     report_dir.mkdir()
     outdir.mark(report_dir, outdir.REPORTS)
-    refused(capsys, ["leaderboard", str(root / "runs"), "--out", str(report_dir)], "holds a reports that charactereval wrote")
+    refused(capsys, ["leaderboard", str(root / "runs"), "--out", str(report_dir)], "holds charactereval's reports, not its leaderboard site")
     (site / outdir.MARKER).write_text("{not json", encoding="utf-8")
-    refused(capsys, ["leaderboard", str(root / "runs"), "--out", str(site)], "not a leaderboard site")
+    refused(capsys, ["leaderboard", str(root / "runs"), "--out", str(site)], ".charactereval-output.json cannot be read")
     assert (site / "index.html").is_file()
 
 

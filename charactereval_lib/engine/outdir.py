@@ -68,16 +68,18 @@ def check(out: str | os.PathLike[str], kind: str, *, inputs: Iterable[str | os.P
         if written is None and any(where.iterdir()):
             raise OutputDirError(f"{out}: is not empty and holds no {MARKER} (charactereval did not write it); "
                                  f"give a new or empty folder for the {kind}")
+        if written == "":
+            raise OutputDirError(f"{out}: its {MARKER} cannot be read, so nothing says charactereval wrote it; "
+                                 f"give another folder for the {kind}")
         if written is not None and written != kind:
-            raise OutputDirError(f"{out}: holds a {written} that charactereval wrote, not a {kind}; "
-                                 f"give another folder")
+            raise OutputDirError(f"{out}: holds charactereval's {written}, not its {kind}; give another folder")
     faults.check_writable(path, kind + " folder")
     return path
 
 
 def marked_kind(folder: Path) -> str | None:
-    """The kind of output the folder's marker names (None: no marker; a marker that cannot be
-    read names no kind of ours, so the folder is not ours to replace)."""
+    """The kind of output the folder's marker names (None: no marker; "": a marker that cannot
+    be read, which makes the folder no one's to replace)."""
     marker = Path(folder) / MARKER
     if not marker.is_file():
         return None
@@ -85,7 +87,7 @@ def marked_kind(folder: Path) -> str | None:
         kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None
-    return kind if isinstance(kind, str) else "folder of unreadable origin"
+    return kind if isinstance(kind, str) else ""
 
 
 def mark(folder: str | os.PathLike[str], kind: str, *, default: str | os.PathLike[str] | None = None) -> None:
