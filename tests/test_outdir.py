@@ -208,3 +208,27 @@ def test_a_batch_comparison_folder_is_checked_before_any_model_runs(tmp_path):
         problems = batch.preflight(batch.load_config(path))
         assert [p for p in problems if ": comparison: " in p and words in p], problems
     assert sorted(os.listdir(tmp_path)) == ["batch.yaml", "thesis"]
+
+
+def test_a_comparison_whose_notebook_failed_may_be_rendered_again_into_its_folder(ws, tmp_path, capsys, monkeypatch):
+    """The failed notebook is kept beside the marker, so the folder stays the tool's own."""
+    from charactereval_lib.engine import report
+
+    root, _ = ws
+
+    def fails(name, notebook, html, parameters, **options):
+        notebook.with_name("comparison.failed.ipynb").write_text("{}", encoding="utf-8")
+        raise report.ReportError(f"{notebook}: cell 3 of {name} failed")
+
+    def renders(name, notebook, html, parameters, **options):
+        for path in (notebook, html):
+            path.write_text("rendered", encoding="utf-8")
+        return notebook, html
+
+    argv = [*REPORT_COMMANDS["coser compare"](root), "--out", str(tmp_path / "cmp"), "--allow-mixed"]
+    monkeypatch.setattr(report, "render", fails)
+    refused(capsys, argv, "cell 3 of coser_compare.ipynb failed")
+    monkeypatch.setattr(report, "render", renders)
+    assert cli.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == [
+        outdir.MARKER, "comparison.failed.ipynb", "comparison.html", "comparison.ipynb"]

@@ -97,6 +97,7 @@ def mark(folder: str | os.PathLike[str], kind: str, *, default: str | os.PathLik
     if default is not None and Path(folder).resolve() == Path(default).resolve():
         return
     if not marker.is_file():
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"written_by": "charactereval", "version": __version__, "kind": kind}) + "\n",
                           encoding="utf-8")
 

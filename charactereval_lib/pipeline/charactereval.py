@@ -285,10 +285,11 @@ def report(
                if out else run.path)
     parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model, "judge_models": judge_models,
                   **_notebook_parameters(settings, data_dir, out_dir / names.figures)}
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     notebook, html = notebooks.render(ANALYSE_NOTEBOOK, out_dir / names.notebook, out_dir / names.html,
                                       parameters, show_code=settings.show_code, title=f"CharacterEval report: "
                                       f"{run.name}" + (f" (judge {judge_model})" if judge_model else ""))
-    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     return ReportOutcome(notebook, html, warnings)
 
 
@@ -354,9 +355,10 @@ def compare(
     parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "judge_model": judge_model,
                   **_notebook_parameters(settings, data_dir, out / FIGURES_DIR)}
     title = "CharacterEval comparison: " + ", ".join(r.name for r in resolved)
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out, outdir.REPORTS)
     notebook, html = notebooks.render(COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
                                       show_code=settings.show_code, title=title)
-    outdir.mark(out, outdir.REPORTS)
     return ReportOutcome(notebook, html, warnings)
 
 

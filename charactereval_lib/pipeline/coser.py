@@ -302,9 +302,10 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
     out_dir = outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path) if out else run.path
     parameters = {"run_dir": str(run.path.resolve()), "n_boot": settings.n_boot, "seed": settings.seed,
                   "figures_dir": str((out_dir / FIGURES_DIR).resolve())}
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     notebook, html = notebooks.render(COSER_REPORT_NOTEBOOK, out_dir / REPORT_NOTEBOOK, out_dir / REPORT_HTML,
                                       parameters, show_code=settings.show_code, title=f"CoSER report: {run.name}")
-    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     return ReportOutcome(notebook, html, comparability(run.manifest()))
 
 
@@ -329,9 +330,10 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "n_boot": settings.n_boot,
                   "seed": settings.seed, "figures_dir": str((out / FIGURES_DIR).resolve())}
     title = "CoSER comparison: " + ", ".join(r.name for r in resolved)
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out, outdir.REPORTS)
     notebook, html = notebooks.render(COSER_COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
                                       parameters, show_code=settings.show_code, title=title)
-    outdir.mark(out, outdir.REPORTS)
     return ReportOutcome(notebook, html, warnings)
 
 
