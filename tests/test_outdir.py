@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import __version__, batch, cli, reproduction
+from charactereval_lib import __version__, batch, cli, pipeline, reproduction
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import outdir
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
@@ -164,6 +164,8 @@ REPORT_COMMANDS = {
     "compare": lambda root: ["compare", str(root / "runs" / "ce-a"), str(root / "runs" / "ce-b")],
     "coser report": lambda root: ["coser", "report", str(root / "runs" / "co-a")],
     "coser compare": lambda root: ["coser", "compare", str(root / "runs" / "co-a"), str(root / "runs" / "co-b")],
+    "export-official": lambda root: ["export-official", "--data-dir", str(root / "data"), str(root / "runs" / "ce-a")],
+    "panel": lambda root: ["panel", "--judge-model", "j1", "--judge-model", "j2", str(root / "runs" / "ce-a")],
 }
 REPORT_UNSAFE = [c for c in UNSAFE if c[0] != "input"] + [("another run", "runs/ce-b", "")]
 
@@ -191,6 +193,8 @@ def test_summaries_and_reports_share_a_folder_of_their_own(ws, tmp_path, capsys)
     assert outdir.marked_kind(mine) == outdir.REPORTS
     assert cli.main(["summarize", str(root / "runs" / "ce-b"), "--out", str(mine), "--n-boot", "10",
                      "--data-dir", str(data_dir)]) == 0
+    pipeline.export_official(root / "runs" / "ce-a", out=mine, data=load_official_data(data_dir, verify=False))
+    assert (mine / "generation.jsonl").is_file()
     # The run directory itself is the default, given or not; it gets no marker.
     assert cli.main(["summarize", str(root / "runs" / "ce-a"), "--out", str(root / "runs" / "ce-a"), "--n-boot",
                      "10", "--data-dir", str(data_dir)]) == 0

@@ -390,7 +390,13 @@ def export_official(run: str | os.PathLike[str] | runs.RunDir, *, out: str | os.
     from charactereval_lib.charactereval.official import export_official as export_run
 
     run = runs.RunDir.resolve(run)
-    return export_run(run.path, _data(data_dir, data), Path(out) if out else None)
+    default = run.path / "official"
+    if out:
+        outdir.check(out, outdir.REPORTS, inputs=[run.path], default=default)
+    written = export_run(run.path, _data(data_dir, data), Path(out) if out else None)
+    if out:
+        outdir.mark(out, outdir.REPORTS, default=default)
+    return written
 
 
 def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
