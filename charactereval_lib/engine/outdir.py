@@ -2,12 +2,16 @@
 
 A command writes output of one of three kinds. The leaderboard's site and a reproduction are
 folders written as a whole: built beside ``OUT`` and swapped in, replacing what was there.
-Reports, comparisons and summaries add their own named files to a folder. Each kind leaves
-``MARKER`` in the folder (with the version that wrote it), and ``check`` accepts as ``OUT`` only:
+Reports, comparisons, summaries, panels and official exports add their own named files to a
+folder. Each kind leaves ``MARKER`` in the folder (with the version that wrote it), and
+``check`` accepts as ``OUT`` only:
 
 - a new folder, or an empty one;
 - a folder whose marker says the tool wrote output of the same kind there;
-- for a run's report or summary, the run directory itself (the default when ``--out`` is not given).
+- the command's default, a run directory or a folder in it (``RUN/official``, ``RUN/panel``).
+
+``battle`` and ``metaeval`` write run directories of their own that they resume, and refuse one
+that holds another battle's or other labels' records; they are not under this rule.
 
 Everything else is refused in one line before any work, and nothing is touched: an existing
 file, a non-empty folder without the marker, ``/``, the home directory, the current directory,
