@@ -3,8 +3,8 @@
 ``reproduce`` runs one benchmark's reproduction (its registry entry's ``Reproduction``, e.g.
 ``coser.reproduce`` or ``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
 ``reproduction.json`` and renders ``reproduction.ipynb``/``reproduction.html`` with papermill,
-then swaps the whole directory into place (``engine.outdir``): a failure leaves nothing behind. The tables and
-notes the notebook shows are built here from the JSON document alone.
+then swaps the whole directory into place (``engine.outdir``): a failure leaves nothing behind.
+The tables and notes the notebook shows are built here from the JSON document alone.
 
 ``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
 "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within", "reason", ...}]}``;
@@ -72,9 +72,11 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
             title = benchmarks.get(benchmark).title
             raise ReproduceError(f"{flag} is an option of the {' or '.join(takers)} reproduction, not of {title}'s"
                                  if takers else f"{flag} is not an option of the {title} reproduction")
+    # The data directory the reproduction reads is its input (checked before anything is read).
     locate = benchmarks.get(benchmark).data.get("locate")
-    data_dirs = [benchmarks.resolve(locate, f"benchmark {benchmark!r}, data")(data_dir)] if locate else []
-    out = outdir.check(out, outdir.REPRODUCTION, inputs=data_dirs + ([data_dir] if data_dir else []))
+    data_dirs = ([benchmarks.resolve(locate, f"benchmark {benchmark!r}, data")(data_dir)] if locate
+                 else [data_dir] if data_dir else [])
+    out = outdir.check(out, outdir.REPRODUCTION, inputs=data_dirs)
     make = benchmarks.resolve(declared.prepare, f"benchmark {benchmark!r}, reproduction")(
         data_dir=data_dir, n_boot=n_boot, seed=seed, progress=progress, **options)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +174,8 @@ def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, dig
         paper = _value(r["paper"], digits) + (f" ± {r['paper_pm_printed']}" if r.get("paper_pm") is not None else "")
         interval = r.get("interval")
         records.append({
-            **({"file": r["source_file"]} if files else {}), "model": r["model"], "column": r["column"], "paper": paper if r["paper"] is not None else "–",
+            **({"file": r["source_file"]} if files else {}), "model": r["model"], "column": r["column"],
+            "paper": paper if r["paper"] is not None else "–",
             "recorded": _value(r["recorded"], digits + 1), "recomputed": _value(r["recomputed"], digits + 1),
             "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
             "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",
