@@ -9,7 +9,8 @@ The tables and notes the notebook shows are built here from the JSON document al
 ``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
 "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within", "reason", ...}]}``;
 ``delta`` is recomputed minus paper, ``within`` the anchor decision (``engine.anchor``), values
-null where they do not exist.
+null where they do not exist; a row with a ``paper_pm`` also has ``paper_pm_printed``, the ± as
+the paper prints it.
 """
 
 from __future__ import annotations

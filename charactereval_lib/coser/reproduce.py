@@ -191,7 +191,8 @@ def _rows(item: Released, import_report: dict[str, Any], summary: dict[str, Any]
         reasons = _reasons(item, column, recorded)
         rows.append({
             "model": item.model, "source_file": item.file, "kind": item.kind, "column": column,
-            "paper": value, "paper_pm": pm, "paper_pm_printed": pm_printed, "recorded": recorded, "recomputed": recomputed,
+            "paper": value, "paper_pm": pm, "paper_pm_printed": pm_printed, "recorded": recorded,
+            "recomputed": recomputed,
             "recorded_reproduced": None if recorded is None or recomputed is None else repr(
                 block["recorded"].get(key)) == repr(block["recomputed"].get(key)),
             "interval": [low, high] if low is not None else None,
