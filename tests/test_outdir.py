@@ -84,11 +84,12 @@ def test_leaderboard_refuses_an_unsafe_out_before_building_and_touches_nothing(w
     assert snapshot(root) == before
 
 
-def test_leaderboard_refuses_the_data_directory_and_a_folder_around_it(ws, capsys, tmp_path):
+def test_leaderboard_refuses_the_data_directory_and_a_folder_inside_it(ws, capsys):
     root, data_dir = ws
     before = snapshot(root)
-    refused(capsys, ["leaderboard", str(root / "runs" / "co-a"), "--data-dir", str(data_dir), "--out", str(data_dir)],
-            "is an input of this command")
+    for out, words in ((data_dir, "is an input of this command"), (data_dir / "site", "lies inside the input")):
+        refused(capsys, ["leaderboard", str(root / "runs" / "co-a"), "--data-dir", str(data_dir), "--out", str(out)],
+                words)
     assert snapshot(root) == before
 
 
