@@ -66,7 +66,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from charactereval_lib.engine import artifacts, batching, faults, jobs, progress, runs
+from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, runs
 from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
@@ -249,6 +249,11 @@ def preflight(config: BatchConfig) -> list[str]:
             faults.check_ray_address(config.ray.address)
         except (faults.Unreachable, runs.RunError) as exc:
             problems.append(f"{config.path}: ray: {exc}")
+    # The comparison folder follows the rule of every --out (engine.outdir), checked before any model runs.
+    try:
+        outdir.check(config.comparison_dir, outdir.REPORTS, inputs=[config.output_dir / m.name for m in config.models])
+    except runs.RunError as exc:
+        problems.append(f"{config.path}: comparison: {exc}")
     return problems
 
 

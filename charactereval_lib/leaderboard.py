@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, board, runs, site
+from charactereval_lib.engine import benchmarks, board, outdir, runs, site
 from charactereval_lib.engine.board import BoardSpec, RunView
 
 
@@ -105,9 +105,11 @@ def boards(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any], redact: bool = False) -> tuple[dict[str, Any], list[str]]:
+          context: Mapping[str, Any], inputs: Sequence[str | os.PathLike[str]] = (), redact: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Read every run, build the boards, write the site into ``out``; returns the
-    ``leaderboard.json`` content and the warnings (runs left out, and why)."""
+    ``leaderboard.json`` content and the warnings (runs left out, and why). ``out`` is checked
+    first (``engine.outdir``: the paths and ``inputs``, such as the data directory, are inputs)."""
+    outdir.check(out, outdir.SITE, inputs=[*(runs.resolve_run_dir(p) for p in paths), *inputs])
     views, warnings = read_runs(paths, context)
     return write(views, warnings, out, context=context, redact=redact), warnings
 
@@ -118,6 +120,7 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     ``redact``: a site without test-set text (seed 004 H34): ranks, scores, intervals, per-sample
     ids, scores and flaw severities, but no context, profile, scene, dialogue, reply or critique
     (each benchmark's ``redact`` strips its explorer details; rendered reports are left out)."""
+    outdir.check(out, outdir.SITE, inputs=[v.path for v in views])
     content = boards(views)
     content["runs"] = len({v.path for v in views})
     content["warnings"] = list(warnings)

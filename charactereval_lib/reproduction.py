@@ -3,14 +3,15 @@
 ``reproduce`` runs one benchmark's reproduction (its registry entry's ``Reproduction``, e.g.
 ``coser.reproduce`` or ``charactereval.reproduce``) into a staging directory beside ``OUT``, writes
 ``reproduction.json`` and renders ``reproduction.ipynb``/``reproduction.html`` with papermill,
-then renames the whole directory into place: a failure leaves nothing behind. The tables and
-notes the notebook shows are built here from the JSON document alone.
+then swaps the whole directory into place (``engine.outdir``): a failure leaves nothing behind.
+The tables and notes the notebook shows are built here from the JSON document alone.
 
 ``reproduction.json``: ``{"benchmark", "files": [...], "rows": [{"model", "source_file",
 "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within", "reason", ...}]}``;
 ``delta`` is recomputed minus paper, ``within`` the anchor decision (``engine.anchor``; the
 document's ``verdict`` says its rule where it is not the interval rule, and ``interval_within``
-then gives the interval check as information), values null where they do not exist.
+then gives the interval check as information), values null where they do not exist; a row with a
+``paper_pm`` also has ``paper_pm_printed``, the ± as the paper prints it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import artifacts, benchmarks
+from charactereval_lib.engine import artifacts, benchmarks, outdir
 from charactereval_lib.engine.reportkit import rendered_by
 
 DOCUMENT = "reproduction.json"
@@ -59,7 +60,8 @@ def _declared(benchmark: str) -> benchmarks.Reproduction:
 def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
               n_boot: int = 1000, seed: int = 0, show_code: bool = False, progress: bool = False,
               **options: Any) -> ReproduceOutcome:
-    """The reproduction of ``benchmark`` in ``out`` (new or empty), as its registry entry
+    """The reproduction of ``benchmark`` in ``out`` (new, empty or an earlier reproduction, which
+    is replaced: ``engine.outdir``'s rule, the data directory an input), as its registry entry
     declares it (``engine.benchmarks.Reproduction``); ``options`` are that benchmark's own (e.g.
     CharacterEval's ``rm`` and ``device``, CoSER's ``no_metrics``), refused for any other."""
     from charactereval_lib.engine import report as notebooks
@@ -72,9 +74,11 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
             title = benchmarks.get(benchmark).title
             raise ReproduceError(f"{flag} is an option of the {' or '.join(takers)} reproduction, not of {title}'s"
                                  if takers else f"{flag} is not an option of the {title} reproduction")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ReproduceError(f"{out}: already exists and is not empty; give a new output directory")
+    # The data directory the reproduction reads is its input (checked before anything is read).
+    locate = benchmarks.get(benchmark).data.get("locate")
+    data_dirs = ([benchmarks.resolve(locate, f"benchmark {benchmark!r}, data")(data_dir)] if locate
+                 else [data_dir] if data_dir else [])
+    out = outdir.check(out, outdir.REPRODUCTION, inputs=data_dirs)
     make = benchmarks.resolve(declared.prepare, f"benchmark {benchmark!r}, reproduction")(
         data_dir=data_dir, n_boot=n_boot, seed=seed, progress=progress, **options)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -86,8 +90,8 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
         notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
                          title=f"{benchmark} reproduction")
-        # rename(2) replaces an empty directory, so an empty OUT made beforehand is fine.
-        os.rename(staging, out)
+        outdir.mark(staging, outdir.REPRODUCTION)
+        outdir.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -165,16 +169,19 @@ def reasons_table(document: dict[str, Any], kinds: Sequence[str] | None = None) 
     return pd.DataFrame([{"#": n, "reason": reason} for reason, n in reason_numbers(document, kinds).items()])
 
 
-def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2) -> pd.DataFrame:
-    """The rows of the document (of ``kinds`` when given) as a display table; the reasons column
-    cites the numbers of ``reasons_table``."""
+def rows_table(document: dict[str, Any], kinds: Sequence[str] | None = None, digits: int = 2, *,
+               files: bool = False) -> pd.DataFrame:
+    """The rows of the document (of ``kinds`` when given) as a display table, led by the
+    released file of each row when ``files``; the paper's ± as the paper prints it; the reasons
+    column cites the numbers of ``reasons_table``."""
     numbers = reason_numbers(document, kinds)
     records = []
     for r in _selected(document, kinds):
-        paper = _value(r["paper"], digits) + (f" ± {r['paper_pm']:g}" if r.get("paper_pm") is not None else "")
+        paper = _value(r["paper"], digits) + (f" ± {r['paper_pm_printed']}" if r.get("paper_pm") is not None else "")
         interval = r.get("interval")
         records.append({
-            "model": r["model"], "column": r["column"], "paper": paper if r["paper"] is not None else "–",
+            **({"file": r["source_file"]} if files else {}), "model": r["model"], "column": r["column"],
+            "paper": paper if r["paper"] is not None else "–",
             "recorded": _value(r["recorded"], digits + 1), "recomputed": _value(r["recomputed"], digits + 1),
             "our 95% interval": f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "–",
             "delta": "–" if r["delta"] is None else f"{r['delta']:+.{digits}f}",

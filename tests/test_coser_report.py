@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import statistics
 from pathlib import Path
 
 import pytest
+from _browser_support import chromium, requests_leaving
 
-from charactereval_lib import cli, pipeline
+from charactereval_lib import cli, pipeline, reproduction
 from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import write_jsonl_atomic
 from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir
+from tests.test_reproduce import released_generations
 
 PAPER_MODEL = "gpt-4o-2024-08-06"
 
@@ -246,6 +250,29 @@ def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, caps
     root = rendered["root"]
     assert cli.main(["coser", "compare", str(root / "alias"), str(root / "paper"), "--out", str(tmp_path)]) == 2
     assert "cannot compare: the runs have different env models" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_page_of_a_site_with_reports_a_reproduction_and_a_comparison_works_offline(rendered, tmp_path):
+    """Issue 29 item 2: the site over the two reported runs and a reproduction's runs, and the
+    reproduction's and the comparison's own pages, opened from file://: no request leaves the
+    folder of the page (the reports once loaded require.js, MathJax and mermaid from CDNs)."""
+    root = rendered["root"]
+    data, files = released_generations(tmp_path)
+    repro = reproduction.reproduce("charactereval", tmp_path / "repro", n_boot=20, data=data, files=files).out
+    site = tmp_path / "site"
+    build([root / "alias", root / "paper", repro / "runs"], site, context={"charactereval": data})
+    pages = sorted(site.rglob("*.html"))
+    assert len([p for p in pages if p.name == "report.html"]) == 2
+    opened = [(p, site) for p in pages] + [(repro / "reproduction.html", repro), (root / "cmp" / "comparison.html",
+                                                                                   root / "cmp")]
+    with chromium() as browser:
+        for page_file, folder in opened:
+            assert requests_leaving(browser, page_file, folder) == [], page_file
+            text = page_file.read_text(encoding="utf-8")
+            # Nor is anything fetched later (mermaid was imported only when a diagram was shown).
+            assert not re.search(r"""<(?:script|link|img|iframe)[^>]*(?:src|href)\s*=\s*["']?(?:https?:)?//"""
+                                 r"""|import\(\s*["']https?:""", text), page_file
 
 
 # --- the analyst's view (issue 19, items 12 and 13) ---------------------------------------------

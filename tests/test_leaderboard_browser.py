@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from _browser_support import WAIT_MS, chromium
 
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import artifacts, runs
@@ -21,12 +22,6 @@ from charactereval_lib.engine.plots import CJK_FONTS, cjk_font
 from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-# Generous: the machine may be busy; nothing here waits this long when it works.
-WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +44,8 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture()

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +22,10 @@ from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.reproduce import COLUMNS, released_files
+from charactereval_lib.testing.leaderboard_runs import coser_run
 from tests.coser_golden import data_dir
 
+ROOT = Path(__file__).resolve().parent.parent
 CSV_FIELDS = {"model", "source_file", "column", "paper", "paper_pm", "recorded", "recomputed", "delta", "within",
               "reason"}
 
@@ -168,7 +175,7 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(tmp_path, capsys, mo
     used.mkdir()
     (used / "x").write_text("")
     assert main(["reproduce", "--benchmark", "coser", "--out", str(used)]) == 2
-    assert "already exists and is not empty" in capsys.readouterr().err
+    assert "is not empty and holds no .charactereval-output.json" in capsys.readouterr().err
     assert main(["reproduce", "--benchmark", "coser", "--out", str(tmp_path / "o"), "--rm", "x"]) == 2
     # The released CharacterEval generations are verified before anything is made.
     empty = tmp_path / "empty-data"
@@ -195,3 +202,83 @@ def test_the_benchmarks_offered_are_those_that_declare_a_reproduction(capsys):
     with pytest.raises(SystemExit):
         main(["reproduce", "--help"])
     assert "{charactereval,coser}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n_boot", ["0", "-3"])
+def test_a_bootstrap_of_no_resamples_is_a_one_line_error(tmp_path, capsys, n_boot):
+    assert main(["reproduce", "--benchmark", "coser", "--out", str(tmp_path / "o"), "--n-boot", n_boot]) == 2
+    assert capsys.readouterr().err == f"error: n_boot must be a positive number, got {n_boot}\n"
+    assert not list(tmp_path.iterdir())
+
+
+LATE_CTRL_C = """
+import os, signal, sys
+from charactereval_lib.cli import main
+status = main()
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C just after the command said what it wrote
+sys.exit(status)
+"""
+
+
+def test_ctrl_c_after_the_work_is_done_leaves_the_commands_exit_status(tmp_path):
+    """Not -2 (killed by the signal): the command ran through, its status stands."""
+    coser_run(tmp_path / "runs" / "r", actor="actor-a", scenes=20, repeats=1)
+    done = subprocess.run([sys.executable, "-c", LATE_CTRL_C, "leaderboard", str(tmp_path / "runs"), "--out",
+                           str(tmp_path / "site")], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"wrote {tmp_path / 'site' / 'index.html'}") and "Traceback" not in done.stderr
+
+
+# --- the report's tables on a CoSER document made of the real rows, without the released files ----
+
+
+def coser_document() -> dict:
+    """One main, one ablation and the test-set file, their rows made by ``coser.reproduce`` from
+    the shipped paper tables (the recorded values invented)."""
+    from charactereval_lib.coser.judge import SCORE_FORMULAS
+    from charactereval_lib.coser.reproduce import _rows, load_paper
+    from charactereval_lib.coser.upstream import DIMENSIONS
+
+    paper = load_paper()
+    chosen = [item for item in released_files() if item.kind == "test_set"]
+    ablation = next(item for item in released_files() if item.kind == "ablation")
+    chosen += [ablation, next(item for item in released_files() if item.kind == "main" and item.model == ablation.model)]
+    rows, files = [], []
+    for k, item in enumerate(chosen):
+        formula = "no_length_penalty" if item.kind == "ablation" else "length_penalty"
+        block = {key: 50.0 + k + i for i, key in enumerate([*DIMENSIONS, "avg"])}
+        rows += _rows(item, {"scores_block": {"recorded": block, "recomputed": block}, "score_formula": formula},
+                      None, paper.get(item.model, {}))
+        files.append({"file": item.file, "model": item.model, "kind": item.kind, "formula_text": SCORE_FORMULAS[formula],
+                      "protocol_version": "coser-head", "cases": 2, "dimension_scores": 8,
+                      "dimension_scores_reproduced": 8, "scene_scores_reproduced": 2, "metrics_recorded": 0,
+                      "metrics_reproduced": {}, "metric_mismatches": [], "other_mismatches": [],
+                      "scores_block_reproduced": True})
+    return {"benchmark": "coser", "metrics": False, "tolerance": 0.005, "files": files, "rows": rows}
+
+
+def test_the_papers_plus_minus_keeps_its_printed_digits():
+    document = coser_document()
+    main_rows = [r for r in document["rows"] if r["kind"] == "main" and r["paper_pm"] is not None]
+    table = reproduction.rows_table(document, ["main"])
+    assert main_rows and list(table["paper"]) == [f"{r['paper']:.2f} ± {r['paper_pm_printed']}" for r in main_rows]
+    # The shipped tables print the ± with one or two decimals, trailing zeros included.
+    assert any(r["paper_pm_printed"].endswith("0") for r in main_rows)
+    assert all(float(r["paper_pm_printed"]) == r["paper_pm"] for r in main_rows)
+
+
+@pytest.mark.slow
+def test_the_rebuttal_files_table_has_its_heading_and_a_file_column(tmp_path):
+    from charactereval_lib.engine import report
+
+    document = coser_document()
+    (tmp_path / reproduction.DOCUMENT).write_text(json.dumps(document), encoding="utf-8")
+    _, page = report.render(reproduction.NOTEBOOK, tmp_path / "r.ipynb", tmp_path / "r.html",
+                            {"reproduction": str(tmp_path / reproduction.DOCUMENT)})
+    text = page.read_text(encoding="utf-8")
+    heading = re.search(r"<h3[^>]*>The rebuttal branch's files, cell by cell", text).end()
+    table = text[heading:text.index("</table>", heading)]
+    assert ">file</th>" in table and "test_set_gpt-4o.json" in table and "-no_length_penalty.json" in table
+    main_row = next(r for r in document["rows"] if r["kind"] == "main" and r["paper_pm_printed"].endswith("0"))
+    assert f"{main_row['paper']:.2f} ± {main_row['paper_pm_printed']}" in text

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -127,7 +128,18 @@ def _error(message: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv is not None:
+        return _main(list(argv))
+    # The command itself (``charactereval``, ``python -m``): once its work is done and said, a
+    # Ctrl-C is too late to stop anything, and Python would end the process by the signal (-2)
+    # instead of the command's exit status; it is ignored while the interpreter shuts down.
+    try:
+        return _main(sys.argv[1:])
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _main(argv: list[str]) -> int:
     try:
         parser = build_parser(argv)
     except benchmarks.BenchmarkError as exc:

@@ -96,7 +96,8 @@ def _compare_parser(p: argparse.ArgumentParser) -> None:
 
 def _leaderboard_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", metavar="RUN_OR_DIR", nargs="+", help="runs, or folders searched for runs")
-    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced as a whole)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder: new, empty, or an earlier site (which is "
+                   "replaced as a whole); any other folder is refused")
     p.add_argument("--redact", action="store_true",
                    help="publish without test-set text: ranks, scores, intervals, per-sample ids, scores and flaw "
                         "severities; no context, profile, scene, dialogue, reply or critique, no rendered reports")

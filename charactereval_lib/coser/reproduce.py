@@ -110,30 +110,42 @@ def _number(text: str) -> float | None:
     return float(text) if text.strip() else None
 
 
-def load_paper(split: str = "in-domain") -> dict[str, dict[str, tuple[float | None, float | None]]]:
-    """Per model key: column -> (paper value, paper ±): Table 13's ``split`` row for the four
-    dimensions and the average, Table 2 for BLEU and ROUGE-L (shipped in data/reference/)."""
-    paper: dict[str, dict[str, tuple[float | None, float | None]]] = {}
+PaperCell = tuple[float | None, float | None, str | None]
+
+
+def _cell(row: dict[str, str], key: str) -> PaperCell:
+    # The ± as printed too: its digits say how precisely the paper gives it ("1.0", not 1).
+    pm = row[f"{key}_pm"].strip()
+    return _number(row[key]), _number(pm), pm or None
+
+
+def load_paper(split: str = "in-domain") -> dict[str, dict[str, PaperCell]]:
+    """Per model key: column -> (paper value, paper ±, the ± as printed): Table 13's ``split``
+    row for the four dimensions and the average, Table 2 for BLEU and ROUGE-L (shipped in
+    data/reference/)."""
+    paper: dict[str, dict[str, PaperCell]] = {}
     with resource_path(TABLE13).open(encoding="utf-8") as f:
         for row in csv.DictReader(f):
             if row["model_key"] and row["split"] == split:
                 paper.setdefault(row["model_key"], {}).update({
-                    column: (_number(row[key]), _number(row[f"{key}_pm"]))
-                    for column, key in _CSV_COLUMNS.items() if key in row})
+                    column: _cell(row, key) for column, key in _CSV_COLUMNS.items() if key in row})
     for row in load_main_table():
         if row["model_key"]:
             paper.setdefault(row["model_key"], {}).update({
-                column: (row["values"][column], row["plus_minus"][column]) for column in ("BLEU", "ROUGE-L")})
+                column: (row["values"][column], row["plus_minus"][column], row["plus_minus_printed"][column])
+                for column in ("BLEU", "ROUGE-L")})
     return paper
 
 
 def load_main_table() -> list[dict[str, Any]]:
     """The paper's main results table (Table 2, 21 models) as shipped in data/reference/: per
-    row its section, model, each column's value and ± (column names as ``COLUMNS``)."""
+    row its section, model, each column's value and ±, and the ± as printed (column names as
+    ``COLUMNS``)."""
     with resource_path(MAIN_TABLE).open(encoding="utf-8") as f:
         return [{"section": row["section"], "model": row["model"], "model_key": row["model_key"] or None,
                  "values": {c: _number(row[k]) for c, k in _CSV_COLUMNS.items()},
-                 "plus_minus": {c: _number(row[f"{k}_pm"]) for c, k in _CSV_COLUMNS.items()}}
+                 "plus_minus": {c: _number(row[f"{k}_pm"]) for c, k in _CSV_COLUMNS.items()},
+                 "plus_minus_printed": {c: row[f"{k}_pm"].strip() or None for c, k in _CSV_COLUMNS.items()}}
                 for row in csv.DictReader(f)]
 
 
@@ -177,7 +189,7 @@ def _reasons(item: Released, column: str, recorded: float | None) -> list[str]:
 
 
 def _rows(item: Released, import_report: dict[str, Any], summary: dict[str, Any] | None,
-          paper: dict[str, tuple[float | None, float | None]]) -> list[dict[str, Any]]:
+          paper: dict[str, PaperCell]) -> list[dict[str, Any]]:
     block = import_report["scores_block"]
     rows = []
     for column in COLUMNS:
@@ -191,14 +203,15 @@ def _rows(item: Released, import_report: dict[str, Any], summary: dict[str, Any]
             if recomputed is None:
                 recomputed = cell.get("mean")
         low, high = cell.get("low"), cell.get("high")
-        value, pm = paper.get(column, (None, None)) if item.kind == "main" else (None, None)
+        value, pm, pm_printed = paper.get(column, (None, None, None)) if item.kind == "main" else (None, None, None)
         decision = compare_within_margin(value, recomputed, margin=MARGINS.get(column), paper_pm=pm,
                                          interval=(low, high) if low is not None and high is not None else None,
                                          tolerance=rounding_tolerance(PAPER_DECIMALS))
         reasons = _reasons(item, column, recorded)
         rows.append({
             "model": item.model, "source_file": item.file, "kind": item.kind, "column": column,
-            "paper": value, "paper_pm": pm, "recorded": recorded, "recomputed": recomputed,
+            "paper": value, "paper_pm": pm, "paper_pm_printed": pm_printed, "recorded": recorded,
+            "recomputed": recomputed,
             "recorded_reproduced": None if recorded is None or recomputed is None else repr(
                 block["recorded"].get(key)) == repr(block["recomputed"].get(key)),
             "interval": [low, high] if low is not None else None,

@@ -82,7 +82,8 @@ class Benchmark:
     and ``stages`` are keyed by stage name (``STAGES``): each stage is called as
     ``stage(run, settings, **options)`` (``report`` also takes ``out``), ``settings`` being an
     instance of the stage's settings class, built from a mapping by its ``from_mapping``.
-    ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines);
+    ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines) and
+    ``locate`` (``data_dir`` or None -> the data directory its commands read);
     ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
     what the leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
     ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its

@@ -8,12 +8,12 @@ is DataTables as the ``itables`` package ships it (its ES-module bundle, exposed
 scripts by ``vendor_bundle``); the only JavaScript written here is the explorer's glue.
 
 The whole site is built in a temporary folder beside ``out`` and moved into place at the end,
-so an interrupted build leaves the previous site (or nothing), never half of one.
+so an interrupted build leaves the previous site (or nothing), never half of one. It carries the
+marker of ``engine.outdir``, whose rule says which ``out`` a site may replace.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import html
 import json
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from charactereval_lib.engine import outdir
 
 ASSETS = "assets"
 DETAIL_CHUNK = 250
@@ -326,7 +328,8 @@ def write_run_data(folder: Path, explorer: Explorer) -> None:
 
 def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequence[RunPage],
                rules: Mapping[str, Sequence[Any]], built: str) -> Path:
-    """Write the whole site into ``out`` (replacing a previous one as a whole)."""
+    """Write the whole site into ``out`` (replacing a previous one as a whole; the caller has
+    checked ``out`` with ``outdir.check``)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -357,21 +360,11 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(compare_html(board), encoding="utf-8")
         (staging / "index.html").write_text(index_html(content, rules, built), encoding="utf-8")
+        outdir.mark(staging, outdir.SITE)
         staging.chmod(0o755)
-        _swap(staging, out)
+        outdir.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
-
-
-def _swap(staging: Path, out: Path) -> None:
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{staging.name}")
-        out.rename(old)
-    staging.rename(out)
-    if old is not None:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(old)
 

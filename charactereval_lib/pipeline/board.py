@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.engine import outdir, runs
 from charactereval_lib.pipeline.charactereval import _optional_data
 
 
@@ -25,8 +26,12 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). The
     official CharacterEval data, when it loads, gives the explorer its contexts and the rules the
     row counts of failed samples. ``redact``: a site without test-set text (``leaderboard.write``)."""
+    from charactereval_lib.charactereval.data import locate_data_dir
     from charactereval_lib.leaderboard import build
 
+    # The data directory is an input too; ``out`` is checked before it is read.
+    inputs = [locate_data_dir(data_dir)]
+    outdir.check(out_dir, outdir.SITE, inputs=[*(runs.resolve_run_dir(p) for p in paths), *inputs])
     data, reason = _optional_data(data_dir)
-    content, warnings = build(paths, out_dir, context={"charactereval": data}, redact=redact)
+    content, warnings = build(paths, out_dir, context={"charactereval": data}, inputs=inputs, redact=redact)
     return LeaderboardOutcome(Path(out_dir), content, ([reason] if reason else []) + warnings)

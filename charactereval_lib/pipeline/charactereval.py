@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, benchmarks, faults, runs
+from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings, _ray_settings
 
@@ -226,6 +226,8 @@ def summarize(
 
     settings = settings if settings is not None else SummarizeSettings()
     run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
+    if out:
+        outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path)
     faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
@@ -235,6 +237,8 @@ def summarize(
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
                             seed=settings.seed, level=settings.level, warnings=warnings, scorer=settings.scorer,
                             judge_model=judge_model, out=Path(out) if out else None)
+    if out:
+        outdir.mark(out, outdir.REPORTS, default=run.path)
     return SummaryOutcome(run, summary, warnings)
 
 
@@ -277,9 +281,12 @@ def report(
     judge_models, warnings = _report_scorers(run, settings)
     judge_model = judge_models[0] if settings.scorer == runs.JUDGE else None
     names = report_names(settings.scorer, judge_model)
-    out_dir = Path(out) if out else run.path
+    out_dir = (outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path)
+               if out else run.path)
     parameters = {"run_dir": str(run.path.resolve()), "judge_model": judge_model, "judge_models": judge_models,
                   **_notebook_parameters(settings, data_dir, out_dir / names.figures)}
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     notebook, html = notebooks.render(ANALYSE_NOTEBOOK, out_dir / names.notebook, out_dir / names.html,
                                       parameters, show_code=settings.show_code, title=f"CharacterEval report: "
                                       f"{run.name}" + (f" (judge {judge_model})" if judge_model else ""))
@@ -324,6 +331,7 @@ def compare(
     if len(run_list) < 2:
         raise runs.RunError("compare needs at least two runs")
     resolved = [_analysable(r) for r in run_list]
+    out = outdir.check(out_dir, outdir.REPORTS, inputs=[*(r.path for r in resolved)])
     # A judge named for the batch that one run lacks is simply not common to the runs.
     judged = [_report_scorers(run, settings.replace(judges=tuple(
         j for j in settings.judges if j in run.judge_models()))) for run in resolved]
@@ -344,10 +352,11 @@ def compare(
         warnings.append(f"the judge's section is left out: the runs were not judged by one judge model ({judges_text})")
     for run, (_, run_notes) in zip(resolved, judged):
         warnings += [f"{run.name}: {w}" for w in run_notes]
-    out = Path(out_dir)
     parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "judge_model": judge_model,
                   **_notebook_parameters(settings, data_dir, out / FIGURES_DIR)}
     title = "CharacterEval comparison: " + ", ".join(r.name for r in resolved)
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out, outdir.REPORTS)
     notebook, html = notebooks.render(COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
                                       show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)
@@ -381,7 +390,13 @@ def export_official(run: str | os.PathLike[str] | runs.RunDir, *, out: str | os.
     from charactereval_lib.charactereval.official import export_official as export_run
 
     run = runs.RunDir.resolve(run)
-    return export_run(run.path, _data(data_dir, data), Path(out) if out else None)
+    default = run.path / "official"
+    if out:
+        outdir.check(out, outdir.REPORTS, inputs=[run.path], default=default)
+    written = export_run(run.path, _data(data_dir, data), Path(out) if out else None)
+    if out:
+        outdir.mark(out, outdir.REPORTS, default=default)
+    return written
 
 
 def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:

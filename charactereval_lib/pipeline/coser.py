@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, faults, runs
+from charactereval_lib.engine import benchmarks, faults, outdir, runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.data import DataUse, remember
@@ -335,9 +335,11 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
 
     settings = settings if settings is not None else CoserReportSettings()
     run = _coser_run_dir(run)
-    out_dir = Path(out) if out else run.path
+    out_dir = outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path) if out else run.path
     parameters = {"run_dir": str(run.path.resolve()), "n_boot": settings.n_boot, "seed": settings.seed,
                   "figures_dir": str((out_dir / FIGURES_DIR).resolve())}
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out_dir, outdir.REPORTS, default=run.path)
     notebook, html = notebooks.render(COSER_REPORT_NOTEBOOK, out_dir / REPORT_NOTEBOOK, out_dir / REPORT_HTML,
                                       parameters, show_code=settings.show_code, title=f"CoSER report: {run.name}")
     return ReportOutcome(notebook, html, comparability(run.manifest()))
@@ -355,15 +357,17 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     if len(run_list) < 2:
         raise runs.RunError("coser compare needs at least two runs")
     resolved = [_coser_run_dir(r) for r in run_list]
+    out = outdir.check(out_dir, outdir.REPORTS, inputs=[r.path for r in resolved])
     problems = compare_problems(resolved)
     if problems and not settings.allow_mixed:
         raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
     warnings = [f"NOT COMPARABLE: {p}" for p in problems]
     warnings += [f"{r.name}: {w}" for r in resolved for w in comparability(r.manifest())]
-    out = Path(out_dir)
     parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "n_boot": settings.n_boot,
                   "seed": settings.seed, "figures_dir": str((out / FIGURES_DIR).resolve())}
     title = "CoSER comparison: " + ", ".join(r.name for r in resolved)
+    # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
+    outdir.mark(out, outdir.REPORTS)
     notebook, html = notebooks.render(COSER_COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
                                       parameters, show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)

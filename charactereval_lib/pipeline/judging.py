@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, benchmarks, faults, runs
+from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.charactereval import _analysable, _data, score
 from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings, _positive
@@ -196,15 +196,19 @@ def panel(
     from charactereval_lib.charactereval import panel as panels
 
     run = _analysable(run)
+    default = run.artifact(panels.DEFAULT_DIR)
+    if out is not None:
+        outdir.check(out, outdir.REPORTS, inputs=[run.path], default=default)
     warnings = []
     for model in settings.judge_models:
         mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=runs.JUDGE,
                                      judge_model=run.select_judge(model))
         warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
-    out_dir = Path(out) if out is not None else run.artifact(panels.DEFAULT_DIR)
+    out_dir = Path(out) if out is not None else default
     faults.check_writable(out_dir, "panel directory")
     summary = panels.summarize_panel(run, settings.judge_models, settings.verdict, out_dir, n_boot=settings.n_boot,
                                      seed=settings.seed, level=settings.level, warnings=warnings)
+    outdir.mark(out_dir, outdir.REPORTS, default=default)
     return PanelOutcome(out_dir, summary, summary["warnings"])
 
 

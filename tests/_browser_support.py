@@ -1,0 +1,53 @@
+"""Debian's headless Chromium driven by Playwright (no browser is downloaded), for the tests that
+open the site and the reports as a user would. Imported by ``test_leaderboard_browser`` and
+``test_coser_report`` (pytest puts ``tests/`` on ``sys.path``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+# Generous: the machine may be busy; nothing here waits this long when it works.
+WAIT_MS = 60_000
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """A launched browser; the test is skipped where Chromium is missing, and fails in CI."""
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def requests_leaving(browser: Any, page_file: Path, folder: Path) -> list[str]:
+    """Open ``page_file`` from ``file://`` until the network is idle: the requests that left
+    ``folder``, and any script error."""
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url))
+    page.on("pageerror", lambda e: seen.append(f"script error: {e}"))
+    try:
+        page.goto(page_file.resolve().as_uri(), wait_until="networkidle")
+    finally:
+        page.close()
+    inside = folder.resolve().as_uri() + "/"
+    return [url for url in seen if not url.startswith(inside)]
