@@ -362,7 +362,9 @@ class ActorPool:
         replacement = self._starting.pop(ref)
         try:
             info = self.ray.get(ref)
-        except self.ray.exceptions.RayError:
+        except self.ray.exceptions.RayError as exc:
+            # Placed on a node that was dying, or its model failed to load there.
+            print(f"ray: a replacement {self.what} worker could not start: {cause(exc)}", file=sys.stderr, flush=True)
             self.handles.remove(replacement)
             self.ray.kill(replacement)
             self._request()
@@ -380,7 +382,9 @@ class ActorPool:
         if self._starting and waited < wait:
             return
         why = (f"no replacement could start within {wait:g} s (the cluster has no room for one: `ray status`)"
-               if self._starting else f"{self.replaced} replacement(s) already ran, the most for {self.settings.workers} worker(s)")
+               if self._starting else f"no replacement is left to try ({self.requested} requested, {self.replaced} "
+                                      f"started; at most {self.settings.workers} start, {2 * self.settings.workers} "
+                                      "are requested)")
         raise self.stranded(f"every Ray worker was lost and {why}; what was received so far is saved: re-run to resume")
 
 
