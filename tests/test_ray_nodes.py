@@ -7,8 +7,11 @@ neither a traceback nor Ray's log dumps."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import shutil
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -66,20 +69,22 @@ def add_nodes(nodes):
         nodes.remove_node(node, allow_graceful=False)
 
 
-def node_of(nodes, worker):
-    return next(n for n in nodes.worker_nodes if n.node_id == worker.node_id)
-
-
 def losing(nodes, at: dict[int, bool]):
     """An ``on_result`` hook that removes, once ``at`` (finished units -> graceful) is reached,
-    the node of the first worker still on a live node (gracefully or abruptly)."""
+    the node of the first worker still on a live node: gracefully (its raylet stopped), or
+    abruptly, as a machine that dies: its raylet and the worker killed. (A worker whose raylet
+    alone is killed goes on serving the driver for seconds, long enough to finish a small run.)"""
     live = {n.node_id for n in nodes.worker_nodes}
 
     def hook(workers, finished):
         if finished in at:
+            graceful = at.pop(finished)
             worker = next(w for w in workers if w.node_id in live)
             live.discard(worker.node_id)
-            nodes.remove_node(node_of(nodes, worker), allow_graceful=at.pop(finished))
+            nodes.remove_node(next(n for n in nodes.worker_nodes if n.node_id == worker.node_id), graceful)
+            if not graceful:
+                with contextlib.suppress(ProcessLookupError):  # it noticed its raylet's death first
+                    os.kill(worker.pid, signal.SIGKILL)
 
     return hook
 
