@@ -1,8 +1,8 @@
 """What a lost node costs a ``score --engine ray`` run: on a multi-node cluster on this machine
 (``ray.cluster_utils.Cluster``: a head node with no CPUs, two worker nodes of one CPU each, Ray's
 default health checks), two workers score the same rows; after the first units are written, one
-worker's node is removed, gracefully (its raylet stopped) or abruptly (killed), and no node has
-room for a replacement.
+worker's node is removed, gracefully (its raylet stopped) or abruptly (its raylet and the worker
+killed, as a machine that dies), and no node has room for a replacement.
 
     python benchmarks/bench_ray_node_loss.py [--data-dir DIR] [--rows 120] [--out FILE]
 
@@ -15,8 +15,10 @@ The rows and the tiny random reward model (tokenizer trained on the data) are ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -47,6 +49,9 @@ def lose_a_node(cluster, data, rows, rm_dir: Path, reference: dict, run_dir: Pat
             times["loss"] = time.perf_counter()
             cluster.remove_node(victim, allow_graceful=graceful)
             nodes.remove(victim)
+            if not graceful:  # a machine that dies: its worker with its raylet
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(workers[0].pid, signal.SIGKILL)
 
     engine = RayEngine(RaySettings(address=cluster.address, workers=2), on_result=hook)
     lose = engine.pool._lose
