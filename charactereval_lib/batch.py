@@ -69,6 +69,7 @@ from pydantic import model_validator
 from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, runs
 from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
 from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
 
 # The benchmark of the entries when the config names none.
@@ -89,6 +90,9 @@ class BatchError(runs.RunError):
 
 
 NonNegative = Annotated[float, expect("a number of at least 0", lambda v: is_number(v) and v >= 0)]
+Positive = Annotated[float, expect("a number above 0", lambda v: is_number(v) and v > 0)]
+# How often the driver asks Ray which nodes are alive (a call to the GCS), to find tasks no node can run.
+NODE_CHECK_S = 2.0
 
 
 class RayBatch(Document):
@@ -101,6 +105,9 @@ class RayBatch(Document):
     generate_gpus: NonNegative = 0.0
     # A model's scoring task (CharacterEval: the reward model).
     score_gpus: NonNegative = 0.0
+    # Seconds a task waits for a node able to run it, once none is left (its node was lost),
+    # before it is reported failed; a node that joins in time runs it.
+    lost_node_wait: Positive = LOST_NODE_WAIT_S
 
     def gpus(self, spec: Any, stage: str) -> float:
         """What the task of ``stage`` (a part) of the model ``spec`` asks for, as its plan says."""
@@ -409,21 +416,35 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
             in_flight[ref] = (index, stage, time.monotonic())
             results[index] = result
 
+        def fail(index: int, stage: str, error: str) -> None:
+            failed = results[index]
+            failed.status, failed.failed_step, failed.error = "failed", stage, error
+            print(f"!! {failed.name}: {stage} failed: {failed.error}", flush=True)
+            run = _generation_run(config, index, stage)
+            if run is not None:
+                _close_cancelled_generation(run)
+
         for index, spec in enumerate(config.models):
             submit(index, GENERATION, _new_result(spec, config))
+        homeless = _HomelessTasks(ray, settings.lost_node_wait)
         try:
             while in_flight:
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAIT_S)
+                for ref in homeless.overdue({ref: (settings.cpus, settings.gpus(config.models[index], stage))
+                                             for ref, (index, stage, _) in in_flight.items()}):
+                    ray.cancel(ref, force=True)
+                    index, stage, _ = in_flight.pop(ref)
+                    fail(index, stage, f"Ray task: no node of the cluster has been able to run it for "
+                                       f"{settings.lost_node_wait:g} s (lost nodes; `ray status`)")
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAIT_S) if in_flight else ([], [])
                 if not ready:
                     continue
                 index, stage, _ = in_flight.pop(ready[0])
                 try:
                     results[index] = ray.get(ready[0])
                 except ray.exceptions.RayError as exc:
-                    # The task itself failed (its worker or node died): that model failed.
-                    failed = results[index]
-                    failed.status, failed.failed_step, failed.error = "failed", stage, f"Ray task: {cause(exc)}"
-                    print(f"!! {failed.name}: {stage} failed: {failed.error}", flush=True)
+                    # The task itself failed (its worker or node died): that model failed, and a
+                    # generation it left marked running is marked interrupted (a rerun resumes it).
+                    fail(index, stage, f"Ray task: {cause(exc)}")
                     continue
                 if stage == GENERATION and results[index].status == "ok":
                     submit(index, SCORING, results[index])
@@ -435,6 +456,30 @@ def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
                 results[index] = _interrupted(config.models[index], config, results[index].seconds + now - started)
             outcome.interrupted = True
         outcome.models = [results[index] for index in sorted(results)]
+
+
+class _HomelessTasks:
+    """Tasks no live node can run (each node has too few CPUs or GPUs for them): Ray would keep
+    them waiting for a node for ever, after the node that could run them was lost. Each is
+    overdue once it has been so for ``wait_s``; a node that joins in time runs it."""
+
+    def __init__(self, ray: Any, wait_s: float) -> None:
+        self.ray = ray
+        self.wait_s = wait_s
+        self.since: dict[Any, float] = {}
+        self.checked = 0.0
+
+    def overdue(self, tasks: dict[Any, tuple[float, float]]) -> list[Any]:
+        """Of ``tasks`` (each reference with the CPUs and GPUs it asks for), those overdue now."""
+        now = time.monotonic()
+        if now - self.checked < NODE_CHECK_S:
+            return []
+        self.checked = now
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        fits = {ref: any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes)
+                for ref, (cpus, gpus) in tasks.items()}
+        self.since = {ref: self.since.get(ref, now) for ref, fit in fits.items() if not fit}
+        return [ref for ref, since in self.since.items() if now - since >= self.wait_s]
 
 
 def _run_stages_task(spec: Any, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:

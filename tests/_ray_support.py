@@ -39,11 +39,42 @@ CPUS = 4
 
 
 
-def check_ray_section(ray: dict, restarts: int) -> None:
-    """The ``ray`` section of a run.json written by two workers on this cluster's CPUs, with
-    ``restarts`` replacements (``worker_devices`` lists them too)."""
-    assert ray["workers"] == 2 and ray["cluster"]["cpus"] == CPUS and ray["worker_restarts"] == restarts
-    assert len(ray["worker_devices"]) == 2 + restarts and all(d.endswith(":cpu") for d in ray["worker_devices"])
+def check_ray_section(ray: dict, lost: int, cpus: int = CPUS) -> None:
+    """The ``ray`` section of a run.json written by two workers on a cluster of ``cpus`` CPUs,
+    ``lost`` of them lost and a replacement asked for each: the ones that started before the run
+    ended are in ``worker_devices`` too (the others were still loading, or found no room)."""
+    assert ray["workers"] == 2 and ray["cluster"]["cpus"] == cpus and ray["workers_lost"] == lost
+    assert ray["replacements_requested"] == lost and 0 <= ray["replacements_started"] <= lost
+    devices = ray["worker_devices"]
+    assert len(devices) == 2 + ray["replacements_started"] and all(d.endswith(":cpu") for d in devices)
+
+
+def scorer_settings(mode: str = "faithful"):
+    from charactereval_lib.charactereval.reward import scorer
+
+    # A small fast-mode budget: several work units, so both workers get some.
+    return scorer.ScorerSettings(mode=mode, progress=False, fast_token_budget=300)
+
+
+def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> dict:
+    """The single-process scorer's records for the rows of ``data_dir``, by (id, metric)."""
+    from _reward_support import write_rows
+    from charactereval_lib.charactereval.reward import scorer
+    from charactereval_lib.engine import artifacts, runs
+
+    ref = run_dir.parent / f"reference-{mode}"
+    write_rows(ref, data_dir)
+    scorer.score_run(ref, rm_dir, data, scorer_settings(mode))
+    return {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(ref / runs.SCORES).records}
+
+
+def keys_once(path: Path) -> list[tuple[int, str]]:
+    """The (id, metric) of every score in ``path``, checking that none was written twice."""
+    from charactereval_lib.engine import artifacts
+
+    keys = [(r["id"], r["metric_en"]) for r in artifacts.read_jsonl(path).records]
+    assert len(keys) == len(set(keys)), "a row was written twice"
+    return keys
 
 
 def _ray_cli() -> str:

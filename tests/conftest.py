@@ -61,7 +61,8 @@ def pytest_unconfigure(config) -> None:
 # at a time uses the shared cluster (their kill-and-resume tests time their signals against the
 # workers' progress) and the other xdist worker never starts Ray workers of its own.
 ONE_WORKER = {name: "ray" for name in ("tests/test_batch_ray.py", "tests/test_ray_generation.py",
-                                       "tests/test_ray_scorer.py", "tests/test_benchmarks_ray.py")}
+                                       "tests/test_ray_scorer.py", "tests/test_benchmarks_ray.py",
+                                       "tests/test_ray_nodes.py")}
 
 
 def work_unit(nodeid: str) -> str:

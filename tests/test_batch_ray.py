@@ -88,6 +88,24 @@ def test_a_task_asking_for_missing_gpus_is_one_line(cluster, official_dir, tiny_
     assert not (tmp_path / "out" / "flaky").exists()
 
 
+@pytest.mark.slow
+def test_a_task_no_node_can_run_fails_after_the_wait(cluster, official_dir, tiny_rm, tmp_path, capsys):
+    """A task whose node was lost, with no node left that can run it, waits ``lost_node_wait``
+    for one to join, then fails as its model's generation; the batch ends. (Here no node ever
+    could: one more CPU than the test cluster's one node has.)"""
+    from _ray_support import CPUS
+
+    config = write_config(tmp_path / "batch.yaml", tmp_path / "out", official_dir, tiny_rm,
+                          f"engine: ray\nray: {{cpus: {CPUS + 1}, lost_node_wait: 1}}")
+    assert main(["batch", str(config)]) == 1
+    out = capsys.readouterr().out
+    record = summary(tmp_path / "out")
+    assert [(m["status"], m["failed_step"]) for m in record["models"]] == [("failed", "generation")] * 2
+    assert all("no node of the cluster has been able to run it for 1 s" in m["error"] for m in record["models"])
+    assert "!! flaky: generation failed: Ray task: no node" in out
+    assert not (tmp_path / "out" / "flaky" / runs.GENERATIONS).exists()
+
+
 def test_ray_settings_are_checked_with_the_config(tmp_path):
     from charactereval_lib import batch
 
@@ -97,6 +115,7 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
         ("ray: {cpus: 2}", "'ray' settings need engine: ray"),
         ("engine: ray\nray: {gpus: 1}", "ray: unknown key(s) ['gpus']"),
         ("engine: ray\nray: {score_gpus: -1}", "ray.score_gpus: expected a number of at least 0, got -1"),
+        ("engine: ray\nray: {lost_node_wait: 0}", "ray.lost_node_wait: expected a number above 0, got 0"),
     ):
         path.write_text(f"{text}\nmodels: [{{name: a, backend: offline, model: m, rm: r}}]\n", encoding="utf-8")
         with pytest.raises(batch.BatchError) as error:

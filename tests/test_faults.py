@@ -168,6 +168,9 @@ def sweep_cases(ws: Path, data: str, not_ray: int) -> list[tuple[list[str], int,
         (["score", run, "--rm", run, "--engine", "ray", "--address", f"127.0.0.1:{not_ray}"], 1,
          "it is not a Ray cluster"),
         (["score", run, "--rm", run, "--engine", "ray", "--address", "auto"], 1, "no Ray cluster was started"),
+        (["score", run, "--rm", run, "--engine", "ray", "--lost-node-wait", "0"], 2,
+         "lost_node_wait must be a positive number, got 0"),
+        (["score", run, "--rm", run, "--lost-node-wait", "60"], 2, "need engine ray"),
     ]
 
 

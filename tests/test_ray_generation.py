@@ -69,8 +69,8 @@ def reference(reference_run) -> list[dict]:
 def test_two_workers_generate_the_records_of_one_process_when_one_is_killed_mid_run(cluster, model_dir,
                                                                                      reference_run, reference,
                                                                                      tmp_path):
-    """The killed worker's units go to its replacement, and every record is still the one of the
-    single-process backend. (No separate run without a kill: each run starts its workers, which
+    """The killed worker's units go to the other worker (or its replacement), and every record is
+    still the one of the single-process backend. (No separate run without a kill: each run starts its workers, which
     import torch, several seconds of CPU each; ``pipeline.generate`` with engine ray runs in the
     killed-driver test below.)"""
     from charactereval_lib.engine.generation.engine import run_generation
@@ -88,17 +88,17 @@ def test_two_workers_generate_the_records_of_one_process_when_one_is_killed_mid_
     chosen = settings(model_dir, "ray")
     # One unit in flight per worker: when the first result comes back, four of the six units are
     # still queued, so the killed worker is always handed another one (with two in flight, a busy
-    # driver could see both of its units finish before the kill and the queue empty: no restart).
+    # driver could see both of its units finish before the kill and the queue empty: no loss seen).
     backend = RayHFBackend(chosen.model, chosen.decoding(), chosen.backend_options(),
                            RaySettings(workers=2, in_flight_per_worker=1), on_result=kill_one_worker)
     summary = run_generation(tmp_path / "run", make_requests(data.samples, data), backend, generation_task(data),
                              progress=False)
-    assert killed and summary.ok == SAMPLES and backend.pool.restarts == 1
+    assert killed and summary.ok == SAMPLES and backend.pool.lost == 1
     # Text, token counts, digests, finish reasons, batch sizes: all those of one process.
     assert records(tmp_path / "run") == reference
     generation = runs.load_manifest(tmp_path / "run")["generation"]
     assert generation["engine"] == "ray" and generation["status"] == "complete"
-    check_ray_section(generation["ray"], restarts=1)
+    check_ray_section(generation["ray"], lost=1)
     # What a resume checks is the same, so either engine can resume the other's run.
     assert generation["identity"] == runs.load_manifest(reference_run)["generation"]["identity"]
 

@@ -8,11 +8,11 @@ import os
 import signal
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from _ray_support import check_ray_section
+from _ray_support import check_ray_section, keys_once, reference
+from _ray_support import scorer_settings as settings
 from _reward_support import write_rows
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
@@ -20,25 +20,6 @@ from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import kill_mid_run
 
 pytestmark = pytest.mark.usefixtures("private_digest_cache")
-
-
-def settings(mode: str = "faithful") -> scorer.ScorerSettings:
-    # A small fast-mode budget: several work units, so both workers get some.
-    return scorer.ScorerSettings(mode=mode, progress=False, fast_token_budget=300)
-
-
-def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> dict:
-    """The single-process scorer's sigmoids for the same rows."""
-    ref = run_dir.parent / f"reference-{mode}"
-    write_rows(ref, data_dir)
-    scorer.score_run(ref, rm_dir, data, settings(mode))
-    return {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(ref / runs.SCORES).records}
-
-
-def keys_once(path: Path) -> list[tuple[int, str]]:
-    keys = [(r["id"], r["metric_en"]) for r in artifacts.read_jsonl(path).records]
-    assert len(keys) == len(set(keys)), "a row was written twice"
-    return keys
 
 
 @pytest.mark.slow
@@ -54,7 +35,7 @@ def test_fast_mode_on_two_workers_scores_bitwise_like_one_process(cluster, setup
     assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
     scoring = runs.load_manifest(run_dir)["scoring"]
     assert scoring["engine"] == "ray"
-    check_ray_section(scoring["ray"], restarts=0)
+    check_ray_section(scoring["ray"], lost=0)
 
 
 @pytest.mark.slow
@@ -80,7 +61,7 @@ def test_two_workers_score_bitwise_like_one_process_when_one_is_killed_mid_run(c
     assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
     scoring = runs.load_manifest(run_dir)["scoring"]
     assert scoring["engine"] == "ray"
-    check_ray_section(scoring["ray"], restarts=1)
+    check_ray_section(scoring["ray"], lost=1)
 
 
 DRIVER = textwrap.dedent(

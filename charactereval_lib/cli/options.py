@@ -98,6 +98,9 @@ def engine_options(group: Any, settings: Any, local_and_ray: str, loads: str) ->
                        help=f"Ray workers, each loading {loads} once (default %(default)s)")
     group.add_argument("--gpus-per-worker", type=float, default=settings.default("gpus_per_worker"), metavar="G",
                        help="GPUs per Ray worker (default %(default)g: CPU)")
+    group.add_argument("--lost-node-wait", type=float, default=settings.default("lost_node_wait"), metavar="S",
+                       help="once every Ray worker is lost (their nodes gone): seconds to wait for a replacement "
+                            "to start before stopping, all results so far saved (default %(default)g)")
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -102,7 +102,8 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
     if (args.rm or args.shard or args.verify or args.device or args.mode != "faithful" or args.engine != "local"
-            or args.address or args.workers != 1 or args.gpus_per_worker):
+            or args.address or args.workers != 1 or args.gpus_per_worker
+            or args.lost_node_wait != pipeline.ScoreSettings.default("lost_node_wait")):
         raise pipeline.SettingsError("--rm, --shard, --verify, --device, --mode and the --engine options belong to the "
                                      "reward model, not --scorer judge")
     settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)

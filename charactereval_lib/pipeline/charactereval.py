@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +166,9 @@ def score(
         outcome.verify = scorer.verify_run(run.path, rm_dir, data, scorer_settings, settings.verify)
         return outcome
     outcome.report = scorer.score_run(run.path, rm_dir, data, scorer_settings, engine)
+    if engine is not None and engine.pool.workers:
+        # What the workers resolved "auto" to (cuda where Ray gave them a GPU), for the closing line.
+        outcome.settings = replace(scorer_settings, device=",".join(engine.pool.devices()))
     outcome.warnings += outcome.report.warnings
     return outcome
 

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, ConfigDict, ValidationError, WrapValidator
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.engine.validation import Document, format_error
 
@@ -99,16 +100,21 @@ def _check_engine(settings: GenerateSettings | ScoreSettings) -> None:
     _positive("workers", settings.workers)
     if settings.engine not in ENGINES:
         raise SettingsError(f"engine {settings.engine!r}: expected one of {', '.join(ENGINES)}")
-    if settings.engine == "local" and (settings.address is not None or settings.workers != 1 or settings.gpus_per_worker):
-        raise SettingsError("address, workers and gpus_per_worker (--address, --workers, --gpus-per-worker) need engine ray")
+    lost_node_wait = settings.lost_node_wait != type(settings).default("lost_node_wait")
+    if settings.engine == "local" and (settings.address is not None or settings.workers != 1 or settings.gpus_per_worker
+                                       or lost_node_wait):
+        raise SettingsError("address, workers, gpus_per_worker and lost_node_wait (--address, --workers, "
+                            "--gpus-per-worker, --lost-node-wait) need engine ray")
     if settings.gpus_per_worker < 0:
         raise SettingsError(f"gpus_per_worker must not be negative, got {settings.gpus_per_worker}")
+    _positive("lost_node_wait", settings.lost_node_wait)
 
 
 def _ray_settings(settings: GenerateSettings | ScoreSettings):
     from charactereval_lib.engine.ray_cluster import RaySettings
 
-    return RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker)
+    return RaySettings(address=settings.address, workers=settings.workers, gpus_per_worker=settings.gpus_per_worker,
+                       lost_node_wait_s=settings.lost_node_wait)
 
 
 class GenerateSettings(Settings):
@@ -156,6 +162,8 @@ class GenerateSettings(Settings):
     address: str | None = None
     workers: int = 1
     gpus_per_worker: Number = 0.0
+    # Seconds a run with every Ray worker lost waits for a replacement before it stops.
+    lost_node_wait: Number = LOST_NODE_WAIT_S
 
     def model_post_init(self, context: Any) -> None:
         from charactereval_lib.engine.generation.backends import BACKENDS
@@ -218,6 +226,8 @@ class ScoreSettings(Settings):
     address: str | None = None
     workers: int = 1
     gpus_per_worker: Number = 0.0
+    # Seconds a run with every Ray worker lost waits for a replacement before it stops.
+    lost_node_wait: Number = LOST_NODE_WAIT_S
 
     def model_post_init(self, context: Any) -> None:
         from charactereval_lib.charactereval.reward.scorer import MODES, parse_shard

@@ -70,7 +70,7 @@ class RayHFBackend:
         self.model_name = model
         self.params = params
         self.options = options
-        self.pool = ActorPool(ray, what="generation", fatal=RunAborted, on_result=on_result)
+        self.pool = ActorPool(ray, what="generation", fatal=RunAborted, stranded=RunAborted, on_result=on_result)
         self._stack = contextlib.ExitStack()
         with self._stack:
             self._stack.enter_context(self.pool.running(GenerationWorker, model, params, options))
@@ -84,8 +84,9 @@ class RayHFBackend:
 
     def describe(self) -> dict[str, Any]:
         """The first worker's hf description (template digest, loaded dtype, versions) with the
-        engine and every worker's device."""
-        return {**self._worker, "device": self.options.device, "engine": "ray",
+        engine, the devices the workers resolved (``auto``: cuda where Ray gave a GPU) and each
+        worker's node and device."""
+        return {**self._worker, "device": ",".join(self.pool.devices()), "engine": "ray",
                 "ray": self.pool.describe()}
 
     async def stream(self, requests: Sequence[GenerationRequest]) -> AsyncGenerator[GenerationResult, None]:
