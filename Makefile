@@ -64,7 +64,7 @@ demo: setup
 # Jupyter Lab on the runs' notebooks (outputs/RUN/analyse.ipynb, made by `charactereval notebook`
 # when missing; RUN=NAME picks the run). The server has its own environment, .venv-lab, with the
 # lab extra only: what Lab installs (rfc3987-syntax, 1.1 s in every process that imports nbformat
-# or Ray) stays out of .venv, whose python3 kernel runs the notebooks (engine/lab.py).
+# or Ray) stays out of .venv, whose python3 kernel runs the notebooks (cli/lab.py).
 LAB_VENV := .venv-lab
 LAB_STAMP := $(LAB_VENV)/.installed
 RUN ?= demo-offline-a
@@ -72,7 +72,7 @@ RUN ?= demo-offline-a
 $(LAB_STAMP): $(STAMP)
 	test -x $(LAB_VENV)/bin/python || $(PYTHON) -m venv $(LAB_VENV)
 	$(LAB_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m charactereval_lib.engine.lab requirements > $(LAB_VENV)/requirements.txt
+	$(BIN)/python -m charactereval_lib.cli.lab requirements > $(LAB_VENV)/requirements.txt
 	$(LAB_VENV)/bin/python -m pip install --quiet -r $(LAB_VENV)/requirements.txt
 	touch $(LAB_STAMP)
 
@@ -81,4 +81,4 @@ $(LAB_STAMP): $(STAMP)
 lab-env: $(LAB_STAMP)
 
 lab: setup $(LAB_STAMP)
-	$(BIN)/python -m charactereval_lib.engine.lab open --lab-python $(LAB_VENV)/bin/python --run $(RUN)
+	$(BIN)/python -m charactereval_lib.cli.lab open --lab-python $(LAB_VENV)/bin/python --run $(RUN)

@@ -172,7 +172,8 @@ def test_transform_of_a_torn_generations_file(official_data, official_dir, tmp_p
 def test_missing_data_is_one_line(tmp_path, capsys):
     code, _, err = run_cli(capsys, "doctor", "--data-dir", str(tmp_path / "nowhere"))
     assert code == 1
-    assert err == f"error: {tmp_path / 'nowhere' / 'test_data.jsonl'}: missing (run `charactereval data fetch`, pass --dir, or set CHARACTEREVAL_DATA_DIR)\n"
+    assert err == (f"error: {tmp_path / 'nowhere' / 'test_data.jsonl'}: missing (run `charactereval data fetch`, "
+                   "pass --dir, set CHARACTEREVAL_DATA_DIR, or run `charactereval data use DIR`)\n")
 
 
 def test_console_script_runs(tmp_path):

@@ -1,6 +1,6 @@
 """`make lab`: Jupyter Lab from its own environment (.venv-lab, the lab extra) on the runs'
 notebooks, its kernels from the project's environment. The server test starts Lab headless as
-`make lab` does (engine.lab), executes a run's analysis notebook through it over the kernel's
+`make lab` does (cli.lab), executes a run's analysis notebook through it over the kernel's
 websocket, and stops the server by its PID."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import nbformat
 import pytest
 
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.cli import main
-from charactereval_lib.engine import lab, report, runs
+from charactereval_lib.cli import lab, main
+from charactereval_lib.engine import report, runs
 from charactereval_lib.testing.synthetic import write_synthetic_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_the_lab_extra_is_what_make_lab_installs_and_it_stays_out_of_the_project
     assert all(line.startswith(".venv/bin/python") for line in installs if ".[test]" in line)
     assert any(line.startswith(".venv-lab/bin/python") and "requirements.txt" in line for line in installs)
     assert not any("lab]" in line or "jupyterlab" in line for line in installs if line.startswith(".venv/"))
-    assert ".venv/bin/python -m charactereval_lib.engine.lab open --lab-python .venv-lab/bin/python" in done.stdout
+    assert ".venv/bin/python -m charactereval_lib.cli.lab open --lab-python .venv-lab/bin/python" in done.stdout
 
 
 def test_open_without_the_lab_environment_is_one_line(tmp_path, capsys):

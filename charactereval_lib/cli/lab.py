@@ -88,7 +88,7 @@ def run_notebook(run: str) -> Path | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m charactereval_lib.engine.lab", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m charactereval_lib.cli.lab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("requirements", help="print the lab extra's requirements, one a line (for pip install -r)")
     p = sub.add_parser("open", help="start Jupyter Lab on the workspace's run notebooks")
