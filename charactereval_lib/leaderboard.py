@@ -28,6 +28,14 @@ def spec(name: str) -> BoardSpec:
     return boarded()[name].hook("board")
 
 
+def report_command(declared: benchmarks.Benchmark) -> str | None:
+    """The command that renders a run's report, as its benchmark declares its commands (None:
+    it has no report stage)."""
+    if "report" not in declared.stages:
+        return None
+    return " ".join(["charactereval", *([declared.command] if declared.command else []), "report"])
+
+
 class LeaderboardError(runs.RunError):
     """A path that is not a run or a folder of runs (a one-line message naming it)."""
 
@@ -137,4 +145,4 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
                     explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
                 yield site.RunPage(row["page"], declared.hook("board").title, label, row, view.manifest,
                                    report if report and report.is_file() and not redact else None, explorer, redact,
-                                   declared.command_line("report"))
+                                   report_command(declared))

@@ -185,12 +185,6 @@ class Benchmark:
             raise BenchmarkError(f"{path}: notebook {name!r} of benchmark {self.name!r} is missing")
         return path
 
-    def command_line(self, stage: str) -> str | None:
-        """How a user runs one of its stages (None: it has no such stage)."""
-        if stage not in self.stages:
-            return None
-        return " ".join(["charactereval", *([self.command] if self.command else []), stage])
-
     def recognises_manifest(self, manifest: Mapping[str, Any]) -> bool:
         return bool(resolve(self.recognises, f"benchmark {self.name!r}")(dict(manifest)))
 
