@@ -354,20 +354,21 @@ def _compare(config: BatchConfig, outcome: BatchResult) -> None:
 def _headline(result: ModelResult) -> dict[str, Any] | None:
     """The finished run's score as its benchmark's board reads it (the first scorer's: the reward
     model's for CharacterEval), with its 95% interval; None for a benchmark without a board."""
-    from charactereval_lib.leaderboard import BENCHMARKS
+    from charactereval_lib.leaderboard import boarded
 
-    declared = BENCHMARKS.get(result.benchmark or "")
+    declared = boarded().get(result.benchmark or "")
     if declared is None:
         return None
+    spec = declared.hook("board")
     path = Path(result.run_dir)
     try:
-        views = declared.spec.read(path, runs.load_manifest(path), {})
+        views = spec.read(path, runs.load_manifest(path), {})
     except (runs.RunError, ValueError, KeyError, OSError) as exc:
         return {"error": f"the score cannot be read: {exc}"}
     if not views:
         return None
     view = views[0]
-    return {"headline": declared.spec.headline, "scorer": view.scorer, "score": view.score,
+    return {"headline": spec.headline, "scorer": view.scorer, "score": view.score,
             "ci": list(view.ci) if view.score is not None else None, "n": view.n, "failures": view.failures}
 
 

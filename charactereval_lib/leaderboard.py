@@ -2,42 +2,38 @@
 write the static site (``engine.board`` ranks, ``engine.site`` writes; each benchmark declares
 its rules and its explorer in its own package).
 
-Runs are found by their ``run.json`` alone: ``BENCHMARKS``, read from the benchmark registry
-(``engine.benchmarks``: every benchmark that declares a board), says which benchmark a manifest
-belongs to and where that benchmark's board and explorer live.
+Runs are found by their ``run.json`` alone: the benchmark registry (``engine.benchmarks``: every
+benchmark that declares a board, read when a site is built, not when this module is imported)
+says which benchmark a manifest belongs to and where that benchmark's board and explorer live.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, board, outdir, runs, site
+from charactereval_lib.engine import benchmarks, board, details, outdir, runs, site
 from charactereval_lib.engine.board import BoardSpec, RunView
 
 
-@dataclass(frozen=True)
-class Benchmark:
-    spec: BoardSpec
-    recognises: Callable[[dict[str, Any]], bool]
-    explorer: Callable[[RunView, Mapping[str, Any]], site.Explorer]
-    # The rendered report a run directory may hold (None: the benchmark has none).
-    report: str
-    # One explorer detail record without test-set text (a redacted site).
-    redact: Callable[[Mapping[str, Any]], dict[str, Any]]
+def boarded() -> dict[str, benchmarks.Benchmark]:
+    """The registered benchmarks that declare a board, by name."""
+    return {name: b for name, b in benchmarks.registry().items() if b.board is not None}
 
 
-BENCHMARKS: dict[str, Benchmark] = {
-    declared.name: Benchmark(benchmarks.resolve(declared.board, f"benchmark {declared.name!r}, board"),
-                             declared.recognises_manifest,
-                             benchmarks.resolve(declared.explorer, f"benchmark {declared.name!r}, explorer"),
-                             declared.report,
-                             benchmarks.resolve(declared.redact, f"benchmark {declared.name!r}, redact"))
-    for declared in benchmarks.registry().values() if declared.board is not None
-}
+def spec(name: str) -> BoardSpec:
+    return boarded()[name].hook("board")
+
+
+def report_command(declared: benchmarks.Benchmark) -> str | None:
+    """The command that renders a run's report, as its benchmark declares its commands (None:
+    it has no report stage)."""
+    if "report" not in declared.stages:
+        return None
+    return " ".join(["charactereval", *([declared.command] if declared.command else []), "report"])
 
 
 class LeaderboardError(runs.RunError):
@@ -45,7 +41,7 @@ class LeaderboardError(runs.RunError):
 
 
 def benchmark_of(manifest: dict[str, Any]) -> str | None:
-    return next((name for name, b in BENCHMARKS.items() if b.recognises(manifest)), None)
+    return next((name for name, b in boarded().items() if b.recognises_manifest(manifest)), None)
 
 
 def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, dict[str, Any], str]], list[str]]:
@@ -93,7 +89,7 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
     views: list[RunView] = []
     for path, manifest, name in found:
         try:
-            views += BENCHMARKS[name].spec.read(path, manifest, context)
+            views += spec(name).read(path, manifest, context)
         except (runs.RunError, ValueError, KeyError) as exc:
             warnings.append(f"{path}: cannot be read ({exc}); left out")
     return views, warnings
@@ -101,7 +97,7 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
 
 def boards(views: Sequence[RunView]) -> dict[str, Any]:
     """The ``leaderboard.json`` boards and archive of ``views`` (see ``engine.board``)."""
-    return board.build_boards({n: b.spec for n, b in BENCHMARKS.items()}, views)
+    return board.build_boards({name: spec(name) for name in boarded()}, views)
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
@@ -119,14 +115,15 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content.
     ``redact``: a site without test-set text (seed 004 H34): ranks, scores, intervals, per-sample
     ids, scores and flaw severities, but no context, profile, scene, dialogue, reply or critique
-    (each benchmark's ``redact`` strips its explorer details; rendered reports are left out)."""
+    (``engine.details.redact`` drops the test-set text the explorers' sections mark; rendered
+    reports are left out)."""
     outdir.check(out, outdir.SITE, inputs=[v.path for v in views])
     content = boards(views)
     content["runs"] = len({v.path for v in views})
     content["warnings"] = list(warnings)
     content["redacted"] = redact
     pages = list(_pages(content, views, context, redact))
-    rules = {b.spec.title: b.spec.rules for b in BENCHMARKS.values()}
+    rules = {spec(name).title: spec(name).rules for name in boarded()}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
     return content
 
@@ -139,10 +136,13 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
             label = f'{entry["protocol_version"]} · {entry["scorer"]}'
             for row in entry["rows"]:
                 view = by_page[row["page"]]
-                spec = BENCHMARKS[view.benchmark]
-                report = view.path / spec.report
-                explorer = spec.explorer(view, context)
+                declared = boarded()[view.benchmark]
+                report = view.path / declared.report if declared.report else None
+                explorer = declared.hook("explorer")(view, context)
+                for k, detail in enumerate(explorer.details):
+                    details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
                 if redact:
-                    explorer = replace(explorer, details=[spec.redact(d) for d in explorer.details])
-                yield site.RunPage(row["page"], spec.spec.title, label, row, view.manifest,
-                                   report if report.is_file() and not redact else None, explorer, redact)
+                    explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
+                yield site.RunPage(row["page"], declared.hook("board").title, label, row, view.manifest,
+                                   report if report and report.is_file() and not redact else None, explorer, redact,
+                                   report_command(declared))

@@ -87,7 +87,7 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
     try:
         document = make(staging)
         artifacts.write_text_atomic(staging / DOCUMENT, json.dumps(document, indent=1, ensure_ascii=False))
-        notebooks.render(NOTEBOOK, staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
+        notebooks.render(notebooks.shipped(NOTEBOOK), staging / REPORT_NOTEBOOK, staging / REPORT_HTML,
                          {"reproduction": str((staging / DOCUMENT).resolve())}, show_code=show_code,
                          title=f"{benchmark} reproduction")
         outdir.mark(staging, outdir.REPRODUCTION)

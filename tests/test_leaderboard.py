@@ -200,15 +200,19 @@ def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anch
     assert "full-protocol: 1 of the 200 test scenes (preset imported)" in imported["reasons"]
     samples = (out / "runs" / imported["page"] / "samples.js").read_text(encoding="utf-8")
     assert samples.startswith("window.LB_SAMPLES = ") and '"Book' not in samples
-    detail = (out / "runs" / imported["page"] / "detail-0.js").read_text(encoding="utf-8")
-    [computation] = {d["dimensions"]["Anthropomorphism"]["worked"] for d in _details(out, imported)}
-    assert computation == "max(0, 100 - (2 - 0.3 * 1) * 5)"
-    assert '"severity_sum":2' in detail and '"formula":"max(0, 100 - (S - 0.3 * n) * 5)"' in detail
+    [computation] = {_computations(d)["Anthropomorphism: score"] for d in _details(out, imported)}
+    assert "S = 2 " in computation
+    assert "max(0, 100 - (S - 0.3 * n) * 5) = max(0, 100 - (2 - 0.3 * 1) * 5) = " in computation
 
 
 def _details(out, entry):
     text = (out / "runs" / entry["page"] / "detail-0.js").read_text(encoding="utf-8")
     return json.loads(text.split("\n", 1)[1].split(" = ", 1)[1].rstrip().removesuffix(";"))
+
+
+def _computations(detail):
+    """A detail's score computations (typed sections), by title."""
+    return {s["title"]: s["text"] for s in detail if s["kind"] == "computation"}
 
 
 def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_ranked_for_it(anchored):
@@ -221,8 +225,9 @@ def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_rank
             "max(0, 100 - (S - 0.3 * n) * 5)") in ablation["reasons"]
     assert not any(r.startswith("score-formula") for r in row(entry, "imported")["reasons"])
     [detail] = _details(out, ablation)
-    assert detail["formula"] == "max(0, 100 - S * 5)"
-    assert {(c["worked"], c["unclipped"]) for c in detail["dimensions"].values()} == {("max(0, 100 - 2 * 5)", 90)}
+    computations = _computations(detail).values()
+    assert len(computations) == 4
+    assert {c.split("; ")[1] for c in computations} == {"max(0, 100 - S * 5) = max(0, 100 - 2 * 5) = 90"}
     index = (out / "index.html").read_text(encoding="utf-8")
     assert "each dimension scored max(0, 100 - (S - 0.3 * n) * 5) (S: the judge&#x27;s severity sum" in index
     assert "<code>score-formula</code>" in index
@@ -377,9 +382,9 @@ def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leave
 
     from dataclasses import replace
 
-    from charactereval_lib import leaderboard
+    from charactereval_lib.engine import benchmarks
 
-    monkeypatch.setitem(leaderboard.BENCHMARKS, "coser", replace(leaderboard.BENCHMARKS["coser"], explorer=explode))
+    monkeypatch.setitem(benchmarks.registry(), "coser", replace(benchmarks.get("coser"), explorer=explode))
     with pytest.raises(RuntimeError, match="disk full"):
         build([root / "runs" / "coser" / "sample"], out, context={"charactereval": data})
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -272,7 +272,7 @@ def test_a_redacted_sites_details_show_scores_and_severities_and_no_text(page, r
     text = detail.inner_text()
     assert "not published (redacted site)" in text and "invented flaw" not in text
     assert "max(0, 100 - (" in detail.locator("p.computation").first.inner_text()
-    assert detail.locator("table.flaws tr").count() > 1  # one row per flaw, its severity shown
+    assert detail.locator("table.cells tr").count() > 1  # one row per flaw, its severity shown
     open_index(page, redacted)
     page.click("text=ce-small")
     page.wait_for_selector("#samples tbody tr")

@@ -14,6 +14,7 @@ from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.coser.data import load_test_set
+from charactereval_lib.engine.details import REDACTED
 from charactereval_lib.engine.site import LICENCE_WARNING, REDACTED_NOTICE
 from charactereval_lib.testing.coser_script import role_of, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
@@ -125,6 +126,7 @@ def test_the_redacted_site_keeps_ranks_scores_ids_and_severities_and_says_what_i
                                               .read_text(encoding="utf-8")).group(1))
     assert samples["rows"] == full_samples["rows"]  # scene ids and per-dimension scores
     detail = json.loads(_JS_DATA.search((coser_page / "detail-0.js").read_text(encoding="utf-8")).group(1))
-    judged = [c for d in detail for c in d["dimensions"].values() if c["status"] == "ok"]
-    assert judged and all(set(f) == {"severity"} for c in judged for f in c["flaws"])
-    assert all(d["dialogue"] == [] and d["redacted"] for d in detail)
+    flaws = [s for d in detail for s in d if s["kind"] == "table"]
+    assert flaws and all(s["columns"] == ["severity"] for s in flaws)  # each flaw's severity, not its words
+    assert all(s["kind"] != "dialogue" for d in detail for s in d)
+    assert all({"kind": "note", "title": "Test-set text", "text": REDACTED, "failure": False} in d for d in detail)

@@ -221,11 +221,11 @@ def test_a_comparison_whose_notebook_failed_may_be_rendered_again_into_its_folde
 
     root, _ = ws
 
-    def fails(name, notebook, html, parameters, **options):
+    def fails(source, notebook, html, parameters, **options):
         notebook.with_name("comparison.failed.ipynb").write_text("{}", encoding="utf-8")
-        raise report.ReportError(f"{notebook}: cell 3 of {name} failed")
+        raise report.ReportError(f"{notebook}: cell 3 of {source.name} failed")
 
-    def renders(name, notebook, html, parameters, **options):
+    def renders(source, notebook, html, parameters, **options):
         for path in (notebook, html):
             path.write_text("rendered", encoding="utf-8")
         return notebook, html

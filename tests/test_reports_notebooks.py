@@ -222,7 +222,7 @@ def test_failed_cell_is_reported_in_one_line_and_replaces_nothing(synthetic_runs
     html.write_text("the previous report")
     parameters = {"run_dir": str(tmp_path / "no-such-run"), "data_dir": str(data_dir), "verify_data": False}
     with pytest.raises(report.ReportError, match=r"report\.failed\.ipynb: cell \d+ of analyse\.ipynb failed: RunError: "):
-        report.render("analyse.ipynb", notebook, html, parameters)
+        report.render(report.shipped("analyse.ipynb"), notebook, html, parameters)
     assert html.read_text() == "the previous report" and not notebook.exists()
     assert (tmp_path / "report.failed.ipynb").exists()
     assert not [p.name for p in tmp_path.iterdir() if ".partial" in p.name]
@@ -237,7 +237,7 @@ def test_a_kernel_that_dies_is_one_line_and_writes_nothing(tmp_path, capfd):
     out = tmp_path / "out"
     with pytest.raises(report.ReportError, match=r"dies\.ipynb: the kernel running it died \(killed from outside, "
                                                  r"or out of memory\?\); nothing was written$"):
-        report.execute("dies.ipynb", out / "dies.ipynb", {}, notebooks_dir=notebooks)
+        report.execute(notebooks / "dies.ipynb", out / "dies.ipynb", {})
     assert not list(out.iterdir())
     # nbclient's own "Kernel died ..." line is not printed beside the error.
     assert "Kernel died" not in capfd.readouterr().err
@@ -283,7 +283,7 @@ def test_a_kernel_task_that_nothing_awaits_prints_no_traceback(caplog):
 def test_generate_notebook_dry_run_on_the_official_data(official_dir, tmp_path):
     run = tmp_path / "dry"
     output = tmp_path / "generate.ipynb"
-    report.execute("generate.ipynb", output, {"run_dir": str(run), "backend": "offline", "model": "demo",
+    report.execute(report.shipped("generate.ipynb"), output, {"run_dir": str(run), "backend": "offline", "model": "demo",
                                               "limit": 3, "dry_run": True, "data_dir": str(official_dir)})
     assert cell_problems(output) == []
     assert len(artifacts.read_jsonl(run / runs.REQUESTS).records) == 3
@@ -307,7 +307,7 @@ def test_generate_notebook_generates_under_papermill(backend, official_dir, tmp_
             # The kernel inherits the environment: the key variable is all it needs.
             monkeypatch.setenv("OPENAI_API_KEY", "sk-notebook-test")
             parameters["base_url"] = server.base_url
-        report.execute("generate.ipynb", output, parameters)
+        report.execute(report.shipped("generate.ipynb"), output, parameters)
     assert cell_problems(output) == []
     records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     assert len(records) == 4 and all(r["status"] == "ok" for r in records)

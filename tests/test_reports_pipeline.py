@@ -77,7 +77,7 @@ def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
     pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="offline-n", limit=6), data_dir=official_dir)
     pipeline.transform(run, data_dir=official_dir)
     output = tmp_path / "score.ipynb"
-    report.execute("score.ipynb", output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
+    report.execute(report.shipped("score.ipynb"), output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
                                            "data_dir": str(official_dir)})
     outputs = [o for c in nbformat.read(str(output), as_version=4).cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]

@@ -274,7 +274,7 @@ def test_the_rebuttal_files_table_has_its_heading_and_a_file_column(tmp_path):
 
     document = coser_document()
     (tmp_path / reproduction.DOCUMENT).write_text(json.dumps(document), encoding="utf-8")
-    _, page = report.render(reproduction.NOTEBOOK, tmp_path / "r.ipynb", tmp_path / "r.html",
+    _, page = report.render(report.shipped(reproduction.NOTEBOOK), tmp_path / "r.ipynb", tmp_path / "r.html",
                             {"reproduction": str(tmp_path / reproduction.DOCUMENT)})
     text = page.read_text(encoding="utf-8")
     heading = re.search(r"<h3[^>]*>The rebuttal branch's files, cell by cell", text).end()

@@ -100,3 +100,59 @@ def test_the_real_command_finds_the_toy_through_the_environment(toybench):
     done = subprocess.run([sys.executable, "-m", "charactereval_lib.cli", "toybench", "--help"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0 and "run" in done.stdout and "summarize" in done.stdout
+
+
+def _toy_run(run: Path, data: Path, server, model: str) -> int:
+    return main(["toybench", "run", str(run), "--data-dir", str(data), "--set", f"model={model}",
+                 "--set", f"base_url={server.base_url}", "--quiet"])
+
+
+def test_the_toy_is_on_the_leaderboard_with_its_rules_anchor_and_explorer(toybench, tmp_path, capsys):
+    """Its board and explorer come from its own declaration (``tests/toybench/board.py``): the
+    reference model's run reproduces the anchor, two runs that cannot be told apart share rank 1,
+    runs that break a rule are not ranked, and each sample's detail is drawn from typed sections."""
+    data, failing = toybench
+    runs_dir = tmp_path / "runs"
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "questions.jsonl").write_text("".join((data / "questions.jsonl").read_text(encoding="utf-8")
+                                                   .splitlines(keepends=True)[:2]), encoding="utf-8")
+    with MockServer() as server:
+        assert _toy_run(runs_dir / "reference", data, server, "toy-reference") == 0
+        assert _toy_run(runs_dir / "other", data, server, "other") == 0
+        assert _toy_run(runs_dir / "small", small, server, "small") == 0
+    assert _toy_run(runs_dir / "failed", data, failing, "failed") == 1
+    for name, extra in (("site", []), ("redacted", ["--redact"])):
+        assert main(["leaderboard", str(runs_dir), "--out", str(tmp_path / name),
+                     "--data-dir", str(tmp_path / "no-data"), *extra]) == 0
+    capsys.readouterr()
+    content = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))
+    [board] = [b for b in content["boards"] if b["benchmark"] == "toybench"]
+    assert board["anchor"]["status"] == "reproduced" and board["anchor"]["run"] == "reference"
+    ranked = {r["run"]: r for r in board["rows"]}
+    assert ranked["reference"]["rank"] == ranked["other"]["rank"] == 1 and ranked["reference"]["score"] == 0.5
+    assert ranked["small"]["reasons"] == ["enough-questions: 2 question(s) answered, the board needs 3"]
+    assert ranked["failed"]["reasons"] == ["all-answered: 1 question(s) failed"] and ranked["failed"]["rank"] is None
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "<code>all-answered</code>" in index and "<code>enough-questions</code>" in index
+    page = tmp_path / "site" / "runs" / ranked["reference"]["page"]
+    detail = _detail_chunk(page / "detail-0.js")
+    assert [[s["kind"] for s in d] for d in detail] == [["kv", "text", "computation"]] * 4
+    failed = tmp_path / "site" / "runs" / ranked["failed"]["page"] / "detail-0.js"
+    assert "Failure (left out of the accuracy)" in failed.read_text(encoding="utf-8")
+    assert "charactereval toybench report" in (page / "index.html").read_text(encoding="utf-8")
+    redacted = tmp_path / "redacted" / "runs" / ranked["reference"]["page"] / "detail-0.js"
+    assert all(s["kind"] != "text" for d in _detail_chunk(redacted) for s in d)  # no reply left
+
+
+def _detail_chunk(path: Path) -> list:
+    return json.loads(path.read_text(encoding="utf-8").split("\n", 1)[1].split(" = ", 1)[1].rstrip().rstrip(";"))
+
+
+def test_the_toys_own_notebook_is_found_through_its_declaration(toybench, tmp_path, capsys):
+    """A notebook shipped beside the toy's code, outside the library's notebooks/."""
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["notebook", "toy-answers", str(run)]) == 0
+    copy = json.loads((run / "toy_answers.ipynb").read_text(encoding="utf-8"))
+    assert any(f"run_dir = {json.dumps(str(run.absolute()))}" in "".join(c["source"]) for c in copy["cells"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Reproduction
 
 NAME = "charactereval"
 
@@ -45,11 +45,13 @@ BENCHMARK = Benchmark(
     data={"fetch": "charactereval_lib.pipeline.data:data_fetch",
           "verify": "charactereval_lib.pipeline.data:data_verify",
           "locate": "charactereval_lib.charactereval.data:locate_data_dir"},
-    notebooks=("analyse.ipynb", "compare.ipynb"),
-    artifacts=(runs.MANIFEST, runs.GENERATIONS, runs.ROWS, runs.SCORES, runs.JUDGE_SCORES, runs.SUMMARY),
+    notebooks={"analyse": Notebook("analyse.ipynb", data=True),
+               "compare": Notebook("compare.ipynb", several=True, data=True),
+               "generate": Notebook("generate.ipynb", data=True, existing=False),
+               "score": Notebook("score.ipynb", data=True)},
     board="charactereval_lib.charactereval.eligibility:SPEC",
+    board_inputs="charactereval_lib.pipeline.charactereval:optional_data",
     explorer="charactereval_lib.charactereval.explorer:explorer",
-    redact="charactereval_lib.charactereval.explorer:redact",
     report="report.html",
     batch="charactereval_lib.pipeline.charactereval_batch:CharacterEvalPlan",
     reproduction=Reproduction("charactereval_lib.pipeline.charactereval:reproduction", "CharacterEval",

@@ -1,6 +1,7 @@
 """A CharacterEval run's samples for the leaderboard's explorer: one table row per (sample,
-metric) row, plus one per failed sample, and a detail record per row (context, the model's full
-reply and the first line that was scored, reward-model and judge scores)."""
+metric) row, plus one per failed sample, and a detail per row as typed sections
+(``engine.details``): the context, the model's full reply and the first line that was scored,
+the reward model's and the judge's scores."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
+from charactereval_lib.engine import details as sections
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
@@ -34,14 +36,8 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
         rows.append(_row(row["id"], row.get("role"), samples, row["metric_en"], rm_record.get("score"),
                          judge_record.get("score"), ""))
         generation = generations.get(row["id"]) or {}
-        details.append({
-            "context": samples[row["id"]].context if row["id"] in samples else None,
-            "reply": generation.get("model_output"), "first_line": row.get("model_output"),
-            "rm": {k: rm_record.get(k) for k in ("score", "sigmoid", "n_tokens", "truncated", "mode")} if rm_record
-            else None,
-            "judge": {"model": judge_model, **{k: judge_record.get(k) for k in ("reply", "choice", "score", "invalid")}}
-            if judge_record else None,
-        })
+        details.append(_detail(samples.get(row["id"]), generation.get("model_output"), row.get("model_output"),
+                               rm_record, judge_model, judge_record))
     no_metric = set(((view.manifest.get("transform") or {}).get("no_metric_ids")) or [])
     for sample_id, generation in sorted(generations.items()):
         if generation.get("model_output") not in (None, "ERROR") or sample_id in no_metric:
@@ -52,22 +48,28 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
         for metric in metrics:
             rows.append(_row(sample_id, samples[sample_id].role if sample_id in samples else None, samples, metric,
                              None, None, reason.strip()))
-            details.append({"context": samples[sample_id].context if sample_id in samples else None,
-                            "reply": generation.get("model_output"), "first_line": None, "rm": None, "judge": None,
-                            "failure": reason.strip(), "attempts": generation.get("attempts")})
+            attempts = generation.get("attempts")
+            failure = reason.strip() + ("" if attempts is None else f" after {attempts} attempt(s)")
+            details.append([sections.note("Failure (left out of every mean)", failure, failure=True),
+                            *_detail(samples.get(sample_id), generation.get("model_output"), None, {}, None, {})])
     note = None if data else "contexts are not shown: the official data could not be loaded"
     return Explorer(COLUMNS, FILTERS, rows, details, note)
 
 
-def redact(detail: Mapping[str, Any]) -> dict[str, Any]:
-    """A detail record for a site published without test-set text (``leaderboard --redact``):
-    the scores, the failure and the judge's parsed choice, never the context, the reply, its
-    scored first line or the judge's written answer."""
-    kept = {"rm": detail.get("rm"), "failure": detail.get("failure"), "attempts": detail.get("attempts")}
-    judge = detail.get("judge")
+def _detail(sample: Any, reply: str | None, first_line: str | None, rm: Mapping[str, Any], judge_model: str | None,
+            judge: Mapping[str, Any]) -> list[sections.Section]:
+    out = [sections.text("Context", sample.context if sample else None),
+           sections.text("The model's full reply", reply, empty="None"),
+           sections.text("First line (what was scored)", first_line, empty="–", scored=True)]
+    if rm:
+        out.append(sections.kv("Reward model", ((k, rm.get(k)) for k in ("score", "sigmoid", "n_tokens", "truncated",
+                                                                            "mode"))))
     if judge:
-        kept["judge"] = {k: judge.get(k) for k in ("model", "choice", "score", "invalid")}
-    return {**kept, "redacted": True}
+        out.append(sections.kv(f"Judge {judge_model or ''}", [("parsed choice", judge.get("choice")),
+                                                              ("score", judge.get("score")),
+                                                              ("invalid", judge.get("invalid"))]))
+        out.append(sections.text("The judge's answer", judge.get("reply"), empty="–"))
+    return out
 
 
 def _row(sample_id: int, role: str | None, samples: Mapping[int, Any], metric: str | None, rm: float | None,

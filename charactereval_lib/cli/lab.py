@@ -73,14 +73,14 @@ def server_environment(workspace: Path, kernel_prefix: Path | None = None) -> di
 def run_notebook(run: str) -> Path | None:
     """The run's analysis notebook, made when missing; None (said on stderr) when there is no such run."""
     from charactereval_lib.engine import runs
-    from charactereval_lib.pipeline.notebooks import NOTEBOOKS, notebook
+    from charactereval_lib.pipeline.notebooks import available, notebook
 
     folder = runs.resolve_run_dir(run)
     if not folder.is_dir():
         print(f"note: {folder}: no such run: Lab opens {runs.outputs_dir()} (`make demo` makes demo-offline-a; "
               f"`charactereval notebook {NOTEBOOK} RUN` makes a run's notebook)", file=sys.stderr)
         return None
-    path = folder / NOTEBOOKS[NOTEBOOK].file
+    path = folder / available()[NOTEBOOK].notebooks[NOTEBOOK].file
     if not path.exists():
         notebook(NOTEBOOK, [run])
         print(f"made {path} (`charactereval notebook {NOTEBOOK} {run}`)")

@@ -19,10 +19,12 @@ def cmd_notebook(args: argparse.Namespace) -> int:
 
 
 def _notebook_parser(p: argparse.ArgumentParser) -> None:
-    from charactereval_lib.pipeline.notebooks import NOTEBOOKS
+    from charactereval_lib.pipeline.notebooks import available
 
-    p.add_argument("name", choices=list(NOTEBOOKS), metavar="NOTEBOOK", help=f"one of: {', '.join(NOTEBOOKS)}")
-    p.add_argument("runs", nargs="+", metavar="RUN", help=RUN_HELP + "; compare and coser-compare take several")
+    names = available()
+    several = [name for name, benchmark in names.items() if benchmark.notebooks[name].several]
+    p.add_argument("name", choices=list(names), metavar="NOTEBOOK", help=f"one of: {', '.join(names)}")
+    p.add_argument("runs", nargs="+", metavar="RUN", help=RUN_HELP + f"; {' and '.join(several)} take several")
     p.add_argument("--out", metavar="DIR", help="write the notebook here (default: the first run's directory)")
     p.add_argument("--force", action="store_true", help="replace a notebook of that name already there")
     data_dir_option(p)

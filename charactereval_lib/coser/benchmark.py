@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from charactereval_lib.coser.versions import VERSIONS
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Reproduction
 
 NAME = "coser"
 # What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
@@ -39,11 +38,10 @@ BENCHMARK = Benchmark(
             "report": f"{PIPELINE}:coser_report"},
     data={"fetch": f"{PIPELINE}:coser_data_fetch", "verify": f"{PIPELINE}:coser_data_verify",
           "locate": "charactereval_lib.coser.data:locate_data_dir"},
-    notebooks=("coser_report.ipynb", "coser_compare.ipynb"),
-    artifacts=(runs.MANIFEST, TURNS, SCENES, JUDGEMENTS, SUMMARY),
+    notebooks={"coser-report": Notebook("coser_report.ipynb"),
+               "coser-compare": Notebook("coser_compare.ipynb", several=True)},
     board="charactereval_lib.coser.eligibility:SPEC",
     explorer="charactereval_lib.coser.explorer:explorer",
-    redact="charactereval_lib.coser.explorer:redact",
     report="report.html",
     batch="charactereval_lib.pipeline.coser_batch:CoserPlan",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",

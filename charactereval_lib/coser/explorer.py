@@ -1,9 +1,11 @@
 """A CoSER run's sessions for the leaderboard's explorer: one table row per (repeat, scene), and
-a detail record with the simulated dialogue, each dimension's critique (flaws and severities) and
-the score computation (n, severity sum, formula, clipping), so a number can be checked by hand."""
+a detail as typed sections (``engine.details``): the simulated dialogue, each dimension's
+critique (flaws and severities) and its score computation (n, severity sum, formula, clipping),
+so a number can be checked by hand."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +13,7 @@ from charactereval_lib.coser.judge import SCORE_FORMULAS, actor_rounds, run_scor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import details as sections
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
@@ -45,23 +48,42 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
         rows.append([key[1], scene.get("book") or any_record.get("book"), scene.get("tag") or any_record.get("tag"),
                      key[0], *(None if failure else v for v in values), average,
                      scene.get("ended_by") or ("failed" if scene.get("status") == "error" else None), failure])
-        details.append({"dialogue": scene.get("simulation") or [], "n": n, "formula": SCORE_FORMULAS[formula],
-                        "clip": "min(score, 100)" if clip else None, "dimensions": computations,
-                        "error": scene.get("error")})
+        details.append(_detail(scene, computations, SCORE_FORMULAS[formula], bool(clip)))
     return Explorer(COLUMNS, FILTERS, rows, details, None)
 
 
-def redact(detail: Mapping[str, Any]) -> dict[str, Any]:
-    """A detail record for a site published without test-set text (``leaderboard --redact``):
-    the score computation with each flaw's severity, never the dialogue or a critique's words
-    (a flaw's instance and type quote or describe the scene)."""
-    dimensions = {name: {**c, "flaws": [{"severity": f.get("severity")} for f in c["flaws"]]} if "flaws" in c else c
-                  for name, c in (detail.get("dimensions") or {}).items()}
-    # A provider's error message may quote the request; its class and role say what failed.
-    error = detail.get("error")
-    return {"dialogue": [], "n": detail.get("n"), "formula": detail.get("formula"), "clip": detail.get("clip"),
-            "dimensions": dimensions, "redacted": True,
-            "error": {k: error.get(k) for k in ("class", "role") if k in error} if isinstance(error, Mapping) else None}
+def _detail(scene: Mapping[str, Any], computations: Mapping[str, Mapping[str, Any]], formula: str,
+            clip: bool) -> list[sections.Section]:
+    out = []
+    error = scene.get("error")
+    if error:
+        # A provider's error message may quote the request; its class and role say what failed.
+        items = error.items() if isinstance(error, Mapping) else [("error", error)]
+        out.append(sections.kv("Simulation error", items,
+                               private=[k for k, _ in items if k not in ("class", "role")]))
+    out.append(sections.dialogue("Simulated dialogue", scene.get("simulation") or []))
+    for name, c in computations.items():
+        if c["status"] != "ok":
+            out.append(sections.note(name, f"{c['status']}{': ' + c['reason'] if c.get('reason') else ''}",
+                                     failure=True))
+            continue
+        # A flaw's instance and type quote or describe the scene; its severity is a number.
+        out.append(sections.table(name, ("flaw", "type", "severity"),
+                                  ([f.get("instance", json.dumps(f, ensure_ascii=False)), f.get("type", ""),
+                                    json.dumps(f.get("severity"))] for f in c["flaws"]), private=("flaw", "type")))
+        out.append(sections.computation(
+            f"{name}: score", f"n = {c['n']} actor rounds, S = {c['severity_sum']} (integer severities only); "
+            f"{formula} = {c['worked']} = {_js(c['unclipped'])}"
+            + (f"; clipped min(score, 100) = {_js(c['clipped'])}" if clip else "; no upper clip in this version")
+            + f"; score {_js(c['score'])}"))
+    return out
+
+
+def _js(value: Any) -> str:
+    """A number as a reader writes it (100, not 100.0), the way the page always showed it."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "null" if value is None else str(value)
 
 
 def _computation(record: Mapping[str, Any] | None, n: int, clip: bool, formula: str) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 benchmarks exist. The engine knows none by name.
 
 A benchmark package declares itself once, as a ``Benchmark`` (its name, title, data hooks,
-protocol versions, how it recognises its runs, its settings and stages, its notebooks, its
-command-line hook and what its runs contain), and is found in one of two ways:
+protocol versions, how it recognises its runs, its settings and stages, its notebooks and
+where they live, its command-line hook and its part of the leaderboard), and is found in one of
+two ways:
 
 - an entry point in the group ``charactereval_lib.benchmarks`` (the built-ins are listed in the
   library's ``pyproject.toml``; an installed package lists its own), whose value is
@@ -22,10 +23,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.resources import resource_path
 
 ENTRY_POINT_GROUP = "charactereval_lib.benchmarks"
 ENV = "CHARACTEREVAL_BENCHMARKS"
@@ -73,6 +76,19 @@ class Reproduction:
 
 
 @dataclass(frozen=True)
+class Notebook:
+    """A notebook a benchmark ships (in its ``notebook_dir``): its file, whether it takes several
+    runs (parameter ``run_dirs``) or one (``run_dir``), whether it reads the benchmark's data
+    directory (``data_dir``, found by its ``locate`` hook) and whether its run must exist already
+    (a notebook that makes the run does not)."""
+
+    file: str
+    several: bool = False
+    data: bool = False
+    existing: bool = True
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """One benchmark, as its package declares it.
 
@@ -84,8 +100,10 @@ class Benchmark:
     instance of the stage's settings class, built from a mapping by its ``from_mapping``.
     ``data`` holds hooks such as ``fetch`` and ``verify`` (``data_dir`` -> problem lines) and
     ``locate`` (``data_dir`` or None -> the data directory its commands read);
-    ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
-    what the leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
+    ``notebooks`` its notebooks by the name ``charactereval notebook NAME`` takes, files in
+    ``notebook_dir`` (None: the workbench's own ``notebooks/``; a package outside the library
+    names its own folder); ``board``, ``board_inputs``, ``explorer`` and ``report`` are what the
+    leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
     ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its
     models in ``charactereval batch`` (None: the default plan, its stages in order)."""
 
@@ -98,20 +116,23 @@ class Benchmark:
     settings: Mapping[str, Ref | type] = field(default_factory=dict)
     stages: Mapping[str, Ref] = field(default_factory=dict)
     data: Mapping[str, Ref] = field(default_factory=dict)
-    notebooks: tuple[str, ...] = ()
+    notebooks: Mapping[str, Notebook] = field(default_factory=dict)
+    notebook_dir: str | os.PathLike[str] | None = None
     # The subcommand of the command line that holds its stages (None: none; the CharacterEval
     # commands are the command line's own); ``add_commands(parser)`` fills it, by default with
     # one action per stage (``cli.stages``).
     command: str | None = None
     command_help: str = ""
     add_commands: Ref | None = None
-    artifacts: tuple[str, ...] = ()
-    # The leaderboard's part (``engine.board.BoardSpec``), the sample explorer of a run page
-    # (``explorer(view, context)``), what of one explorer detail record a redacted site keeps
-    # (``redact(detail)``: no test-set text) and the rendered report a run directory may hold.
+    # The leaderboard's part (``engine.board.BoardSpec``); what its boards and explorer share
+    # (``board_inputs(data_dir)`` -> (value, why it is missing or None), given to them as
+    # ``context[name]``: e.g. the official data; the leaderboard's ``--data-dir`` is located by
+    # the ``locate`` data hook); the sample explorer of a run page (``explorer(view, context)``,
+    # its details typed sections of ``engine.details``) and the rendered report a run directory
+    # may hold.
     board: Ref | None = None
+    board_inputs: Ref | None = None
     explorer: Ref | None = None
-    redact: Ref | None = None
     report: str | None = None
     reproduction: Reproduction | None = None
     batch: Ref | None = None
@@ -142,6 +163,27 @@ class Benchmark:
         if stage == "report":
             return function(run, settings, out=out)
         return function(run, settings)
+
+    def hook(self, name: str) -> Any:
+        """The object a hook field (``board``, ``explorer``, ...) names, None when undeclared."""
+        return resolve(getattr(self, name), f"benchmark {self.name!r}, {name}")
+
+    def locate(self, data_dir: str | os.PathLike[str] | None) -> Path:
+        """The data directory its commands read (its ``locate`` data hook), given ``data_dir`` or None."""
+        if "locate" not in self.data:
+            raise BenchmarkError(f"benchmark {self.name!r} declares no locate hook (where its data directory is)")
+        return Path(resolve(self.data["locate"], f"benchmark {self.name!r}, locate")(data_dir))
+
+    def notebook_path(self, name: str) -> Path:
+        """The file of its notebook ``name``; one-line errors for an undeclared or missing one."""
+        if name not in self.notebooks:
+            raise BenchmarkError(f"benchmark {self.name!r} declares no notebook {name!r} (it declares "
+                                 f"{', '.join(self.notebooks) or 'none'})")
+        folder = Path(self.notebook_dir) if self.notebook_dir is not None else resource_path("notebooks")
+        path = folder / self.notebooks[name].file
+        if not path.is_file():
+            raise BenchmarkError(f"{path}: notebook {name!r} of benchmark {self.name!r} is missing")
+        return path
 
     def recognises_manifest(self, manifest: Mapping[str, Any]) -> bool:
         return bool(resolve(self.recognises, f"benchmark {self.name!r}")(dict(manifest)))

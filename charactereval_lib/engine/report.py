@@ -1,6 +1,7 @@
 """Rendered reports: execute a parameterised notebook with papermill, convert it to standalone HTML.
 
-A benchmark's pipeline names the notebook (shipped in ``notebooks/``) and the parameters;
+A benchmark's pipeline gives the notebook (the file its declaration names, ``Benchmark.notebook_path``;
+the workbench's own in ``notebooks/``, ``shipped``) and the parameters;
 ``render`` writes the executed notebook and its HTML only once the whole notebook ran, so a
 failure never leaves a half-executed notebook beside an older HTML. The HTML hides code by
 default and carries its figures inline (base64 PNG), so the one file can be shared.
@@ -47,15 +48,16 @@ def kernel_environment() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def notebook_path(name: str, notebooks_dir: Path | None = None) -> Path:
-    path = Path(notebooks_dir or resource_path("notebooks")) / name
+def shipped(name: str) -> Path:
+    """The workbench's own notebook ``name`` (not a benchmark's)."""
+    path = resource_path("notebooks") / name
     if not path.exists():
         raise ReportError(f"{path}: notebook missing (reports need the workbench's notebooks/ directory)")
     return path
 
 
-def parameterised_copy(name: str, output: Path, parameters: Mapping[str, Any], *, force: bool = False) -> Path:
-    """Shipped notebook ``name`` with ``parameters`` injected after its parameters cell as papermill
+def parameterised_copy(source: Path, output: Path, parameters: Mapping[str, Any], *, force: bool = False) -> Path:
+    """Notebook ``source`` with ``parameters`` injected after its parameters cell as papermill
     injects them, unexecuted, written to ``output`` (an existing file, maybe an analyst's work, only
     with ``force``): opened in Jupyter, its outputs go into this copy, never into the shipped file."""
     import nbformat
@@ -66,16 +68,15 @@ def parameterised_copy(name: str, output: Path, parameters: Mapping[str, Any], *
     if output.exists() and not force:
         raise ReportError(f"{output}: already exists (it may hold your work: open it, or pass --force to replace it)")
     # papermill's loader gives every cell the metadata its parameterizer reads.
-    notebook = parameterize_notebook(load_notebook_node(str(notebook_path(name))), dict(parameters),
+    notebook = parameterize_notebook(load_notebook_node(str(source)), dict(parameters),
                                      kernel_name=KERNEL_NAME, language="python")
     output.parent.mkdir(parents=True, exist_ok=True)
     artifacts.write_text_atomic(output, nbformat.writes(notebook))
     return output
 
 
-def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks_dir: Path | None = None,
-            failed: Path | None = None) -> Path:
-    """Execute notebook ``name`` with papermill into ``output`` (kernel ``python3``). When a cell
+def execute(source: Path, output: Path, parameters: Mapping[str, Any], *, failed: Path | None = None) -> Path:
+    """Execute notebook ``source`` with papermill into ``output`` (kernel ``python3``). When a cell
     fails, the partly executed notebook is kept, at ``failed`` if given, and named in the error;
     a kernel that dies is one line too."""
     import papermill
@@ -83,8 +84,7 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
     from papermill.exceptions import PapermillExecutionError
     from traitlets.config import Config
 
-    source = notebook_path(name, notebooks_dir)
-    output = Path(output)
+    source, output = Path(source), Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     # Curve keys for the kernel's sockets when the kernelspec supports them (ipykernel's does):
     # nothing sent in plain text on loopback, and no "running without encryption" warning.
@@ -103,7 +103,7 @@ def execute(name: str, output: Path, parameters: Mapping[str, Any], *, notebooks
         if failed is not None:
             os.replace(output, failed)
         raise ReportError(
-            f"{failed or output}: cell {exc.exec_count} of {name} failed: {exc.ename}: {exc.evalue} "
+            f"{failed or output}: cell {exc.exec_count} of {source.name} failed: {exc.ename}: {exc.evalue} "
             "(the partly executed notebook is kept there)"
         ) from None
     except DeadKernelError:
@@ -142,9 +142,9 @@ def _kernel_death_said_here() -> Iterator[None]:
         papermill_log.removeFilter(note)
 
 
-def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, Any], *, show_code: bool = False,
+def render(source: Path, notebook: Path, html_path: Path, parameters: Mapping[str, Any], *, show_code: bool = False,
            title: str | None = None) -> tuple[Path, Path]:
-    """Execute notebook ``name`` and convert it: ``notebook`` and ``html_path`` are replaced together
+    """Execute notebook ``source`` and convert it: ``notebook`` and ``html_path`` are replaced together
     once the notebook ran through. A failed execution is kept as ``*.failed.ipynb`` for
     inspection and leaves the previous notebook and HTML as they were."""
     notebook, html_path = Path(notebook), Path(html_path)
@@ -154,7 +154,7 @@ def render(name: str, notebook: Path, html_path: Path, parameters: Mapping[str, 
     partial = notebook.with_name(f".{notebook.stem}.partial.ipynb")
     staged = html_path.with_name(f".{html_path.name}.partial")
     try:
-        execute(name, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
+        execute(source, partial, parameters, failed=notebook.with_name(f"{notebook.stem}.failed.ipynb"))
         to_html(partial, staged, show_code=show_code, title=title)
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM: nothing half-written stays behind (a failed cell's notebook is kept

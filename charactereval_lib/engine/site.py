@@ -37,13 +37,13 @@ _COMMENTS = re.compile(r"/\*.*?\*/", re.S)
 @dataclass(frozen=True)
 class Explorer:
     """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
-    one table row per sample (values in column order), one detail record per row, and a note
-    on what is missing (None: nothing)."""
+    one table row per sample (values in column order), one detail per row (a list of the typed
+    sections of ``engine.details``), and a note on what is missing (None: nothing)."""
 
     columns: Sequence[tuple[str, str, str]]
     filters: Sequence[str]
     rows: list[list[Any]]
-    details: list[dict[str, Any]]
+    details: list[list[dict[str, Any]]]
     note: str | None
 
 
@@ -57,6 +57,8 @@ class RunPage:
     report: Path | None  # the run's rendered report, copied beside the page
     explorer: Explorer
     redacted: bool = False  # a site without test-set text: the explorer's details are redacted
+    # The command that renders the run's report (None: its benchmark has none).
+    report_command: str | None = None
 
 
 def vendor_bundle() -> tuple[str, str, str]:
@@ -291,8 +293,9 @@ def run_html(run: RunPage) -> str:
                  '<div id="detail" hidden></div></section>')
     report = ('<p>Its rendered report: <a href="report.html">report.html</a>.</p>' if run.report
               else f'<p class="empty">{esc(REDACTED_NOTICE)}</p>' if run.redacted
-              else '<p class="empty">No rendered report in the run directory (run <code>charactereval report</code> '
-                   'or <code>charactereval coser report</code>, then build the site again).</p>')
+              else '<p class="empty">No rendered report in the run directory'
+              + (f' (run <code>{esc(run.report_command)}</code>, then build the site again)' if run.report_command
+                 else "") + '.</p>')
     parts.append(f'<section id="report"><h2>Report</h2>{report}</section>')
     parts.append('<section id="manifest"><h2>Manifest (run.json)</h2><p>Long lists are shortened here; the whole '
                  f'file: <a href="run.json">run.json</a>.</p>{manifest_html(run.manifest)}</section>')

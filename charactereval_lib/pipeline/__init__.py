@@ -30,8 +30,6 @@ from __future__ import annotations
 from charactereval_lib.engine import runs
 from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
 from charactereval_lib.pipeline.charactereval import (
-                                                 ANALYSE_NOTEBOOK,
-                                                 COMPARE_NOTEBOOK,
                                                  GenerateResult,
                                                  ImportOutcome,
                                                  ScoreOutcome,
@@ -50,8 +48,6 @@ from charactereval_lib.pipeline.charactereval import (
 )
 from charactereval_lib.pipeline.coser import (
                                                  COSER_BACKENDS,
-                                                 COSER_COMPARE_NOTEBOOK,
-                                                 COSER_REPORT_NOTEBOOK,
                                                  COSER_ROLES,
                                                  COSER_RULES,
                                                  CoserReportSettings,
@@ -111,8 +107,8 @@ from charactereval_lib.pipeline.settings import (
 )
 
 __all__ = [
-    "ANALYSE_NOTEBOOK", "BattleOutcome", "COMPARE_NOTEBOOK", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
-    "COSER_BACKENDS", "COSER_COMPARE_NOTEBOOK", "COSER_REPORT_NOTEBOOK", "COSER_ROLES",
+    "BattleOutcome", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
+    "COSER_BACKENDS", "COSER_ROLES",
     "COSER_RULES", "CoserReportSettings", "CoserRunOutcome", "CoserRunSettings", "CoserSummarizeSettings",
     "DEFAULT_BASELINES", "DataCheck", "DataUse", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
     "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",

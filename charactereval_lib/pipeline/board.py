@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir, runs
-from charactereval_lib.pipeline.charactereval import _optional_data
 
 
 @dataclass(frozen=True)
@@ -23,15 +22,23 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
                 data_dir: str | os.PathLike[str] | None = None, redact: bool = False) -> LeaderboardOutcome:
     """The leaderboard site of the runs in ``paths`` (runs, or folders searched for runs of any
     registered benchmark) written into ``out_dir``: boards, run pages with the sample explorer,
-    ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). The
-    official CharacterEval data, when it loads, gives the explorer its contexts and the rules the
-    row counts of failed samples. ``redact``: a site without test-set text (``leaderboard.write``)."""
-    from charactereval_lib.charactereval.data import locate_data_dir
-    from charactereval_lib.leaderboard import build
+    ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). What a
+    benchmark's boards and explorer share comes from its ``board_inputs`` hook, given
+    ``data_dir`` (CharacterEval's: the official data, when it loads, gives the explorer its
+    contexts and the rules the row counts of failed samples); when it is missing, the site is
+    still built and the warnings say why. ``redact``: a site without test-set text
+    (``leaderboard.write``)."""
+    from charactereval_lib.leaderboard import boarded, build
 
-    # The data directory is an input too; ``out`` is checked before it is read.
-    inputs = [locate_data_dir(data_dir)]
+    hooked = [b for b in boarded().values() if b.board_inputs is not None]
+    # The data directories are inputs too; ``out`` is checked before they are read.
+    inputs = [b.locate(data_dir) for b in hooked]
     outdir.check(out_dir, outdir.SITE, inputs=[*(runs.resolve_run_dir(p) for p in paths), *inputs])
-    data, reason = _optional_data(data_dir)
-    content, warnings = build(paths, out_dir, context={"charactereval": data}, inputs=inputs, redact=redact)
-    return LeaderboardOutcome(Path(out_dir), content, ([reason] if reason else []) + warnings)
+    context: dict[str, Any] = {}
+    missing: list[str] = []
+    for declared in hooked:
+        context[declared.name], reason = declared.hook("board_inputs")(data_dir)
+        missing += [reason] if reason else []
+    content, warnings = build(paths, out_dir, context=context, inputs=inputs, redact=redact)
+    return LeaderboardOutcome(Path(out_dir), content, missing + warnings)
+

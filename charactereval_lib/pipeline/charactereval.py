@@ -18,10 +18,6 @@ from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings
 if TYPE_CHECKING:
     import pandas as pd
 
-ANALYSE_NOTEBOOK = "analyse.ipynb"
-COMPARE_NOTEBOOK = "compare.ipynb"
-
-
 @dataclass
 class GenerateResult:
     run: runs.RunDir
@@ -173,9 +169,10 @@ def score(
     return outcome
 
 
-def _optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
+def optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData | None, str | None]:
     """The official data when it can be loaded (per-metric failure counts need it), else None
-    and the reason: a summary is still worth having without it."""
+    and the reason: a summary, or the leaderboard (CharacterEval's ``board_inputs``), is still
+    worth having without it."""
     try:
         return load_official_data(data_dir), None
     except DataError as exc:
@@ -234,7 +231,7 @@ def summarize(
     faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
-    data, note = _optional_data(data_dir)
+    data, note = optional_data(data_dir)
     if note:
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
@@ -290,9 +287,10 @@ def report(
                   **_notebook_parameters(settings, data_dir, out_dir / names.figures)}
     # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
     outdir.mark(out_dir, outdir.REPORTS, default=run.path)
-    notebook, html = notebooks.render(ANALYSE_NOTEBOOK, out_dir / names.notebook, out_dir / names.html,
-                                      parameters, show_code=settings.show_code, title=f"CharacterEval report: "
-                                      f"{run.name}" + (f" (judge {judge_model})" if judge_model else ""))
+    source = benchmarks.get("charactereval").notebook_path("analyse")
+    notebook, html = notebooks.render(source, out_dir / names.notebook, out_dir / names.html, parameters,
+                                      show_code=settings.show_code, title=f"CharacterEval report: {run.name}"
+                                      + (f" (judge {judge_model})" if judge_model else ""))
     return ReportOutcome(notebook, html, warnings)
 
 
@@ -360,7 +358,8 @@ def compare(
     title = "CharacterEval comparison: " + ", ".join(r.name for r in resolved)
     # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
     outdir.mark(out, outdir.REPORTS)
-    notebook, html = notebooks.render(COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
+    source = benchmarks.get("charactereval").notebook_path("compare")
+    notebook, html = notebooks.render(source, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML, parameters,
                                       show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)
 

@@ -23,8 +23,6 @@ REQUEST_TIMEOUT_S = 180.0
 COSER_ROLES = ("actor", "env", "nsp", "judge")
 COSER_RULES = ("system_role", "name_suffix", "output_example", "fix_repetition")
 COSER_BACKENDS = ("openai", "offline")
-COSER_REPORT_NOTEBOOK = "coser_report.ipynb"
-COSER_COMPARE_NOTEBOOK = "coser_compare.ipynb"
 
 
 class CoserRunSettings(Settings):
@@ -340,7 +338,8 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
                   "figures_dir": str((out_dir / FIGURES_DIR).resolve())}
     # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
     outdir.mark(out_dir, outdir.REPORTS, default=run.path)
-    notebook, html = notebooks.render(COSER_REPORT_NOTEBOOK, out_dir / REPORT_NOTEBOOK, out_dir / REPORT_HTML,
+    source = benchmarks.get("coser").notebook_path("coser-report")
+    notebook, html = notebooks.render(source, out_dir / REPORT_NOTEBOOK, out_dir / REPORT_HTML,
                                       parameters, show_code=settings.show_code, title=f"CoSER report: {run.name}")
     return ReportOutcome(notebook, html, comparability(run.manifest()))
 
@@ -368,7 +367,8 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     title = "CoSER comparison: " + ", ".join(r.name for r in resolved)
     # A failed notebook is kept in the folder for inspection: claimed first, so a rerun may use it.
     outdir.mark(out, outdir.REPORTS)
-    notebook, html = notebooks.render(COSER_COMPARE_NOTEBOOK, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
+    source = benchmarks.get("coser").notebook_path("coser-compare")
+    notebook, html = notebooks.render(source, out / COMPARISON_NOTEBOOK, out / COMPARISON_HTML,
                                       parameters, show_code=settings.show_code, title=title)
     return ReportOutcome(notebook, html, warnings)
 

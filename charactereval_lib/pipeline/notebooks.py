@@ -1,40 +1,29 @@
-"""Notebooks an analyst opens by hand (Jupyter Lab, ``make lab``): a shipped parameterised notebook
-copied into a run directory with its parameters filled, so that its outputs land in that copy and
-the shipped notebooks stay output-free."""
+"""Notebooks an analyst opens by hand (Jupyter Lab, ``make lab``): a benchmark's notebook copied
+into a run directory with its parameters filled, so that its outputs land in that copy and the
+shipped notebooks stay output-free. Every registered benchmark declares its own
+(``Benchmark.notebooks``), so a package outside the library ships its notebooks too."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from charactereval_lib.engine import runs
-from charactereval_lib.pipeline.charactereval import ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK
-from charactereval_lib.pipeline.coser import COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK
+from charactereval_lib.engine import benchmarks, runs
 from charactereval_lib.pipeline.settings import SettingsError
 
 
-@dataclass(frozen=True)
-class HandNotebook:
-    """A shipped notebook: its file, whether it takes several runs (``run_dirs``) or one
-    (``run_dir``), whether it reads the official data (``data_dir``) and whether its run must exist
-    already (generate makes it)."""
-
-    file: str
-    several: bool = False
-    data: bool = True
-    existing: bool = True
-
-
-NOTEBOOKS = {
-    "analyse": HandNotebook(ANALYSE_NOTEBOOK),
-    "compare": HandNotebook(COMPARE_NOTEBOOK, several=True),
-    "coser-report": HandNotebook(COSER_REPORT_NOTEBOOK, data=False),
-    "coser-compare": HandNotebook(COSER_COMPARE_NOTEBOOK, several=True, data=False),
-    "generate": HandNotebook("generate.ipynb", existing=False),
-    "score": HandNotebook("score.ipynb"),
-}
+def available() -> dict[str, benchmarks.Benchmark]:
+    """Every registered benchmark's notebooks: name -> the benchmark that declares it (a name
+    declared twice is an error: the command would not know which one is meant)."""
+    found: dict[str, benchmarks.Benchmark] = {}
+    for benchmark in benchmarks.registry().values():
+        for name in benchmark.notebooks:
+            if name in found:
+                raise benchmarks.BenchmarkError(f"notebook {name!r} is declared by both {found[name].name!r} and "
+                                                f"{benchmark.name!r}")
+            found[name] = benchmark
+    return found
 
 
 def notebook(name: str, run_list: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str] | None = None,
@@ -42,12 +31,13 @@ def notebook(name: str, run_list: Sequence[str | os.PathLike[str]], *, out: str 
     """Copy notebook ``name`` into ``out`` (default: the first run's directory) with the runs and
     the data directory filled in as absolute paths (a kernel starts in the notebook's folder, not
     in the workspace); returns the copy. Nothing is executed."""
-    from charactereval_lib.charactereval.data import locate_data_dir
     from charactereval_lib.engine import report
 
-    spec = NOTEBOOKS.get(name)
-    if spec is None:
-        raise SettingsError(f"{name!r}: no such notebook (one of {', '.join(NOTEBOOKS)})")
+    known = available()
+    if name not in known:
+        raise SettingsError(f"{name!r}: no such notebook (one of {', '.join(known)})")
+    benchmark = known[name]
+    spec = benchmark.notebooks[name]
     if not run_list or (len(run_list) > 1 and not spec.several):
         raise SettingsError(f"notebook {name} takes {'one or more runs' if spec.several else 'one run'}, "
                             f"got {len(run_list)}")
@@ -59,6 +49,6 @@ def notebook(name: str, run_list: Sequence[str | os.PathLike[str]], *, out: str 
     parameters: dict[str, object] = ({"run_dirs": [str(f) for f in folders]} if spec.several
                                      else {"run_dir": str(folders[0])})
     if spec.data:
-        parameters["data_dir"] = str(locate_data_dir(data_dir).absolute())
+        parameters["data_dir"] = str(benchmark.locate(data_dir).absolute())
     target = Path(out).absolute() if out else folders[0]
-    return report.parameterised_copy(spec.file, target / spec.file, parameters, force=force)
+    return report.parameterised_copy(benchmark.notebook_path(name), target / spec.file, parameters, force=force)

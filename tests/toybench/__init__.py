@@ -2,6 +2,9 @@
 library registers (``$CHARACTEREVAL_BENCHMARKS=tests.toybench:BENCHMARK``) and runs through the
 library's own command line and ``batch`` without any library change.
 
+It has a leaderboard board and explorer (``board.py``) and a notebook of its own
+(``notebooks/``), found through its declaration.
+
 Its protocol: each line of ``questions.jsonl`` in its data directory (``{"id", "question",
 "answer"}``) is asked of the model under test through an OpenAI-compatible endpoint; a reply is
 correct when it equals the answer. Its runs hold ``run.json``, ``answers.jsonl``,
@@ -10,9 +13,10 @@ correct when it equals the answer. Its runs hold ``run.json``, ``answers.jsonl``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.benchmarks import Benchmark
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook
 
 NAME = "toybench"
 PROTOCOL_VERSION = "toybench-1"
@@ -34,5 +38,9 @@ BENCHMARK = Benchmark(
     settings={"run": f"{STAGES}:RunSettings", "summarize": f"{STAGES}:SummarizeSettings",
               "report": f"{STAGES}:ReportSettings"},
     stages={"run": f"{STAGES}:run", "summarize": f"{STAGES}:summarize", "report": f"{STAGES}:report"},
-    artifacts=("run.json", "answers.jsonl", "toy_summary.json", "report.html"),
+    notebooks={"toy-answers": Notebook("toy_answers.ipynb")},
+    notebook_dir=Path(__file__).parent / "notebooks",
+    board="tests.toybench.board:SPEC",
+    explorer="tests.toybench.board:explorer",
+    report="report.html",
 )

@@ -72,36 +72,8 @@
     return loaded[k];
   }
 
-  function section(title, ...children) {
-    return el("section", {}, el("h3", {}, title), ...children);
-  }
-
-  function characterevalDetail(d) {
-    const out = [];
-    if (d.failure) {
-      out.push(section("Failure (left out of every mean)", el("p", { class: "failure" },
-        d.failure + (d.attempts == null ? "" : ` after ${d.attempts} attempt(s)`))));
-    }
-    if (d.redacted) {
-      out.push(section("Context and reply", el("p", { class: "empty" }, "not published (redacted site)")));
-    } else {
-      out.push(section("Context", d.context == null ? el("p", { class: "empty" }, "not available") : el("pre", {}, d.context)));
-      out.push(section("The model's full reply", el("pre", {}, d.reply == null ? "None" : d.reply)));
-      out.push(section("First line (what was scored)", el("pre", { class: "scored" }, d.first_line == null ? "–" : d.first_line)));
-    }
-    if (d.rm) {
-      out.push(section("Reward model", el("table", { class: "kv" },
-        ...Object.entries(d.rm).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, typeof v === "number" ? num(v, 4) : String(v)))))));
-    }
-    if (d.judge) {
-      out.push(section(`Judge ${d.judge.model || ""}`, el("table", { class: "kv" },
-        el("tr", {}, el("th", {}, "parsed choice"), el("td", {}, d.judge.choice)),
-        el("tr", {}, el("th", {}, "score"), el("td", {}, num(d.judge.score))),
-        el("tr", {}, el("th", {}, "invalid"), el("td", {}, String(d.judge.invalid)))),
-        d.redacted ? "" : el("pre", {}, d.judge.reply == null ? "–" : d.judge.reply)));
-    }
-    return out;
-  }
+  // One renderer for every benchmark: a detail is a list of typed sections (engine/details.py).
+  const value = (v) => (typeof v === "number" ? num(v, 4) : v !== null && typeof v === "object" ? JSON.stringify(v) : v);
 
   // A recorded message usually starts with its speaker's name ("Name: ..."): that name is set
   // in bold rather than printed a second time; a message without it gets the role in front.
@@ -111,24 +83,20 @@
     return el("li", {}, el("strong", {}, m.role), ": ", m.content);
   }
 
-  function coserDetail(d) {
-    const out = [];
-    if (d.error) out.push(section("Simulation error", el("pre", {}, JSON.stringify(d.error))));
-    out.push(section("Simulated dialogue", d.redacted ? el("p", { class: "empty" }, "not published (redacted site)")
-      : el("ol", { class: "dialogue" }, ...d.dialogue.map(message))));
-    Object.entries(d.dimensions).forEach(([name, c]) => {
-      if (c.status !== "ok") {
-        out.push(section(name, el("p", { class: "failure" }, `${c.status}${c.reason ? ": " + c.reason : ""}`)));
-        return;
-      }
-      const flaws = el("table", { class: "flaws" }, el("tr", {}, el("th", {}, "flaw"), el("th", {}, "type"), el("th", {}, "severity")),
-        ...c.flaws.map((f) => el("tr", {}, el("td", {}, f.instance ?? (d.redacted ? "not published" : JSON.stringify(f))), el("td", {}, f.type ?? ""), el("td", {}, JSON.stringify(f.severity)))));
-      const computation = `n = ${c.n} actor rounds, S = ${c.severity_sum} (integer severities only); ` +
-        `${d.formula} = ${c.worked} = ${c.unclipped}` +
-        (d.clip ? `; clipped ${d.clip} = ${c.clipped}` : "; no upper clip in this version") + `; score ${c.score}`;
-      out.push(section(name, flaws, el("p", { class: "computation" }, computation)));
-    });
-    return out;
+  const kinds = {
+    kv: (s) => el("table", { class: "kv" }, ...s.items.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, value(v))))),
+    text: (s) => (s.text == null ? el("p", { class: "empty" }, s.empty) : el("pre", s.scored ? { class: "scored" } : {}, s.text)),
+    table: (s) => el("table", { class: "cells" }, el("tr", {}, ...s.columns.map((c) => el("th", {}, c))),
+      ...s.rows.map((r) => el("tr", {}, ...r.map((v) => el("td", {}, value(v)))))),
+    dialogue: (s) => el("ol", { class: "dialogue" }, ...s.messages.map(message)),
+    computation: (s) => el("p", { class: "computation" }, s.text),
+    note: (s) => el("p", { class: s.failure ? "failure" : "empty" }, s.text),
+  };
+
+  function section(s) {
+    const draw = kinds[s.kind];
+    const body = draw ? draw(s) : el("p", { class: "failure" }, `a section of unknown kind ${JSON.stringify(s.kind)}`);
+    return el("section", { "data-kind": String(s.kind) }, el("h3", {}, s.title), body);
   }
 
   const detail = document.getElementById("detail");
@@ -144,7 +112,7 @@
         .filter(([c, v]) => c.type !== "num" && v != null && v !== "").map(([c, v]) => `${c.title} ${v}`).join(" · "));
       const close = el("button", { type: "button", class: "close" }, "close");
       close.addEventListener("click", () => { detail.hidden = true; });
-      detail.replaceChildren(close, title, ...("dialogue" in d ? coserDetail(d) : characterevalDetail(d)));
+      detail.replaceChildren(close, title, ...d.map(section));
       detail.hidden = false;
       detail.scrollIntoView();
     }).catch((error) => {
