@@ -42,7 +42,7 @@ test-fast: setup
 # process that pays its own imports, tiny models and Ray workers, about 85 s of CPU in all, so
 # they run beside the suite rather than in it; CI runs this after `make test`.
 bench-smoke: setup
-	$(BIN)/python -m pytest $(XDIST) -m bench tests/test_benchmarks.py tests/test_benchmarks_ray.py
+	$(BIN)/python -m pytest $(XDIST) -m bench tests/perf/test_perf_scripts.py tests/perf/test_perf_scripts_ray.py
 
 # The rules are in pyproject.toml ([tool.ruff]); CI runs this before the tests.
 lint: setup
@@ -76,7 +76,7 @@ $(LAB_STAMP): $(STAMP)
 	$(LAB_VENV)/bin/python -m pip install --quiet -r $(LAB_VENV)/requirements.txt
 	touch $(LAB_STAMP)
 
-# The Lab environment alone: CI makes it before `make test`, so that tests/test_lab.py runs a
+# The Lab environment alone: CI makes it before `make test`, so that tests/project/test_lab.py runs a
 # notebook through a real Lab server (without it that test is skipped, saying so).
 lab-env: $(LAB_STAMP)
 

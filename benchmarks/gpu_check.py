@@ -26,7 +26,7 @@ Nothing is downloaded and no data is needed on the GPU machine:
    difference in bf16 grid steps (``scorer.compare_modes``), peak device memory, projected
    minutes for all rows of the table, and the achieved fraction of the bf16 peak.
 5. Finally the CUDA test of the hf generation backend runs in a subprocess
-   (``pytest tests/test_generation_hf.py -k cuda``), with what time is left.
+   (``pytest tests/engine/generation/test_generation_hf.py -k cuda``), with what time is left.
 
 ``--max-minutes`` (default 7.5) bounds the whole run: batches stop starting once the deadline
 nears, a batch in progress is cut at the deadline, and what was measured is still printed and
@@ -228,7 +228,7 @@ class IdsTokenizer:
 
 
 def run_hf_test(seconds: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "pytest", "tests/test_generation_hf.py", "-k", "cuda", "-q", "-rA", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "tests/engine/generation/test_generation_hf.py", "-k", "cuda", "-q", "-rA", "-p", "no:cacheprovider"]
     if seconds < 20:
         return {"command": " ".join(cmd[2:]), "outcome": "not run (no time left)"}
     try:
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gflop-per-token", type=float, default=None, help="default: 2 x the matrix weights of the shape (25.2 for the real one)")
     parser.add_argument("--lengths", type=Path, default=LENGTHS)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-hf-test", action="store_true", help="skip pytest tests/test_generation_hf.py -k cuda")
+    parser.add_argument("--no-hf-test", action="store_true", help="skip pytest tests/engine/generation/test_generation_hf.py -k cuda")
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default benchmarks/results/gpu_check_<device>.json)")
     parser.add_argument("--make-lengths", action="store_true", help="rebuild --lengths from the official data and exit")
     parser.add_argument("--data-dir", type=Path, default=None)

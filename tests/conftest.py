@@ -60,9 +60,9 @@ def pytest_unconfigure(config) -> None:
 # Test files that run on one xdist worker, one after the other: the Ray files, so that one driver
 # at a time uses the shared cluster (their kill-and-resume tests time their signals against the
 # workers' progress) and the other xdist worker never starts Ray workers of its own.
-ONE_WORKER = {name: "ray" for name in ("tests/test_batch_ray.py", "tests/test_ray_generation.py",
-                                       "tests/test_ray_scorer.py", "tests/test_benchmarks_ray.py",
-                                       "tests/test_ray_nodes.py")}
+ONE_WORKER = {name: "ray" for name in ("tests/apps/test_batch_ray.py", "tests/engine/ray/test_ray_generation.py",
+                                       "tests/engine/ray/test_ray_scorer.py", "tests/perf/test_perf_scripts_ray.py",
+                                       "tests/engine/ray/test_ray_nodes.py")}
 
 
 def work_unit(nodeid: str) -> str:

