@@ -66,7 +66,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, runs
+from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, ray_cluster, runs
 from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
@@ -253,7 +253,7 @@ def preflight(config: BatchConfig) -> list[str]:
         problems += batching.plan_of(benchmark).preflight(models, config)
     if config.engine == "ray" and config.ray.address:
         try:
-            faults.check_ray_address(config.ray.address)
+            ray_cluster.check_ray_address(config.ray.address)
         except (faults.Unreachable, runs.RunError) as exc:
             problems.append(f"{config.path}: ray: {exc}")
     # The comparison folder follows the rule of every --out (engine.outdir), checked before any model runs.
