@@ -143,7 +143,7 @@ def _start_head(root: Path, deadline: float) -> str:
 def _ignore_sigint() -> None:
     """The node, and every worker it starts, ignores SIGINT, as one started in the background
     (``&``, nohup) does, whatever launched the suite: Ray's cancellation of a task must reach it
-    there too (``batch._run_stages_task``), and the tests must not depend on how they were run."""
+    there too (``batch_ray._run_stages_task``), and the tests must not depend on how they were run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

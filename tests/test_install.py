@@ -91,7 +91,7 @@ def test_no_module_imports_a_higher_layer_and_the_product_never_imports_test_cod
 def test_the_layers_are_found_and_no_benchmark_imports_another():
     packages = benchmark_packages()
     assert {"charactereval_lib.charactereval", "charactereval_lib.coser"} <= set(packages)
-    assert "charactereval_lib.pipeline" in LAYERS[2][1] and "charactereval_lib.batch" in LAYERS[2][1]
+    assert "charactereval_lib.pipeline" in LAYERS[2][1] and "charactereval_lib.apps" in LAYERS[2][1]
     graph = imports()
     wrong = []
     for module, targets in graph.items():

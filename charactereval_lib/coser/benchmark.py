@@ -10,7 +10,7 @@ from typing import Any
 
 from charactereval_lib.coser.versions import VERSIONS
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
+from charactereval_lib.engine.benchmarks import Benchmark, Option, Reproduction
 
 NAME = "coser"
 # What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
@@ -47,6 +47,8 @@ BENCHMARK = Benchmark(
     report="report.html",
     batch="charactereval_lib.pipeline.coser_batch:CoserPlan",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",
-                              options=("no_metrics",), notes="charactereval_lib.coser.reproduce:notes",
-                              file_columns="charactereval_lib.coser.reproduce:file_columns"),
+                              options=(Option("no_metrics", "skip BLEU/ROUGE-L (the slow part)", flag=True),),
+                              notes="charactereval_lib.coser.reproduce:notes",
+                              file_columns="charactereval_lib.coser.reproduce:file_columns",
+                              sections="charactereval_lib.coser.reproduce:sections"),
 )

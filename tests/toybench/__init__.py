@@ -5,18 +5,20 @@ library's own command line and ``batch`` without any library change.
 Its protocol: each line of ``questions.jsonl`` in its data directory (``{"id", "question",
 "answer"}``) is asked of the model under test through an OpenAI-compatible endpoint; a reply is
 correct when it equals the answer. Its runs hold ``run.json``, ``answers.jsonl``,
-``toy_summary.json`` and ``report.html``.
+``toy_summary.json`` and ``report.html``. Its reproduction (``reproduce.py``) marks released
+answer files again beside a toy paper's accuracies.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from charactereval_lib.engine.benchmarks import Benchmark
+from charactereval_lib.engine.benchmarks import Benchmark, Option, Reproduction
 
 NAME = "toybench"
 PROTOCOL_VERSION = "toybench-1"
 STAGES = "tests.toybench.stages"
+REPRODUCE = "tests.toybench.reproduce"
 
 
 def recognises(manifest: dict[str, Any]) -> bool:
@@ -34,5 +36,10 @@ BENCHMARK = Benchmark(
     settings={"run": f"{STAGES}:RunSettings", "summarize": f"{STAGES}:SummarizeSettings",
               "report": f"{STAGES}:ReportSettings"},
     stages={"run": f"{STAGES}:run", "summarize": f"{STAGES}:summarize", "report": f"{STAGES}:report"},
+    data={"locate": f"{STAGES}:locate"},
     artifacts=("run.json", "answers.jsonl", "toy_summary.json", "report.html"),
+    reproduction=Reproduction(f"{REPRODUCE}:prepare", "ToyBench",
+                              options=(Option("released", "the folder of released answer files (default: "
+                                                          "DATA_DIR/released)", metavar="DIR"),),
+                              notes=f"{REPRODUCE}:notes", file_columns=f"{REPRODUCE}:file_columns"),
 )
