@@ -104,7 +104,7 @@ def _start_head(root: Path, deadline: float) -> str:
     """Start a head node and return its address once it answers, or "" when Ray gave up on its
     own start-up and the deadline leaves time for another try: Ray waits a fixed 30 s for its
     raylet to register, which a machine busy with other test processes can exceed."""
-    from charactereval_lib.engine import faults
+    from charactereval_lib.engine import faults, ray_cluster
     from tests.generation_support import end_session
 
     # Short: Ray's socket paths under it must fit in 107 bytes.
@@ -131,7 +131,7 @@ def _start_head(root: Path, deadline: float) -> str:
         address = current.read_text().strip() if current.exists() else ""
         if address:
             try:
-                faults.check_ray_address(address)
+                ray_cluster.check_ray_address(address)
                 return address
             except faults.Unreachable:
                 pass
@@ -143,7 +143,7 @@ def _start_head(root: Path, deadline: float) -> str:
 def _ignore_sigint() -> None:
     """The node, and every worker it starts, ignores SIGINT, as one started in the background
     (``&``, nohup) does, whatever launched the suite: Ray's cancellation of a task must reach it
-    there too (``batch._run_stages_task``), and the tests must not depend on how they were run."""
+    there too (``batch_ray._run_stages_task``), and the tests must not depend on how they were run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

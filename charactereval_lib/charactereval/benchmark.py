@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Reproduction
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "charactereval"
 
@@ -55,7 +55,11 @@ BENCHMARK = Benchmark(
     report="report.html",
     batch="charactereval_lib.pipeline.charactereval_batch:CharacterEvalPlan",
     reproduction=Reproduction("charactereval_lib.pipeline.charactereval:reproduction", "CharacterEval",
-                              options=("rm", "device", "data", "files"),
+                              options=(Option("rm", "the reward-model checkpoint that scores the replies",
+                                              metavar="DIR"),
+                                       Option("device", "torch device for the reward model (e.g. cuda)")),
+                              keywords=("data", "files"),
                               notes="charactereval_lib.charactereval.reproduce:notes",
-                              file_columns="charactereval_lib.charactereval.reproduce:file_columns"),
+                              file_columns="charactereval_lib.charactereval.reproduce:file_columns",
+                              sections="charactereval_lib.charactereval.reproduce:sections"),
 )

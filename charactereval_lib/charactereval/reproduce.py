@@ -136,3 +136,12 @@ def notes(document: dict[str, Any]) -> list[str]:
 def file_columns(f: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
     """One released file in the reproduction's table: its rows, failed generations, whether scored."""
     return {"rows": f["rows"], "failed generations": f["failed_generations"], "scored": "yes" if f["scored"] else "no"}
+
+
+def sections(document: dict[str, Any]) -> list[Any]:
+    """The report's sections: the released files, then every row against Table 4."""
+    from charactereval_lib.engine import reproduction_kit as rp
+
+    return [rp.files_section(document, "the released replies, imported and scored"),
+            rp.paper_section(document, "the paper's value within our interval, widened by the paper's rounding",
+                             digits=3)]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from pathlib import Path
 
 from charactereval_lib import pipeline
 from charactereval_lib.cli.options import (
@@ -49,17 +47,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from charactereval_lib.batch import load_config, preflight, run_batch, summary_lines
-
-    config = load_config(Path(args.config))
-    # Ray tasks run elsewhere: their bars would only fill the workers' logs.
-    config = dataclasses.replace(config, progress=bars_wanted(args.quiet) and config.engine == "local")
-    problems = preflight(config)
+    config = pipeline.batch_config(args.config, progress=bars_wanted(args.quiet))
+    problems = pipeline.batch_preflight(config)
     if problems:
         return report_problems(problems, "")
     print(f"batch {config.path}: {len(config.models)} model(s) -> {config.output_dir}", flush=True)
-    outcome = run_batch(config)
-    print("\n".join(summary_lines(outcome)))
+    outcome = pipeline.batch(config)
+    print("\n".join(pipeline.batch_summary_lines(outcome)))
     if outcome.interrupted:
         return 130
     # A model that finished with failed samples is reported and makes the batch exit 1 too.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from charactereval_lib.coser.versions import VERSIONS
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Reproduction
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "coser"
 # What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's
@@ -45,6 +45,8 @@ BENCHMARK = Benchmark(
     report="report.html",
     batch="charactereval_lib.pipeline.coser_batch:CoserPlan",
     reproduction=Reproduction(f"{PIPELINE}:coser_reproduction", "CoSER given-circumstance acting",
-                              options=("no_metrics",), notes="charactereval_lib.coser.reproduce:notes",
-                              file_columns="charactereval_lib.coser.reproduce:file_columns"),
+                              options=(Option("no_metrics", "skip BLEU/ROUGE-L (the slow part)", flag=True),),
+                              notes="charactereval_lib.coser.reproduce:notes",
+                              file_columns="charactereval_lib.coser.reproduce:file_columns",
+                              sections="charactereval_lib.coser.reproduce:sections"),
 )

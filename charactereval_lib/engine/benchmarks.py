@@ -58,21 +58,59 @@ def resolve(ref: Ref | type | None, what: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Option:
+    """A command-line option of a benchmark's reproduction: ``--NAME`` (underscores as dashes),
+    given to ``prepare`` as the keyword ``name`` when the user gives it; ``flag``: an option
+    without a value (True when given)."""
+
+    name: str
+    help: str
+    flag: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a rendered reproduction report: a Markdown heading and text, then its
+    parts in order (a table as a pandas DataFrame, or Markdown as a string)."""
+
+    heading: str
+    text: str = ""
+    parts: tuple[Any, ...] = ()
+
+
+# The keywords every reproduction's ``prepare`` takes; no option of a benchmark may reuse one.
+COMMON_KEYWORDS = ("data_dir", "n_boot", "seed", "progress")
+
+
+@dataclass(frozen=True)
 class Reproduction:
     """How ``charactereval reproduce --benchmark NAME`` recomputes a benchmark's paper from its
     released files. ``prepare(data_dir=, n_boot=, seed=, progress=, **options)`` checks what the
     reproduction needs (one-line errors, before anything is made) and returns ``make(staging)``,
-    which writes its work under ``staging`` and returns the reproduction document. ``options``
-    names the keywords of ``prepare`` beyond the common ones (an option ``no_metrics`` is the
-    command line's ``--no-metrics``); any other is refused. ``title`` heads the rendered report,
-    ``notes(document)`` gives the lines of its warning box and ``file_columns(file, document)``
-    the columns its table of released files shows for one of them (after file and model)."""
+    which writes its work under ``staging`` and returns the reproduction document
+    (``apps.reproduction``). ``options`` are its command-line options (``Option``), ``keywords``
+    the further keywords of ``prepare`` a Python caller may give (e.g. a test's own data); any
+    other is refused. ``title`` heads the rendered report, ``notes(document)`` gives the lines of
+    its warning box, ``file_columns(file, document)`` the columns its table of released files
+    shows for one of them (after file and model) and ``sections(document)`` the report's
+    sections (``Section``) after its header and notes (default: the released files, then every
+    row against the paper: ``apps.reproduction.files_section`` and ``paper_section``)."""
 
     prepare: Ref
     title: str
-    options: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+    keywords: tuple[str, ...] = ()
     notes: Ref | None = None
     file_columns: Ref | None = None
+    sections: Ref | None = None
+
+    def accepts(self, keyword: str) -> bool:
+        return keyword in self.keywords or any(option.name == keyword for option in self.options)
 
 
 @dataclass(frozen=True)

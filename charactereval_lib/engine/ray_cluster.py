@@ -1,6 +1,10 @@
 """Ray for the engine's scale-out (``--engine ray``): the cluster, a pool of actors, and the
 stream of work units through them.
 
+- ``check_ray_address``: whether an address is a Ray cluster, asked within seconds before Ray
+  (which can wait for minutes on a wrong one) is given it: a TCP connection, then a
+  cluster-id call to the GCS in hand-written HTTP/2 (Ray itself is not imported for it).
+
 - ``cluster``: connects to an existing cluster (``address``) or starts a local one whose
   workers import this package from where the driver does; a cluster started here is shut down
   on leaving, one already connected (a notebook's, a test's) is left running. Ray's own notices
@@ -55,6 +59,100 @@ def import_ray():
     except ImportError:
         raise runs.RunError(INSTALL_HINT) from None
     return ray
+
+
+def check_ray_address(address: str) -> None:
+    """A Ray address answers before it is handed to Ray (which can wait for minutes on a wrong
+    one): ``HOST:PORT`` (the GCS) and ``ray://HOST:PORT`` (the client server) are connected to
+    with a bounded wait; ``auto`` needs a cluster started on this machine."""
+    what = f"--address {address}"
+    if address == "auto":
+        found = os.environ.get("RAY_ADDRESS") or _ray_current_cluster()
+        if not found or found == "auto":
+            raise faults.Unreachable(f"{what}: no Ray cluster was started on this machine (`ray start --head`), "
+                              "and RAY_ADDRESS is not set")
+        what, address = f"{what} ({found})", found
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/ @!?#"):
+        raise runs.RunError(f"{what}: expected auto, HOST:PORT or ray://HOST:PORT (e.g. 10.0.0.5:6379)")
+    host = host.strip("[]")
+    problem = faults.connect_problem(host, int(port))
+    if problem is None and not address.startswith("ray://"):
+        problem = _gcs_problem(host, int(port))
+    if problem:
+        raise faults.Unreachable(f"{what}: {problem}")
+
+
+# Ray's GCS (a HOST:PORT address) is a gRPC server. A TCP connection alone proves little (a proxy
+# or firewall may accept any), and an HTTP/2 greeting neither (a proxy may speak HTTP/2): the GCS
+# is asked for its cluster id, the call `ray.init` makes first, in the plainest HTTP/2 (literal
+# header fields, an empty request message). A gRPC server answers HTTP status 200 whatever the
+# call's outcome (a cluster with token authentication refuses it, in a 200 response); a proxy
+# answers another status.
+_GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _GOAWAY = 0, 1, 3, 4, 7
+_END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20
+# ":status: 200", entry 8 of HPACK's static table: the first field of a gRPC server's answer.
+_STATUS_200 = 0x88
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def _literal(name: str, value: str) -> bytes:
+    """An HPACK literal header field without indexing, new name, no Huffman coding."""
+    encoded = b"\x00"
+    for text in (name, value):
+        data = text.encode()
+        if len(data) > 126:
+            raise ValueError(f"header field too long for this encoder: {text!r}")
+        encoded += bytes([len(data)]) + data
+    return encoded
+
+
+def _gcs_problem(host: str, port: int, timeout_s: float = faults.CONNECT_TIMEOUT_S) -> str | None:
+    """Why the server at ``host:port`` is not a Ray cluster's GCS, or None when it answered a
+    cluster-id call as a gRPC server does within ``timeout_s``."""
+    headers = b"".join(_literal(name, value) for name, value in (
+        (":method", "POST"), (":scheme", "http"), (":path", _GCS_METHOD), (":authority", f"{host}:{port}"),
+        ("content-type", "application/grpc"), ("te", "trailers")))
+    request = (_HTTP2_PREFACE + _frame(_SETTINGS, 0, 0) + _frame(_HEADERS, _END_HEADERS, 1, headers)
+               + _frame(_DATA, _END_STREAM, 1, bytes(5)))  # an empty, uncompressed message
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            conn.sendall(request)
+            buffer = b""
+            while chunk := conn.recv(65536):
+                buffer += chunk
+                while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                    length, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+                    stream = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+                    payload, buffer = buffer[9:9 + length], buffer[9 + length:]
+                    if kind == _HEADERS and stream == 1:
+                        block = payload[1:] if flags & _PADDED else payload
+                        block = block[5:] if flags & _PRIORITY else block
+                        if block[:1] == bytes([_STATUS_200]):
+                            return None
+                    if kind in (_HEADERS, _RST_STREAM, _GOAWAY):
+                        return "something accepts connections there, but it is not a Ray cluster (no gRPC " \
+                               "answer to a cluster-id call)"
+    except OSError as exc:
+        return f"no answer from a Ray cluster within {timeout_s:g} s ({exc.strerror or exc})"
+    return "the connection was closed without an answer to a cluster-id call (not a Ray cluster)"
+
+
+def _ray_current_cluster() -> str | None:
+    """The address a cluster started on this machine left where ``ray.init(address="auto")``
+    looks for it, if any."""
+    import tempfile
+
+    try:
+        return (Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster").read_text().strip() or None
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -208,7 +306,7 @@ class ActorPool:
         self.ray = import_ray()  # fails here, in one line, when Ray is not installed
         if settings.address:
             # Before any work, and within seconds: Ray itself can wait for minutes on a wrong address.
-            faults.check_ray_address(settings.address)
+            check_ray_address(settings.address)
         self.settings = settings
         self.what = what
         self.fatal = fatal

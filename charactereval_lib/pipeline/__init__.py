@@ -17,7 +17,8 @@ here prints; nothing here parses a command line.
 One module per concern: ``settings`` (the typed settings), ``outcomes`` (what stages return),
 ``charactereval`` (its stages), ``data`` (the official data, the doctor, the reward-model
 checkpoint), ``judging`` (LLM judges, battles, meta-evaluation, panels), ``coser`` (CoSER's
-settings and stages) and ``board`` (the leaderboard); every public name is re-exported here.
+settings and stages), ``board`` (the leaderboard) and ``apps`` (``batch`` and ``reproduce``, the
+applications of ``charactereval_lib.apps``); every public name is re-exported here.
 ``charactereval_batch`` (CharacterEval's batch plan) is not: ``batch`` finds it through the
 benchmark registry.
 Stage bodies import the protocol and engine modules they use when they run: the command line
@@ -28,6 +29,7 @@ HTTP clients.
 from __future__ import annotations
 
 from charactereval_lib.engine import runs
+from charactereval_lib.pipeline.apps import batch, batch_config, batch_preflight, batch_summary_lines, reproduce
 from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
 from charactereval_lib.pipeline.charactereval import (
                                                  GenerateResult,
@@ -114,9 +116,10 @@ __all__ = [
     "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
     "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
     "ScoreOutcome", "ScoreSettings", "Settings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
-    "TransformOutcome", "battle", "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
+    "TransformOutcome", "batch", "batch_config", "batch_preflight", "batch_summary_lines", "battle",
+    "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
     "coser_data_dir", "coser_data_fetch", "coser_data_use", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",
     "coser_run", "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_use", "data_verify", "doctor",
     "export_official", "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel",
-    "report", "rm_check", "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
+    "report", "reproduce", "rm_check", "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
 ]

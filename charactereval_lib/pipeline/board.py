@@ -22,13 +22,13 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
                 data_dir: str | os.PathLike[str] | None = None, redact: bool = False) -> LeaderboardOutcome:
     """The leaderboard site of the runs in ``paths`` (runs, or folders searched for runs of any
     registered benchmark) written into ``out_dir``: boards, run pages with the sample explorer,
-    ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.leaderboard``). What a
+    ``leaderboard.json`` and ``leaderboard.csv`` (``charactereval_lib.apps.leaderboard``). What a
     benchmark's boards and explorer share comes from its ``board_inputs`` hook, given
     ``data_dir`` (CharacterEval's: the official data, when it loads, gives the explorer its
     contexts and the rules the row counts of failed samples); when it is missing, the site is
     still built and the warnings say why. ``redact``: a site without test-set text
     (``leaderboard.write``)."""
-    from charactereval_lib.leaderboard import boarded, build
+    from charactereval_lib.apps.leaderboard import boarded, build
 
     hooked = [b for b in boarded().values() if b.board_inputs is not None]
     # The data directories are inputs too; ``out`` is checked before they are read.

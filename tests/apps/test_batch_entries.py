@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import batch
+from charactereval_lib.apps import batch
 from charactereval_lib.engine import batching, progress
 from charactereval_lib.pipeline.charactereval_batch import BAR_STEPS, CharacterEvalPlan, ModelSpec
 
@@ -69,7 +69,7 @@ models:
     assert c.settings["run"].actor_model == "m" and c.data_dir is None
     # The parts' requests are each plan's: CoSER's ask for no GPU, CharacterEval's scoring for its own.
     ray = batch.RayBatch(score_gpus=1)
-    assert [ray.gpus(m, batch.SCORING) for m in config.models] == [0.0, 1, 1]
+    assert [ray.gpus(m, batching.SCORING) for m in config.models] == [0.0, 1, 1]
     assert isinstance(batching.plan_of("charactereval"), CharacterEvalPlan)
     assert batching.plan_of("coser").bar_steps() == ("coser run", "coser summarize", "coser report")
 

@@ -107,7 +107,8 @@ def test_a_task_no_node_can_run_fails_after_the_wait(cluster, official_dir, tiny
 
 
 def test_ray_settings_are_checked_with_the_config(tmp_path):
-    from charactereval_lib import batch
+    from charactereval_lib.apps import batch
+    from charactereval_lib.engine.batching import GENERATION, SCORING
 
     path = tmp_path / "batch.yaml"
     for text, message in (
@@ -125,7 +126,7 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
     # scoring for one.
     shipped = batch.load_config(Path(__file__).resolve().parents[2] / "configs" / "ray.yaml")
     assert shipped.engine == "ray"
-    assert [(shipped.ray.gpus(m, batch.GENERATION), shipped.ray.gpus(m, batch.SCORING)) for m in shipped.models] == \
+    assert [(shipped.ray.gpus(m, GENERATION), shipped.ray.gpus(m, SCORING)) for m in shipped.models] == \
         [(0.0, 1), (1, 1)]
 
 
@@ -175,7 +176,7 @@ models:
 
 @pytest.mark.slow
 def test_a_task_still_running_after_the_wait_is_killed_and_its_generation_closed(cluster, tmp_path, capsys):
-    from charactereval_lib import batch
+    from charactereval_lib.apps import batch_ray
 
     def stuck_generation(run_dir: str) -> None:
         """A task whose generation is running and that Ctrl-C never stops (as one stuck in a
@@ -194,7 +195,7 @@ def test_a_task_still_running_after_the_wait_is_killed_and_its_generation_closed
     while not (run.manifest_path.exists() and run.manifest().get("generation")):
         assert time.monotonic() < deadline and not cluster.wait([ref], timeout=0)[0]
         time.sleep(0.1)
-    batch._stop_tasks(cluster, {ref: ("stuck", run)}, wait_s=1)
+    batch_ray._stop_tasks(cluster, {ref: ("stuck", run)}, wait_s=1)
     # Killed: ended, with Ray's error instead of a result.
     assert cluster.wait([ref], timeout=0)[0] == [ref]
     with pytest.raises(cluster.exceptions.RayError):
@@ -223,15 +224,15 @@ class InterruptedWaits:
 
 
 def test_a_second_interrupt_ends_the_wait_kills_the_task_and_closes_its_generation(tmp_path, capsys):
-    from charactereval_lib import batch
+    from charactereval_lib.apps import batch_ray
 
     run = runs.RunDir.resolve(tmp_path / "stuck")
     run.path.mkdir()
     runs.update_manifest(run.path, generation={"status": "running"})
     ray = InterruptedWaits("task")
-    batch._stop_tasks(ray, {"task": ("stuck", run)}, wait_s=batch.CANCEL_WAIT_S)
+    batch_ray._stop_tasks(ray, {"task": ("stuck", run)}, wait_s=batch_ray.CANCEL_WAIT_S)
     # Soft cancel, the interrupted wait, a look at what still runs, the kill and its wait.
     assert ray.cancels == [("task", False), ("task", True)]
-    assert ray.waits == [batch.CANCEL_WAIT_S, 0, batch.KILL_WAIT_S]
+    assert ray.waits == [batch_ray.CANCEL_WAIT_S, 0, batch_ray.KILL_WAIT_S]
     assert run.manifest()["generation"]["status"] == "interrupted"
     assert capsys.readouterr().out == "!! stuck: its Ray task was still running at the second interrupt: killed\n"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import batch, pipeline
+from charactereval_lib import pipeline
+from charactereval_lib.apps import batch
 from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.requests import read_ids_file

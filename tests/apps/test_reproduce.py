@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from _reward_support import tiny_checkpoint, write_data_dir
-from charactereval_lib import reproduction
+from charactereval_lib.apps import reproduction
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.reproduce import MISSING_RM, RELEASED_MODELS, released_file
 from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.reproduce import COLUMNS, released_files
+from charactereval_lib.engine import reproduction_kit
 from charactereval_lib.testing.leaderboard_runs import coser_run
 from tests.coser_golden import data_dir
 
@@ -94,11 +95,11 @@ def test_the_table_cites_each_shared_reason_by_one_number_spelled_out_below(cose
     _, document = coser_report
     for kinds in (["main"], ["ablation", "test_set"]):
         rows = [r for r in document["rows"] if r["kind"] in kinds]
-        legend = reproduction.reasons_table(document, kinds)
+        legend = reproduction_kit.reasons_table(document, kinds)
         assert list(legend["#"]) == list(range(1, len(legend) + 1))
         assert set(legend["reason"]) == {reason for r in rows for reason in r["reasons"]}
         spelled = dict(zip(legend["#"], legend["reason"]))
-        cited = reproduction.rows_table(document, kinds)["reasons"]
+        cited = reproduction_kit.rows_table(document, kinds)["reasons"]
         for r, numbers in zip(rows, cited):
             assert [spelled[int(n)] for n in numbers.split(", ")] == r["reasons"]
             assert r["reason"] == "; ".join(r["reasons"])
@@ -214,6 +215,7 @@ def test_a_bootstrap_of_no_resamples_is_a_one_line_error(tmp_path, capsys, n_boo
 LATE_CTRL_C = """
 import os, signal, sys
 from charactereval_lib.cli import main
+from charactereval_lib.engine import reproduction_kit
 status = main()
 os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C just after the command said what it wrote
 sys.exit(status)
@@ -261,7 +263,7 @@ def coser_document() -> dict:
 def test_the_papers_plus_minus_keeps_its_printed_digits():
     document = coser_document()
     main_rows = [r for r in document["rows"] if r["kind"] == "main" and r["paper_pm"] is not None]
-    table = reproduction.rows_table(document, ["main"])
+    table = reproduction_kit.rows_table(document, ["main"])
     assert main_rows and list(table["paper"]) == [f"{r['paper']:.2f} ± {r['paper_pm_printed']}" for r in main_rows]
     # The shipped tables print the ± with one or two decimals, trailing zeros included.
     assert any(r["paper_pm_printed"].endswith("0") for r in main_rows)

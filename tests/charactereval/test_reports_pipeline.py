@@ -12,7 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from charactereval_lib import batch, pipeline
+from charactereval_lib import pipeline
+from charactereval_lib.apps import batch
 from charactereval_lib.charactereval import analysis
 from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.cli import main

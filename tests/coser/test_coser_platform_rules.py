@@ -151,8 +151,8 @@ def test_a_parameter_the_protocol_fixes_is_refused_in_one_line(tmp_path, capsys,
 
 
 def test_a_router_counts_as_one_provider_only_with_a_pin(tmp_path):
+    from charactereval_lib.apps.leaderboard import read_runs
     from charactereval_lib.coser.eligibility import SPEC
-    from charactereval_lib.leaderboard import read_runs
     from charactereval_lib.testing.leaderboard_runs import coser_run as synthetic_run
 
     def roles(pins):

@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 from _browser_support import chromium, requests_leaving
 
-from charactereval_lib import cli, pipeline, reproduction
+from charactereval_lib import cli, pipeline
+from charactereval_lib.apps import reproduction
+from charactereval_lib.apps.leaderboard import build
 from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
 from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import write_jsonl_atomic
 from charactereval_lib.engine.runs import RunDir
-from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.apps.test_reproduce import released_generations

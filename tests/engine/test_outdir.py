@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import __version__, batch, cli, pipeline, reproduction
+from charactereval_lib import __version__, cli, pipeline
+from charactereval_lib.apps import batch, reproduction
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import outdir
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run

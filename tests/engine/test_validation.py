@@ -85,7 +85,7 @@ def test_a_caller_names_an_entry_by_its_name():
 
 
 def test_batch_entries_are_named_by_model_name_or_position(tmp_path):
-    from charactereval_lib import batch
+    from charactereval_lib.apps import batch
 
     path = tmp_path / "batch.yaml"
     path.write_text("models:\n  - {name: a, backend: offline, model: m, rm: r}\n  - {backend: offline, model: m}\n",

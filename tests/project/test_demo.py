@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib import batch
+from charactereval_lib.apps import batch
 from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 from charactereval_lib.cli import main
 

@@ -28,7 +28,7 @@ def benchmark_packages() -> list[str]:
 
 def layers() -> list[tuple[str, list[str]]]:
     """Bottom to top. A module may import only from its own layer or the layers below it;
-    modules of the library's top level (pipeline, batch, leaderboard, ...) are one layer."""
+    modules of the library's top level (pipeline, apps, ...) are one layer."""
     tops = sorted(f"charactereval_lib.{p.stem if p.is_file() else p.name}" for p in PACKAGE.iterdir()
                   if (p.suffix == ".py" and p.stem not in ("__init__", "cli")) or
                   (p.is_dir() and (p / "__init__.py").exists() and p.name not in ("cli", "engine", "testing") and
@@ -91,7 +91,7 @@ def test_no_module_imports_a_higher_layer_and_the_product_never_imports_test_cod
 def test_the_layers_are_found_and_no_benchmark_imports_another():
     packages = benchmark_packages()
     assert {"charactereval_lib.charactereval", "charactereval_lib.coser"} <= set(packages)
-    assert "charactereval_lib.pipeline" in LAYERS[2][1] and "charactereval_lib.batch" in LAYERS[2][1]
+    assert "charactereval_lib.pipeline" in LAYERS[2][1] and "charactereval_lib.apps" in LAYERS[2][1]
     graph = imports()
     wrong = []
     for module, targets in graph.items():

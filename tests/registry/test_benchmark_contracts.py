@@ -19,7 +19,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from charactereval_lib import leaderboard
+from charactereval_lib.apps import leaderboard
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import benchmarks, details
 from charactereval_lib.engine.board import AnchorCheck, BoardSpec, build_boards
@@ -175,7 +175,7 @@ def test_the_leaderboard_reads_the_registry_when_it_builds_not_when_imported():
     """A broken registration breaks the leaderboard's commands, not every import of the module;
     and the module declares no second class named Benchmark."""
     env = {**os.environ, benchmarks.ENV: "tests.no_such_benchmark:BENCHMARK"}
-    done = subprocess.run([sys.executable, "-c", "import charactereval_lib.leaderboard"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", "import charactereval_lib.apps.leaderboard"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not hasattr(leaderboard, "Benchmark")

@@ -11,11 +11,11 @@ import json
 import pytest
 
 from charactereval_lib import cli
+from charactereval_lib.apps.leaderboard import boards, build, read_runs, write
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.eligibility import RELEASED
 from charactereval_lib.coser import official
 from charactereval_lib.engine.board import TIE_TEST, model_label
-from charactereval_lib.leaderboard import boards, build, read_runs, write
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
 from charactereval_lib.testing.mockserver import MockServer

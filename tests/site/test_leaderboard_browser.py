@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from _browser_support import WAIT_MS, chromium
 
+from charactereval_lib.apps.leaderboard import build
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.plots import CJK_FONTS, cjk_font
-from charactereval_lib.leaderboard import build
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
 

@@ -8,7 +8,8 @@ It has a leaderboard board and explorer (``board.py``) and a notebook of its own
 Its protocol: each line of ``questions.jsonl`` in its data directory (``{"id", "question",
 "answer"}``) is asked of the model under test through an OpenAI-compatible endpoint; a reply is
 correct when it equals the answer. Its runs hold ``run.json``, ``answers.jsonl``,
-``toy_summary.json`` and ``report.html``.
+``toy_summary.json`` and ``report.html``. Its reproduction (``reproduce.py``) marks released
+answer files again beside a toy paper's accuracies.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook
+from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "toybench"
 PROTOCOL_VERSION = "toybench-1"
 STAGES = "tests.toybench.stages"
+REPRODUCE = "tests.toybench.reproduce"
 
 
 def recognises(manifest: dict[str, Any]) -> bool:
@@ -43,4 +45,9 @@ BENCHMARK = Benchmark(
     board="tests.toybench.board:SPEC",
     explorer="tests.toybench.board:explorer",
     report="report.html",
+    data={"locate": f"{STAGES}:locate"},
+    reproduction=Reproduction(f"{REPRODUCE}:prepare", "ToyBench",
+                              options=(Option("released", "the folder of released answer files (default: "
+                                                          "DATA_DIR/released)", metavar="DIR"),),
+                              notes=f"{REPRODUCE}:notes", file_columns=f"{REPRODUCE}:file_columns"),
 )

@@ -61,9 +61,13 @@ class ReportOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _questions(data_dir: str | os.PathLike[str] | None) -> list[dict]:
-    located = Path(data_dir or os.environ.get(DATA_ENV) or "data/toybench")
-    path = located / QUESTIONS
+def locate(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory its commands read: ``data_dir``, else ``$TOYBENCH_DATA_DIR``."""
+    return Path(data_dir or os.environ.get(DATA_ENV) or "data/toybench")
+
+
+def read_questions(data_dir: str | os.PathLike[str] | None) -> list[dict]:
+    path = locate(data_dir) / QUESTIONS
     if not path.exists():
         raise runs.RunError(f"{path}: no ToyBench questions (set --data-dir or ${DATA_ENV})")
     return artifacts.read_jsonl(path).records
@@ -74,7 +78,7 @@ def run(run_dir: str | os.PathLike[str] | runs.RunDir, settings: RunSettings, *,
     """Ask every question not answered yet (through the mock server in the tests); one record
     per answer in ``answers.jsonl``, with whether it is correct."""
     run_dir = runs.RunDir.resolve(run_dir)
-    questions = _questions(data_dir)
+    questions = read_questions(data_dir)
     faults.check_writable(run_dir.path, "run directory")
     run_dir.path.mkdir(parents=True, exist_ok=True)
     run_dir.update_manifest(benchmark=NAME, protocol_version=PROTOCOL_VERSION, model=settings.model)

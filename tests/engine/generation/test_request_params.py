@@ -80,7 +80,7 @@ def test_request_params_need_the_openai_backend(tmp_path, official_dir, capsys):
 
 
 def test_batch_entries_take_request_params(tmp_path):
-    from charactereval_lib import batch
+    from charactereval_lib.apps import batch
 
     path = tmp_path / "batch.yaml"
     path.write_text("""models:

@@ -19,7 +19,8 @@ With ``engine: ray`` the models run concurrently as Ray tasks: each model's gene
 CharacterEval ``ray.generate_gpus`` for an hf model's generation, none for an API or offline
 one, ``ray.score_gpus`` for scoring). The tasks write each run directory themselves, so on a
 cluster of several machines ``output_dir`` (and the data and checkpoints) must be at the same
-path on every node, e.g. a shared filesystem. The summary is the sequential batch's.
+path on every node, e.g. a shared filesystem. The summary is the sequential batch's. The tasks' lifecycle
+(submitting, gathering, stopping them on Ctrl-C) is ``batch_ray``'s.
 
 Config (YAML; relative paths are relative to the current directory, like command-line
 arguments)::
@@ -58,7 +59,6 @@ a project's own) holds one mapping of settings per stage (``run:``, ``summarize:
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -66,8 +66,8 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, runs
-from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
+from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, ray_cluster, runs
+from charactereval_lib.engine.batching import PARTS, ModelResult
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
 from charactereval_lib.engine.validation import Document, expect, is_number, problem, validate
@@ -76,23 +76,12 @@ from charactereval_lib.engine.validation import Document, expect, is_number, pro
 DEFAULT_BENCHMARK = "charactereval"
 BATCH_ENGINES = ("local", "ray")
 SUMMARY_FILE = "batch-summary.json"
-# How long Ray tasks get, after Ctrl-C or SIGTERM, to save what they received and end. They end
-# as soon as they have (two generations of 400 samples, measured from the cancel to run.json
-# written: 16-88 ms at load averages 3 to 11), so the wait only costs time when a task is stuck;
-# one still running then is killed.
-CANCEL_WAIT_S = 120.0
-# How long a killed task's worker may take to be gone (Ray reports it within seconds).
-KILL_WAIT_S = 30.0
-
-
 class BatchError(runs.RunError):
     """A batch config that cannot be run as it is (named with the file and the entry)."""
 
 
 NonNegative = Annotated[float, expect("a number of at least 0", lambda v: is_number(v) and v >= 0)]
 Positive = Annotated[float, expect("a number above 0", lambda v: is_number(v) and v > 0)]
-# How often the driver asks Ray which nodes are alive (a call to the GCS), to find tasks no node can run.
-NODE_CHECK_S = 2.0
 
 
 class RayBatch(Document):
@@ -253,7 +242,7 @@ def preflight(config: BatchConfig) -> list[str]:
         problems += batching.plan_of(benchmark).preflight(models, config)
     if config.engine == "ray" and config.ray.address:
         try:
-            faults.check_ray_address(config.ray.address)
+            ray_cluster.check_ray_address(config.ray.address)
         except (faults.Unreachable, runs.RunError) as exc:
             problems.append(f"{config.path}: ray: {exc}")
     # The comparison folder follows the rule of every --out (engine.outdir), checked before any model runs.
@@ -286,14 +275,14 @@ def run_stages(spec: Any, config: BatchConfig, result: ModelResult, stages: tupl
     return result
 
 
-def _new_result(spec: Any, config: BatchConfig) -> ModelResult:
+def new_result(spec: Any, config: BatchConfig) -> ModelResult:
     return ModelResult(spec.name, str(runs.RunDir.resolve(config.output_dir / spec.name).path),
                        benchmark=spec.benchmark)
 
 
 def run_model(spec: Any, config: BatchConfig) -> ModelResult:
     """Every part of one model (see ``run_stages``)."""
-    return run_stages(spec, config, _new_result(spec, config), PARTS)
+    return run_stages(spec, config, new_result(spec, config), PARTS)
 
 
 def run_batch(config: BatchConfig) -> BatchResult:
@@ -303,7 +292,10 @@ def run_batch(config: BatchConfig) -> BatchResult:
     outcome = BatchResult()
     with faults.sigterm_interrupts():
         if config.engine == "ray":
-            _run_on_ray(config, outcome)
+            # The Ray part is imported only for engine: ray.
+            from charactereval_lib.apps.batch_ray import run_on_ray
+
+            run_on_ray(config, outcome)
         else:
             _run_in_turn(config, outcome)
         if outcome.interrupted:
@@ -354,7 +346,7 @@ def _compare(config: BatchConfig, outcome: BatchResult) -> None:
 def _headline(result: ModelResult) -> dict[str, Any] | None:
     """The finished run's score as its benchmark's board reads it (the first scorer's: the reward
     model's for CharacterEval), with its 95% interval; None for a benchmark without a board."""
-    from charactereval_lib.leaderboard import boarded
+    from charactereval_lib.apps.leaderboard import boarded
 
     declared = boarded().get(result.benchmark or "")
     if declared is None:
@@ -372,8 +364,8 @@ def _headline(result: ModelResult) -> dict[str, Any] | None:
             "ci": list(view.ci) if view.score is not None else None, "n": view.n, "failures": view.failures}
 
 
-def _interrupted(spec: Any, config: BatchConfig, seconds: float) -> ModelResult:
-    return ModelResult(spec.name, _new_result(spec, config).run_dir, benchmark=spec.benchmark, status="interrupted",
+def interrupted_result(spec: Any, config: BatchConfig, seconds: float) -> ModelResult:
+    return ModelResult(spec.name, new_result(spec, config).run_dir, benchmark=spec.benchmark, status="interrupted",
                        error="stopped by the user; re-run the batch to resume", seconds=round(seconds, 1))
 
 
@@ -386,165 +378,11 @@ def _run_in_turn(config: BatchConfig, outcome: BatchResult) -> None:
             try:
                 outcome.models.append(run_model(spec, config))
             except (KeyboardInterrupt, jobs.JobInterrupted):
-                outcome.models.append(_interrupted(spec, config, time.monotonic() - started))
+                outcome.models.append(interrupted_result(spec, config, time.monotonic() - started))
                 outcome.interrupted = True
                 break
             finally:
                 bar.model_done()
-
-
-def _run_on_ray(config: BatchConfig, outcome: BatchResult) -> None:
-    """Each model's generation stage as a Ray task, then (when it did not fail) its scoring
-    stage, with the resource requests of ``config.ray``; the results in config order."""
-    from charactereval_lib.engine.ray_cluster import WAIT_S, cause, cluster, cluster_size
-
-    settings = config.ray
-    # cluster() puts run_batch's SIGTERM handler back once Ray's driver has connected.
-    with cluster(settings.address, settings.cpus, log_to_driver=True) as ray:
-        available = cluster_size(ray)
-        wanted = max(settings.gpus(spec, stage) for spec in config.models for stage in PARTS)
-        if wanted > available["gpus"]:
-            raise BatchError(f"{config.path}: ray: a task asks for {wanted:g} GPU(s), the cluster has "
-                             f"{available['gpus']:g}; set generate_gpus/score_gpus to 0 on CPU")
-        task = ray.remote(_run_stages_task)
-        in_flight: dict[Any, tuple[int, str, float]] = {}
-        results: dict[int, ModelResult] = {}
-
-        def submit(index: int, stage: str, result: ModelResult) -> None:
-            spec = config.models[index]
-            ref = task.options(num_cpus=settings.cpus, num_gpus=settings.gpus(spec, stage), max_retries=0).remote(
-                spec, config, result, (stage,))
-            in_flight[ref] = (index, stage, time.monotonic())
-            results[index] = result
-
-        def fail(index: int, stage: str, error: str) -> None:
-            failed = results[index]
-            failed.status, failed.failed_step, failed.error = "failed", stage, error
-            print(f"!! {failed.name}: {stage} failed: {failed.error}", flush=True)
-            run = _generation_run(config, index, stage)
-            if run is not None:
-                _close_cancelled_generation(run)
-
-        for index, spec in enumerate(config.models):
-            submit(index, GENERATION, _new_result(spec, config))
-        homeless = _HomelessTasks(ray, settings.lost_node_wait)
-        try:
-            while in_flight:
-                for ref in homeless.overdue({ref: (settings.cpus, settings.gpus(config.models[index], stage))
-                                             for ref, (index, stage, _) in in_flight.items()}):
-                    ray.cancel(ref, force=True)
-                    index, stage, _ = in_flight.pop(ref)
-                    fail(index, stage, f"Ray task: no node of the cluster has been able to run it for "
-                                       f"{settings.lost_node_wait:g} s (lost nodes; `ray status`)")
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAIT_S) if in_flight else ([], [])
-                if not ready:
-                    continue
-                index, stage, _ = in_flight.pop(ready[0])
-                try:
-                    results[index] = ray.get(ready[0])
-                except ray.exceptions.RayError as exc:
-                    # The task itself failed (its worker or node died): that model failed, and a
-                    # generation it left marked running is marked interrupted (a rerun resumes it).
-                    fail(index, stage, f"Ray task: {cause(exc)}")
-                    continue
-                if stage == GENERATION and results[index].status == "ok":
-                    submit(index, SCORING, results[index])
-        except KeyboardInterrupt:
-            _stop_tasks(ray, {ref: (config.models[index].name, _generation_run(config, index, stage))
-                              for ref, (index, stage, _) in in_flight.items()}, CANCEL_WAIT_S)
-            now = time.monotonic()
-            for index, _stage, started in in_flight.values():
-                results[index] = _interrupted(config.models[index], config, results[index].seconds + now - started)
-            outcome.interrupted = True
-        outcome.models = [results[index] for index in sorted(results)]
-
-
-class _HomelessTasks:
-    """Tasks no live node can run (each node has too few CPUs or GPUs for them): Ray would keep
-    them waiting for a node for ever, after the node that could run them was lost. Each is
-    overdue once it has been so for ``wait_s``; a node that joins in time runs it."""
-
-    def __init__(self, ray: Any, wait_s: float) -> None:
-        self.ray = ray
-        self.wait_s = wait_s
-        self.since: dict[Any, float] = {}
-        self.checked = 0.0
-
-    def overdue(self, tasks: dict[Any, tuple[float, float]]) -> list[Any]:
-        """Of ``tasks`` (each reference with the CPUs and GPUs it asks for), those overdue now."""
-        now = time.monotonic()
-        if now - self.checked < NODE_CHECK_S:
-            return []
-        self.checked = now
-        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
-        fits = {ref: any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes)
-                for ref, (cpus, gpus) in tasks.items()}
-        self.since = {ref: self.since.get(ref, now) for ref, fit in fits.items() if not fit}
-        return [ref for ref, since in self.since.items() if now - since >= self.wait_s]
-
-
-def _run_stages_task(spec: Any, config: BatchConfig, result: ModelResult, stages: tuple[str, ...]) -> ModelResult:
-    """``run_stages`` as a Ray task. Ray stops a running task (``ray.cancel``) by raising
-    KeyboardInterrupt in it through ``_thread.interrupt_main``, which does nothing in a process
-    that ignores SIGINT; Ray's workers ignore it whenever whatever started their node did (a batch
-    or ``ray start`` run in the background, with ``&`` or nohup), and the task would generate on
-    until the driver left and Ray killed it mid-write. So while the task runs SIGINT has Python's
-    own handler. (Ray blocks SIGINT in its workers: a Ctrl-C at a terminal still never reaches them.)"""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return run_stages(spec, config, result, stages)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _generation_run(config: BatchConfig, index: int, stage: str) -> runs.RunDir | None:
-    return runs.RunDir.resolve(config.output_dir / config.models[index].name) if stage == GENERATION else None
-
-
-def _stop_tasks(ray: Any, tasks: dict[Any, tuple[str, runs.RunDir | None]], wait_s: float) -> None:
-    """Stop the running Ray tasks ``tasks`` (each mapped to its model's name and, for a generation
-    task, the run it generates into) before the driver leaves: Ray kills a job's workers the
-    moment its driver disconnects, whatever they are writing. Each task gets Ctrl-C
-    (``ray.cancel``): a generation saves what it received and records that it was interrupted,
-    as on Ctrl-C in one process, and the task ends. The wait lasts until every task has ended,
-    at most ``wait_s``, or until another Ctrl-C; a task still running then is killed
-    (``_close_cancelled_generation``). Another Ctrl-C during these waits ends the wait, not the
-    batch: its summary is still written."""
-    refs = list(tasks)
-    for ref in refs:
-        ray.cancel(ref)
-    running, again = _wait_for_tasks(ray, refs, wait_s)
-    why = "at the second interrupt" if again else f"{wait_s:g} s after the interrupt"
-    for ref in running:
-        ray.cancel(ref, force=True)
-    alive, _ = _wait_for_tasks(ray, running, KILL_WAIT_S) if running else ([], False)
-    for ref in running:
-        name, run = tasks[ref]
-        if ref in alive:
-            print(f"!! {name}: its Ray task was still running {why} and could not be killed; its run may be "
-                  "incomplete", flush=True)
-            continue
-        print(f"!! {name}: its Ray task was still running {why}: killed", flush=True)
-        if run is not None:
-            _close_cancelled_generation(run)
-
-
-def _wait_for_tasks(ray: Any, refs: list[Any], timeout: float) -> tuple[list[Any], bool]:
-    """The tasks of ``refs`` still running once all ended or ``timeout`` passed, and whether a
-    Ctrl-C ended the wait early (the tasks still running at that moment)."""
-    try:
-        return ray.wait(refs, num_returns=len(refs), timeout=timeout)[1], False
-    except KeyboardInterrupt:
-        return ray.wait(refs, num_returns=len(refs), timeout=0)[1], True
-
-
-def _close_cancelled_generation(run: runs.RunDir) -> None:
-    """The last resort for a generation whose task ``_stop_tasks`` had to kill (it did not end
-    within its wait after Ctrl-C: stuck in a call that never returns to the interpreter, or
-    deaf to KeyboardInterrupt), so it could not record how it ended: a generation still marked
-    running is marked interrupted, its records (flushed as they came) are kept."""
-    if run.manifest_path.exists() and (runs.load_manifest(run.path).get("generation") or {}).get("status") == "running":
-        runs.update_manifest(run.path, generation={"status": "interrupted"})
 
 
 def _summary_record(config: BatchConfig, outcome: BatchResult) -> dict[str, Any]:
