@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
@@ -75,7 +76,7 @@ class RunAnalysis:
     stats: Statistics
     data: OfficialData | None = None
     scorer_modes: dict[str, int] = field(default_factory=dict)  # scored rows per scorer mode
-    scorer: str = runs.REWARD_MODEL  # whose scores: the reward model's or one judge model's
+    scorer: str = layout.REWARD_MODEL  # whose scores: the reward model's or one judge model's
     judge_model: str | None = None
     invalid: tuple[int, int] = (0, 0)  # the judge's invalid answers: all, and those left unscored
 
@@ -87,7 +88,7 @@ class RunAnalysis:
         return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
                            scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
                                                                              self.stats.metrics["n"])),
-                           judge_model=self.judge_model if self.scorer == runs.JUDGE else None,
+                           judge_model=self.judge_model if self.scorer == layout.JUDGE else None,
                            invalid=self.invalid)
 
     def failed_by_metric(self) -> dict[str, int] | None:
@@ -129,7 +130,7 @@ class RunAnalysis:
 
     def scorer_text(self) -> str:
         """The judge that made the scores, said before their count (nothing for the reward model)."""
-        return f"scores of the LLM judge **{self.judge_model}**, " if self.scorer == runs.JUDGE else ""
+        return f"scores of the LLM judge **{self.judge_model}**, " if self.scorer == layout.JUDGE else ""
 
 
 def load_run(
@@ -139,7 +140,7 @@ def load_run(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
-    scorer: str = runs.REWARD_MODEL,
+    scorer: str = layout.REWARD_MODEL,
     judge_model: str | None = None,
 ) -> RunAnalysis:
     """Read a run directory (a bare name means outputs/NAME) and compute the statistics of
@@ -148,7 +149,7 @@ def load_run(
     if not run_dir.is_dir():
         raise runs.RunError(f"{run_dir}: no such run directory")
     scores, counts = load_run_scores(run_dir, scorer, judge_model)
-    rows = pd.DataFrame(artifacts.read_jsonl(run_dir / runs.ROWS).records)
+    rows = pd.DataFrame(artifacts.read_jsonl(run_dir / layout.ROWS).records)
     latest = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
@@ -229,7 +230,7 @@ def run_caveats(
     return caveats
 
 
-def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_model: str | None = None, *,
+def run_warnings(run_dir: Path | str, scorer: str = layout.REWARD_MODEL, judge_model: str | None = None, *,
                  mix_said: bool = False) -> list[str]:
     """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
     print): read from the run directory alone, without the official data (``mix_said``: see

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.benchmarks import Benchmark, Reproduction
@@ -23,7 +24,7 @@ def recognises(manifest: dict[str, Any]) -> bool:
     return manifest.get("benchmark", NAME) == NAME and version.startswith("charactereval-")
 
 
-def owns(run: runs.RunDir) -> bool:
+def owns(run: layout.CharacterEvalRun) -> bool:
     """A run directory of this benchmark: its manifest names no other benchmark, or it has
     generations without a manifest yet."""
     if run.manifest_path.exists():
@@ -46,7 +47,7 @@ BENCHMARK = Benchmark(
           "verify": "charactereval_lib.pipeline.data:data_verify",
           "locate": "charactereval_lib.charactereval.data:locate_data_dir"},
     notebooks=("analyse.ipynb", "compare.ipynb"),
-    artifacts=(runs.MANIFEST, runs.GENERATIONS, runs.ROWS, runs.SCORES, runs.JUDGE_SCORES, runs.SUMMARY),
+    artifacts=(runs.MANIFEST, runs.GENERATIONS, layout.ROWS, layout.SCORES, layout.JUDGE_SCORES, layout.SUMMARY),
     board="charactereval_lib.charactereval.eligibility:SPEC",
     explorer="charactereval_lib.charactereval.explorer:explorer",
     redact="charactereval_lib.charactereval.explorer:redact",
@@ -56,4 +57,8 @@ BENCHMARK = Benchmark(
                               options=("rm", "device", "data", "files"),
                               notes="charactereval_lib.charactereval.reproduce:notes",
                               file_columns="charactereval_lib.charactereval.reproduce:file_columns"),
+    errors=("charactereval_lib.charactereval.prompts:ProtocolError",
+            "charactereval_lib.charactereval.reward.errors:CheckpointError",
+            "charactereval_lib.charactereval.reward.errors:TokenizerError",
+            "charactereval_lib.charactereval.reward.errors:DownloadError"),
 )

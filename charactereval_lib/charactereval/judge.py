@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from charactereval_lib.charactereval import judge_figures
+from charactereval_lib.charactereval import judge_figures, layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.analysis import interval_text, show
 from charactereval_lib.charactereval.data import OfficialData
@@ -66,7 +66,7 @@ def specs_digest(specs: Mapping[str, ModelGradedSpec]) -> dict[str, str]:
     return {metric: hashlib.sha256(Path(spec.source).read_bytes()).hexdigest() for metric, spec in specs.items()}
 
 
-def judge_items(run: runs.RunDir, data: OfficialData, specs: Mapping[str, ModelGradedSpec]) -> list[JudgeItem]:
+def judge_items(run: layout.CharacterEvalRun, data: OfficialData, specs: Mapping[str, ModelGradedSpec]) -> list[JudgeItem]:
     """One judge item per row of ``rows.jsonl`` (in file order)."""
     rows = run.read_rows()
     if not rows:
@@ -95,7 +95,7 @@ class JudgeDryRun:
     estimate: CostEstimate
 
 
-def dry_run(run: runs.RunDir, items: Sequence[JudgeItem], judge_model: str, params: DecodingParams, *,
+def dry_run(run: layout.CharacterEvalRun, items: Sequence[JudgeItem], judge_model: str, params: DecodingParams, *,
             price_in: float | None = None, price_out: float | None = None) -> JudgeDryRun:
     """Write every judge request to ``judge_requests.jsonl`` (id, metric_en, spec, messages) and
     estimate the tokens and cost of those a real run would still send; sends nothing."""
@@ -146,20 +146,20 @@ def report_names(scorer: str, judge_model: str | None = None) -> ReportNames:
     """The reward model's report is ``report.html`` with ``figures/``; each judge's report has
     its own names (``report-judge-<model>.html``, ``figures-judge-<model>/``), so that no report
     replaces another. Characters of the model name a file name cannot hold become ``_``."""
-    if scorer == runs.REWARD_MODEL:
+    if scorer == layout.REWARD_MODEL:
         return ReportNames("report.ipynb", "report.html", "figures")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", judge_model or "").strip("._") or "judge"
     return ReportNames(f"report-judge-{slug}.ipynb", f"report-judge-{slug}.html", f"figures-judge-{slug}")
 
 
-def shown_judges(run: str | Path | runs.RunDir, scorer: str, judge_model: str | None = None,
+def shown_judges(run: str | Path | layout.CharacterEvalRun, scorer: str, judge_model: str | None = None,
                  judges: Sequence[str] = ()) -> list[str]:
     """The judges a report of ``scorer`` shows: a judge report shows its one judge
-    (``RunDir.select_judge``: a run holding several needs ``judge_model``); a reward-model report
+    (``CharacterEvalRun.select_judge``: a run holding several needs ``judge_model``); a reward-model report
     shows beside it the ``judges`` named, else ``judge_model``, else every judge of the run
     (each named one must have records here)."""
-    run = runs.RunDir.resolve(run)
-    if scorer == runs.JUDGE:
+    run = layout.CharacterEvalRun.resolve(run)
+    if scorer == layout.JUDGE:
         chosen = run.select_judge(judge_model)
         return [chosen] if chosen else []
     named = list(judges) or ([judge_model] if judge_model else [])
@@ -179,23 +179,23 @@ def common_judge(judges_per_run: Sequence[Sequence[str]], judge_model: str | Non
     return (common[0] if common else None), None
 
 
-def side_caveats(run: str | runs.RunDir, scorer: str, shown: Sequence[str]) -> list[str]:
+def side_caveats(run: str | layout.CharacterEvalRun, scorer: str, shown: Sequence[str]) -> list[str]:
     """The warnings of the reward model shown beside a judge's grades (a judge report of a run
     the reward model also scored; a tiny reward model, for one), each once."""
     from charactereval_lib.charactereval.analysis import run_warnings
 
-    run = runs.RunDir.resolve(run)
-    if scorer != runs.JUDGE or not shown or not run.latest_scores():
+    run = layout.CharacterEvalRun.resolve(run)
+    if scorer != layout.JUDGE or not shown or not run.latest_scores():
         return []
-    main = set(run_warnings(run.path, runs.JUDGE, shown[0]))
+    main = set(run_warnings(run.path, layout.JUDGE, shown[0]))
     return [f"Reward model (shown beside the judge): {w}" for w in run_warnings(run.path) if w not in main]
 
 
-def side_warnings(run: runs.RunDir, scorer: str, judge_model: str, allow_mixed: bool) -> list[str]:
+def side_warnings(run: layout.CharacterEvalRun, scorer: str, judge_model: str, allow_mixed: bool) -> list[str]:
     """What the CLI says of the scorer shown beside ``scorer``'s scores: its mixed
     configurations (refused unless ``allow_mixed``) and, in a judge report, the reward model's
     caveats (``side_caveats``)."""
-    other = runs.JUDGE if scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
+    other = layout.JUDGE if scorer == layout.REWARD_MODEL else layout.REWARD_MODEL
     notes = []
     if run.latest_scores(scorer=other, judge_model=judge_model):
         mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=other, judge_model=judge_model)
@@ -212,7 +212,7 @@ def scale_items(scores: pd.DataFrame, scorer: str, figures_dir: str | Path | Non
     from charactereval_lib.charactereval import figures
     from charactereval_lib.charactereval.diagnostics import grid_check
 
-    if scorer == runs.REWARD_MODEL:
+    if scorer == layout.REWARD_MODEL:
         return [Markdown(
             "## Score grid (bf16)\n\nThe official reward model computes its sigmoid in bfloat16, so every faithful "
             "score is `bf16 sigmoid x 4 + 1`: steps of 0.015625 above 3, finer below. Scores off that grid did not "
@@ -229,14 +229,14 @@ def scale_items(scores: pd.DataFrame, scorer: str, figures_dir: str | Path | Non
 # --- both scorers side by side -------------------------------------------------------------------
 
 
-def scorer_scores(run: str | runs.RunDir, judge_model: str | None = None) -> pd.DataFrame:
+def scorer_scores(run: str | layout.CharacterEvalRun, judge_model: str | None = None) -> pd.DataFrame:
     """Every scorer's latest scores of the run in long form: id, metric_en, scorer, score,
     invalid (judge only; False for the reward model), scorer_model (checkpoint digest or judge
     model). Rows without a score of a scorer are absent for it; invalid judge answers are present.
-    The judge is ``judge_model``, or the run's only judge (``RunDir.select_judge``)."""
-    run = runs.RunDir.resolve(run)
+    The judge is ``judge_model``, or the run's only judge (``CharacterEvalRun.select_judge``)."""
+    run = layout.CharacterEvalRun.resolve(run)
     parts = []
-    for scorer in runs.SCORERS:
+    for scorer in layout.SCORERS:
         _, scored = run.scored_rows(scorer, judge_model)
         for record in scored:
             parts.append({"id": record["id"], "metric_en": record["metric_en"], "scorer": scorer,
@@ -247,25 +247,25 @@ def scorer_scores(run: str | runs.RunDir, judge_model: str | None = None) -> pd.
     return frame
 
 
-def paired_scores(run: str | runs.RunDir, judge_model: str | None = None) -> pd.DataFrame:
+def paired_scores(run: str | layout.CharacterEvalRun, judge_model: str | None = None) -> pd.DataFrame:
     """Rows both scorers scored, wide: id, metric_en, reward-model, judge, judge_invalid. A
     judge score is NaN where its answer was invalid and its spec leaves invalid answers unscored."""
     frame = scorer_scores(run, judge_model)
-    if set(frame["scorer"]) != set(runs.SCORERS):
-        missing = ", ".join(sorted(set(runs.SCORERS) - set(frame["scorer"])))
-        raise runs.RunError(f"{runs.RunDir.resolve(run).path}: no scores of {missing} yet; both scorers must score it")
+    if set(frame["scorer"]) != set(layout.SCORERS):
+        missing = ", ".join(sorted(set(layout.SCORERS) - set(frame["scorer"])))
+        raise runs.RunError(f"{layout.CharacterEvalRun.resolve(run).path}: no scores of {missing} yet; both scorers must score it")
     wide = frame.pivot_table(index=["id", "metric_en"], columns="scorer", values="score", aggfunc="first",
                              dropna=False)
-    invalid = frame[frame["scorer"] == runs.JUDGE].set_index(["id", "metric_en"])["invalid"]
-    wide = wide.reindex(columns=list(runs.SCORERS))
-    both = frame.groupby(["id", "metric_en"])["scorer"].nunique() == len(runs.SCORERS)
+    invalid = frame[frame["scorer"] == layout.JUDGE].set_index(["id", "metric_en"])["invalid"]
+    wide = wide.reindex(columns=list(layout.SCORERS))
+    both = frame.groupby(["id", "metric_en"])["scorer"].nunique() == len(layout.SCORERS)
     wide = wide[both.reindex(wide.index, fill_value=False)]
     wide["judge_invalid"] = invalid.reindex(wide.index).fillna(False).astype(bool)
     wide.columns.name = None
     return wide.reset_index()
 
 
-def scorer_agreement(run: str | runs.RunDir, *, judge_model: str | None = None, n_boot: int = 1000, seed: int = 0,
+def scorer_agreement(run: str | layout.CharacterEvalRun, *, judge_model: str | None = None, n_boot: int = 1000, seed: int = 0,
                      confidence: float = 0.95, paired: pd.DataFrame | None = None) -> pd.DataFrame:
     """Agreement of the reward model and the judge on the rows both scored (``agreement_table``:
     Pearson, Spearman, Kendall tau-b, quadratic kappa, exact; per metric and overall, each with
@@ -273,8 +273,8 @@ def scorer_agreement(run: str | runs.RunDir, *, judge_model: str | None = None, 
     out; ``invalid_left_out`` per metric says how many. ``paired``: ``paired_scores(run)`` when
     already read."""
     paired = paired_scores(run, judge_model) if paired is None else paired
-    table = agreement_table(paired, runs.REWARD_MODEL, runs.JUDGE, n_boot=n_boot, seed=seed, confidence=confidence)
-    left_out = paired[paired[runs.JUDGE].isna()].groupby("metric_en").size()
+    table = agreement_table(paired, layout.REWARD_MODEL, layout.JUDGE, n_boot=n_boot, seed=seed, confidence=confidence)
+    left_out = paired[paired[layout.JUDGE].isna()].groupby("metric_en").size()
     table["invalid_left_out"] = [int(left_out.sum()) if m == OVERALL else int(left_out.get(m, 0))
                                  for m in table["metric_en"]]
     return table
@@ -301,20 +301,20 @@ class ScorerComparison:
         return self.agreement is not None
 
 
-def compare_scorers(run: str | runs.RunDir, *, judge_model: str | None = None, n_boot: int = DEFAULT_N_BOOT,
+def compare_scorers(run: str | layout.CharacterEvalRun, *, judge_model: str | None = None, n_boot: int = DEFAULT_N_BOOT,
                     seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> ScorerComparison | None:
     """Both scorers of ``run`` side by side (None when the run holds no judge scores)."""
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     judge_model = run.select_judge(judge_model)
     if judge_model is None:
         return None
     stats, counts = {}, {}
-    for scorer in runs.SCORERS:
+    for scorer in layout.SCORERS:
         frame, counts[scorer] = load_run_scores(run, scorer, judge_model)
         if len(frame):
             stats[scorer] = metric_statistics(frame, n_boot=n_boot, seed=seed, level=level)
-    comparison = ScorerComparison(run.name, judge_model, stats, counts[runs.JUDGE]["invalid_by_metric"])
-    if len(stats) == len(runs.SCORERS):
+    comparison = ScorerComparison(run.name, judge_model, stats, counts[layout.JUDGE]["invalid_by_metric"])
+    if len(stats) == len(layout.SCORERS):
         comparison.paired = paired_scores(run, judge_model)
         comparison.agreement = scorer_agreement(run, n_boot=n_boot, seed=seed, confidence=level,
                                                 paired=comparison.paired)
@@ -330,15 +330,15 @@ def scorer_table(comparison: ScorerComparison) -> pd.DataFrame:
     rows ``n`` and "mean [CI]" (n<2 where no interval), and the judge's invalid answers."""
     pct = round(next(iter(comparison.stats.values())).level * 100)
     columns: dict[str, list] = {}
-    for scorer in runs.SCORERS:
+    for scorer in layout.SCORERS:
         stats = comparison.stats.get(scorer)
         if stats is None:
             continue
-        label = "reward model" if scorer == runs.REWARD_MODEL else f"judge {comparison.judge_model}"
+        label = "reward model" if scorer == layout.REWARD_MODEL else f"judge {comparison.judge_model}"
         metrics, dims = stats.metrics, stats.dimensions
         columns.setdefault("cell", [metric_label(m) for m in metrics["metric_en"]] + [f"{n} avg." for n in dims["name"]])
         columns[f"{label} n"] = [*metrics["n"].astype(int), *([pd.NA] * len(dims))]
-        if scorer == runs.JUDGE:
+        if scorer == layout.JUDGE:
             columns[f"{label} invalid"] = [comparison.judge_invalid[m] for m in metrics["metric_en"]] + \
                 [sum(comparison.judge_invalid[m.metric_en] for m in metrics_of(d)) for d in DIMENSIONS]
         ok = [*estimable(metrics["n"]), *dimension_estimable(stats)]
@@ -384,7 +384,7 @@ def report_items(comparison: ScorerComparison | None, figures_dir: str | Path | 
         return []
     pct = round(next(iter(comparison.stats.values())).level * 100)
     suffix = f": {comparison.judge_model}" if several else ""
-    grid_name = "agreement" + (report_names(runs.JUDGE, comparison.judge_model).figures[len("figures"):]
+    grid_name = "agreement" + (report_names(layout.JUDGE, comparison.judge_model).figures[len("figures"):]
                                if several else "")
     items: list[Any] = [Markdown(
         f"## Reward model and LLM judge{suffix}\n\nThe judge **{comparison.judge_model}** graded the same (sample, metric) "
@@ -401,12 +401,12 @@ def report_items(comparison: ScorerComparison | None, figures_dir: str | Path | 
             "scattered over it."), show(agreement_display(comparison.agreement, pct / 100)),
             keep(judge_figures.agreement_grid(comparison.paired), grid_name, figures_dir)]
     else:
-        missing = "reward model" if runs.REWARD_MODEL not in comparison.stats else "judge"
+        missing = "reward model" if layout.REWARD_MODEL not in comparison.stats else "judge"
         items.append(Markdown(f"No agreement can be shown: the {missing} has not scored this run."))
     return items
 
 
-def comparison_items(run_dirs: Sequence[str | runs.RunDir], *, scorer: str = runs.REWARD_MODEL,
+def comparison_items(run_dirs: Sequence[str | layout.CharacterEvalRun], *, scorer: str = layout.REWARD_MODEL,
                      judge_model: str | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
                      level: float = DEFAULT_LEVEL) -> list[Any]:
     """What a comparison shows of the second scorer, in order: its means side by side (the
@@ -418,11 +418,11 @@ def comparison_items(run_dirs: Sequence[str | runs.RunDir], *, scorer: str = run
 
     if judge_model is None:
         return []
-    other = runs.JUDGE if scorer == runs.REWARD_MODEL else runs.REWARD_MODEL
+    other = layout.JUDGE if scorer == layout.REWARD_MODEL else layout.REWARD_MODEL
     pct = round(level * 100)
     analyses = [load_run(r, n_boot=n_boot, seed=seed, level=level, scorer=other, judge_model=judge_model)
                 for r in run_dirs]
-    other_name = f"the LLM judge {judge_model}" if other == runs.JUDGE else "the reward model"
+    other_name = f"the LLM judge {judge_model}" if other == layout.JUDGE else "the reward model"
     items: list[Any] = [
         Markdown(f"## Reward model and LLM judge\n\nThe same rows scored by {other_name}: mean [{pct}% interval] "
                  "per metric and dimension average, runs in the order given (n<2: too few rows for an "

@@ -115,6 +115,9 @@ class Benchmark:
     report: str | None = None
     reproduction: Reproduction | None = None
     batch: Ref | None = None
+    # The exception classes (or "module:attribute" naming one) that bad input to its commands
+    # raises: the command line reports them in one line, exit status 2, as the engine's own.
+    errors: tuple[Ref | type, ...] = ()
 
     def stage(self, name: str) -> Callable[..., Any]:
         if name not in self.stages:
@@ -197,6 +200,11 @@ def get(name: str) -> Benchmark:
 def reproducible() -> dict[str, Benchmark]:
     """The benchmarks that declare a reproduction (``charactereval reproduce``), by name."""
     return {name: b for name, b in sorted(registry().items()) if b.reproduction is not None}
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The user-facing error types every benchmark declares (``Benchmark.errors``)."""
+    return tuple(resolve(ref, f"benchmark {b.name!r}, errors") for b in registry().values() for ref in b.errors)
 
 
 def owner(run: runs.RunDir) -> Benchmark | None:

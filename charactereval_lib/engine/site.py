@@ -127,8 +127,8 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
 
 LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
                    "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
-                   "allow (the CoSER repository carries no licence). `charactereval leaderboard --redact` writes a "
-                   "site without any test-set text.")
+                   "allow (a benchmark's repository may carry none: docs/leaderboard.md). `charactereval "
+                   "leaderboard --redact` writes a site without any test-set text.")
 REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
                    "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
 

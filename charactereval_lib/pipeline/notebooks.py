@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.settings import SettingsError
 from charactereval_lib.pipeline.charactereval import ANALYSE_NOTEBOOK, COMPARE_NOTEBOOK
 from charactereval_lib.pipeline.coser import COSER_COMPARE_NOTEBOOK, COSER_REPORT_NOTEBOOK
-from charactereval_lib.pipeline.settings import SettingsError
 
 
 @dataclass(frozen=True)
