@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib import pipeline
-from charactereval_lib.charactereval import judge, judge_figures, layout
+from charactereval_lib.charactereval import judge, judge_figures, judge_report, layout
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
@@ -176,14 +176,14 @@ def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tiny_rm
 
     rows = run.read_rows()
     with pytest.raises(runs.RunError, match="no scores of judge"):
-        judge.paired_scores(make_run(tmp_path / "unjudged", official_data, 1))
-    tidy = judge.scorer_scores(run)
+        judge_report.paired_scores(make_run(tmp_path / "unjudged", official_data, 1))
+    tidy = judge_report.scorer_scores(run)
     assert Counter(tidy["scorer"]) == {"reward-model": len(rows), "judge": len(rows)}
-    paired = judge.paired_scores(run)
+    paired = judge_report.paired_scores(run)
     assert len(paired) == len(rows) and int(paired["judge_invalid"].sum()) == 1
     assert int(paired["judge"].isna().sum()) == 1
 
-    table = judge.scorer_agreement(run, n_boot=100)
+    table = judge_report.scorer_agreement(run, n_boot=100)
     overall = table[table["metric_en"] == "overall"].set_index("statistic")
     assert set(overall.index) == {"pearson", "spearman", "kendall_tau_b", "quadratic_kappa", "exact"}
     assert (overall["n"] == len(rows) - 1).all() and (overall["invalid_left_out"] == 1).all()

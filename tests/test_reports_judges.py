@@ -14,7 +14,7 @@ from test_reports_notebooks import PNG, cell_problems, sections
 
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge_figures, layout
-from charactereval_lib.charactereval.judge import common_judge, report_names
+from charactereval_lib.charactereval.judge_report import common_judge, report_names
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
@@ -137,7 +137,7 @@ def test_agreement_labels_are_readable_and_dots_keep_clear_of_them():
 
 
 def test_which_judges_a_report_shows(tmp_path):
-    from charactereval_lib.charactereval.judge import shown_judges
+    from charactereval_lib.charactereval.judge_report import shown_judges
 
     run = layout.CharacterEvalRun(tmp_path / "run")
     run.path.mkdir()

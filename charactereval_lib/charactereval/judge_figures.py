@@ -1,6 +1,6 @@
 """Figures of reward-model vs judge agreement, for reports and notebooks.
 
-Input is ``charactereval.judge.paired_scores(run)`` (one row per (id, metric) both scorers
+Input is ``charactereval.judge_report.paired_scores(run)`` (one row per (id, metric) both scorers
 scored). Per metric: a 5x5 heat map of the rounded reward-model score against the judge's grade
 (counts in the cells, white on dark cells, the diagonal is exact agreement) with every row's
 unrounded reward-model score drawn as a jittered scatter above and below each count, so the

@@ -194,9 +194,9 @@ def run_warnings(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str
 
 def _report_scorers(run: layout.CharacterEvalRun, settings: ReportSettings) -> tuple[list[str], list[str]]:
     """The judges a report shows (the judge of a judge report; for the reward model's, every
-    judge it shows beside it: ``charactereval.judge.shown_judges``) and the warnings of every
+    judge it shows beside it: ``charactereval.judge_report.shown_judges``) and the warnings of every
     scorer it shows; each scorer's mixed configurations are refused unless ``allow_mixed``."""
-    from charactereval_lib.charactereval.judge import shown_judges, side_warnings
+    from charactereval_lib.charactereval.judge_report import shown_judges, side_warnings
 
     judge_models = shown_judges(run, settings.scorer, settings.judge_model, settings.judges)
     if settings.scorer == layout.JUDGE and not judge_models:
@@ -274,7 +274,7 @@ def report(
     directory unless given; a judge's report has its own names, see ``report_names``), both
     written only once the notebook ran through. The main sections show ``settings.scorer``'s
     scores; a run that also holds the other scorer's gets both side by side and their agreement."""
-    from charactereval_lib.charactereval.judge import report_names
+    from charactereval_lib.charactereval.judge_report import report_names
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else ReportSettings()
@@ -325,7 +325,7 @@ def compare(
     every run also holds the judge's (of the same judge model), the judge's means and each run's
     agreement of the two scorers follow. Refuses runs that cannot be compared unless
     ``allow_mixed``."""
-    from charactereval_lib.charactereval.judge import common_judge
+    from charactereval_lib.charactereval.judge_report import common_judge
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else ReportSettings()
