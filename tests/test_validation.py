@@ -16,8 +16,8 @@ from charactereval_lib.charactereval.documents import CharacterEvalManifest, Sum
 from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.cli import main
 from charactereval_lib.coser import documents as coser_documents
-from charactereval_lib.coser.run import SUMMARY as COSER_SUMMARY
-from charactereval_lib.coser.run import summarize as coser_summarize
+from charactereval_lib.coser.benchmark import SUMMARY as COSER_SUMMARY
+from charactereval_lib.coser.statistics import summarize as coser_summarize
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.errors import SpecError
 from charactereval_lib.engine.grading.spec import spec_from_mapping

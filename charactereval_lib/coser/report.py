@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
-from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS
+from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
 from charactereval_lib.engine import runs
@@ -391,7 +391,7 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
     does for CharacterEval: per score the two means over those scenes (repeats averaged per
     scene), the difference with a paired 95% interval (the shared scenes resampled whole) and a
     two-sided Wilcoxon signed-rank p over the per-scene differences (– where undefined)."""
-    from charactereval_lib.coser.run import interval_table, judged_scores
+    from charactereval_lib.coser.statistics import interval_table, judged_scores
     from charactereval_lib.engine.stats import wilcoxon_p
 
     def per_scene(analysis: CoserAnalysis) -> pd.DataFrame:

@@ -293,7 +293,7 @@ def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | run
 
 
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
-    from charactereval_lib.coser.run import JUDGEMENTS
+    from charactereval_lib.coser.benchmark import JUDGEMENTS
 
     run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "coser")
     run.require(run.artifact(JUDGEMENTS), "run `charactereval coser run` first")
@@ -302,10 +302,10 @@ def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
 
 def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
                     settings: CoserSummarizeSettings | None = None) -> SummaryOutcome:
-    """CoSER statistics (``coser.run.compute_summary``) written to ``RUN/coser_summary.json``;
+    """CoSER statistics (``coser.statistics.compute_summary``) written to ``RUN/coser_summary.json``;
     the warnings are the reasons the run is not comparable with the paper's anchor."""
     from charactereval_lib.coser.report import comparability
-    from charactereval_lib.coser.run import summarize
+    from charactereval_lib.coser.statistics import summarize
 
     settings = settings if settings is not None else CoserSummarizeSettings()
     run = _coser_run_dir(run)

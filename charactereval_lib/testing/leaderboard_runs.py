@@ -16,8 +16,8 @@ from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPEC
 from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import load_paper_table
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.judge import dimension_score
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
 from charactereval_lib.engine import artifacts, runs
