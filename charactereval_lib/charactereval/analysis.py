@@ -37,6 +37,7 @@ from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
+from charactereval_lib.engine.texttable import fmt
 
 OFFLINE_BACKEND = "offline"
 TINY_MARKER = "tiny"
@@ -294,7 +295,8 @@ def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
               ("versions", "git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring", "judge_scoring"):
         if manifest.get(section):
-            fields += [(section.replace("_", " "), key, value) for key, value in _flatten(manifest[section], "")]
+            fields += [(section.replace("_", " "), key, value)
+                       for key, value in reportkit.flatten(manifest[section], "", _summarised)]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
     shown = [(section if section != previous else "", key.replace("_", " "), setting_text(value))
              for (section, key, value), previous in zip(fields, [None, *(f[0] for f in fields)])]
@@ -317,20 +319,22 @@ def setting_text(value: Any) -> str:
     return str(value)
 
 
-def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
+def _summarised(value: Any, prefix: str) -> list[tuple[str, Any]] | None:
+    """How a manifest's settings table shortens what it repeats (``reportkit.flatten``'s
+    ``expand``); None: flattened as any mapping is."""
     if _uniform_records(value):
         # One row per field of many alike records (a judge's spec per metric), not one per record.
         return [item for key in next(iter(value.values()))
-                for item in _flatten(_same_or_count([inner[key] for inner in value.values()]),
-                                     f"{prefix} / each of {len(value)} / {key}" if prefix else key)]
-    if isinstance(value, dict) and value:
-        return [item for key, inner in value.items()
-                for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
+                for item in reportkit.flatten(_same_or_count([inner[key] for inner in value.values()]),
+                                              f"{prefix} / each of {len(value)} / {key}" if prefix else key,
+                                              _summarised)]
+    if isinstance(value, dict) and not value:
+        return [(prefix, value)]
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        return _flatten(value[-1], f"{prefix} (latest of {len(value)})")
+        return reportkit.flatten(value[-1], f"{prefix} (latest of {len(value)})", _summarised)
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
-    return [(prefix, value)]
+    return None
 
 
 def _uniform_records(value: Any) -> bool:
@@ -343,16 +347,12 @@ def _same_or_count(values: list[Any]) -> Any:
     return values[0] if len(distinct) == 1 else f"{len(distinct)} different values"
 
 
-def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
 def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> str:
     """An interval as shown: "[low, high]", ``NOT_ESTIMABLE`` when too few rows leave none, and
     "–" for a cell with no value at all (``empty``: no rows)."""
     if empty:
         return "–"
-    return f"[{_fmt(low)}, {_fmt(high)}]" if ok else NOT_ESTIMABLE
+    return f"[{fmt(low)}, {fmt(high)}]" if ok else NOT_ESTIMABLE
 
 
 def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> pd.DataFrame:
@@ -399,17 +399,16 @@ def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
     given (n<2 where the interval cannot be estimated)."""
     if not analyses:
         raise ValueError("no runs to compare")
-    first = analyses[0].stats
-    table = pd.DataFrame({"cell": _cell_labels(first.metrics, first.dimensions["name"])})
-    for analysis in analyses:
+
+    def column(analysis: RunAnalysis) -> list[str]:
         stats = analysis.stats
         cells = pd.concat([stats.metrics, stats.dimensions], ignore_index=True)
         ok = np.concatenate([estimable(stats.metrics["n"]), dimension_estimable(stats)])
-        table[analysis.name] = [
-            f"{_fmt(v)} {interval_text(lo, hi, k)}" if not math.isnan(v) else "–"
-            for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)
-        ]
-    return table
+        return [f"{fmt(v)} {interval_text(lo, hi, k)}" if not math.isnan(v) else "–"
+                for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)]
+
+    first = analyses[0].stats
+    return reportkit.side_by_side(analyses, "cell", _cell_labels(first.metrics, first.dimensions["name"]), column)
 
 
 def compare_to_first(
@@ -495,18 +494,13 @@ def _p_text(p: float) -> str:
 def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str = "") -> str:
     """Comparison heading: the runs in the order given (the first is the reference every other
     run is compared with). Their warnings go in the box below (``comparison_warnings``)."""
-    lines = ["# CharacterEval comparison", ""]
+    entries = []
     for k, run in enumerate(analyses):
         generation = run.manifest_model.generation or GenerationSection()
         role = "reference (every difference is against it)" if k == 0 else f"compared with {analyses[0].name}"
-        lines.append(
-            f"{k + 1}. **{run.name}**: model {generation.model or 'unknown'}, backend "
-            f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}"
-        )
-    lines += ["", rendered_by()]
-    if data_note:
-        lines += ["", data_note]
-    return "\n".join(lines)
+        entries.append(f"**{run.name}**: model {generation.model or 'unknown'}, backend "
+                       f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}")
+    return reportkit.comparison_header("CharacterEval comparison", entries, data_note)
 
 
 # --- characters and novels ---------------------------------------------------------------------

@@ -87,7 +87,9 @@ class Benchmark:
     ``artifacts`` names the files its runs hold; ``board``, ``explorer`` and ``report`` are
     what the leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
     ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its
-    models in ``charactereval batch`` (None: the default plan, its stages in order)."""
+    models in ``charactereval batch`` (None: the default plan, its stages in order); ``errors``
+    the exception types bad input to its commands raises. Its settings classes derive from
+    ``engine.settings.Settings``."""
 
     name: str
     title: str

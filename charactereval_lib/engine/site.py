@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.texttable import fmt
 
 ASSETS = "assets"
 DETAIL_CHUNK = 250
@@ -99,10 +100,6 @@ def _js_data(variable: str, value: Any) -> str:
 
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else esc(value)
 
 
 # Shown by assets/fonts.js when the browser has no font for Chinese text (site.css names the CJK

@@ -298,19 +298,15 @@ def compare_problems(run_list: Sequence[layout.CharacterEvalRun], scorer: str = 
                      judge_model: str | None = None) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
     with different configurations (checkpoint or judge model, mode) or protocol versions."""
-    problems = []
-    resolved = [r.path.resolve() for r in run_list]
-    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
-    if repeated:
-        problems.append(f"the same run is given more than once: {', '.join(repeated)}")
+    from charactereval_lib.engine import reportkit
+
+    problems = reportkit.repeated_runs(run_list)
     identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer, judge_model)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
     protocols = {r.name: r.manifest().get("protocol_version") for r in run_list}
-    if len(set(protocols.values())) > 1:
-        problems.append(f"the runs follow different protocol versions ({protocols})")
-    return problems
+    return problems + reportkit.differing(protocols, "follow different protocol versions")
 
 
 def compare(
