@@ -101,3 +101,17 @@ def f():
     """Say coser here too."""
 '''
     assert benchmark_names(neutral, "m.py") == []
+
+
+def test_the_command_line_reports_the_errors_each_benchmark_declares():
+    """A benchmark's user-facing errors come from its declaration (``Benchmark.errors``), not
+    from a list in the command line that names its modules."""
+    from charactereval_lib import cli
+    from charactereval_lib.charactereval.prompts import ProtocolError
+    from charactereval_lib.charactereval.reward.errors import CheckpointError
+    from charactereval_lib.engine import benchmarks
+
+    declared = benchmarks.user_errors()
+    assert all(isinstance(error, type) and issubclass(error, BaseException) for error in declared)
+    assert {ProtocolError, CheckpointError} <= set(declared) and ProtocolError not in cli.ENGINE_ERRORS
+    assert cli.user_errors() == cli.ENGINE_ERRORS + declared
