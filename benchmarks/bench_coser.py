@@ -47,9 +47,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.coser import simulation
+from charactereval_lib.coser.benchmark import JUDGEMENTS, TURNS
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.metrics_worker import metrics_worker
-from charactereval_lib.coser.run import JUDGEMENTS, TURNS, Preset, run_coser, start_run
+from charactereval_lib.coser.run import Preset, run_coser, start_run
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import load_critic_prompts
 from charactereval_lib.engine.artifacts import JsonlAppender, read_jsonl

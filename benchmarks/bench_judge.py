@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_generation import measure, run_raw, run_sdk, start_server, synthetic_data
 
 from charactereval_lib import pipeline
-from charactereval_lib.charactereval import judge
+from charactereval_lib.charactereval import judge, layout
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import artifacts
 from charactereval_lib.engine.generation.base import build_payload
 
 MODEL = "bench-judge"
@@ -46,17 +46,17 @@ def rows_data(count: int) -> tuple[OfficialData, str]:
     return data, "synthetic rows"
 
 
-def prepare_run(path: Path, data: OfficialData, count: int) -> runs.RunDir:
+def prepare_run(path: Path, data: OfficialData, count: int) -> layout.CharacterEvalRun:
     """A run whose rows.jsonl holds ``count`` rows (offline replies, S5). ``count`` samples are
     enough: each real one has 1.76 rows on average (33 of 4,564 none), each synthetic one 1."""
     pipeline.generate(path, pipeline.GenerateSettings(backend="offline", model="demo", limit=count), data=data)
     pipeline.transform(path, data=data)
-    run = runs.RunDir.resolve(path)
+    run = layout.CharacterEvalRun.resolve(path)
     artifacts.write_jsonl_atomic(run.rows, run.read_rows()[:count])
     return run
 
 
-def run_ours(run: runs.RunDir, data: OfficialData, base_url: str, concurrency: int) -> int:
+def run_ours(run: layout.CharacterEvalRun, data: OfficialData, base_url: str, concurrency: int) -> int:
     """The whole judge stage through the pipeline; returns the rows graded with a valid answer."""
     settings = pipeline.JudgeSettings(judge_model=MODEL, base_url=base_url, api_key_env="", concurrency=concurrency,
                                       max_attempts=3)

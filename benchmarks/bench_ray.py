@@ -87,11 +87,12 @@ def main() -> int:
     import torch
     from bench_scoring import build_rows, pick_subset
 
+    from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.tiny import make_tiny
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine import artifacts
 
     if args.local_threads:
         torch.set_num_threads(args.local_threads)
@@ -138,7 +139,7 @@ def main() -> int:
                     "setup_seconds": wall - report.seconds,
                     "rows_per_s": report.scored / report.seconds,
                 }
-                records[name] = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records}
+                records[name] = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / layout.SCORES).records}
             local, one, ray = timings["local"], timings["ray_1_worker"], timings["ray"]
             results["modes"][mode] = {
                 **timings,

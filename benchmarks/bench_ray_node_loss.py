@@ -33,9 +33,10 @@ def lose_a_node(cluster, data, rows, rm_dir: Path, reference: dict, run_dir: Pat
     """One run on two new nodes, one of them removed after the second unit is written."""
     from bench_ray import write_run
 
+    from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine import artifacts
 
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     write_run(run_dir, data, rows)
@@ -65,7 +66,7 @@ def lose_a_node(cluster, data, rows, rm_dir: Path, reference: dict, run_dir: Pat
     end = time.perf_counter()
     for node in nodes:
         cluster.remove_node(node)
-    written = artifacts.read_jsonl(run_dir / runs.SCORES).records
+    written = artifacts.read_jsonl(run_dir / layout.SCORES).records
     keys = [(r["id"], r["metric_en"]) for r in written]
     loss = times["loss"]
     after = [t for t in times["written"] if t > loss]
@@ -95,10 +96,11 @@ def main() -> int:
     from bench_scoring import build_rows, pick_subset
     from ray.cluster_utils import Cluster
 
+    from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.tiny import make_tiny
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine import artifacts
 
     data = load_official_data(args.data_dir)
     all_rows = build_rows(data)
@@ -110,7 +112,7 @@ def main() -> int:
         rm_dir = make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256, heads=8, vocab_size=8000)
         write_run(tmp / "local", data, rows)
         scorer.score_run(tmp / "local", rm_dir, data, scorer.ScorerSettings(progress=False))
-        reference = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(tmp / "local" / runs.SCORES).records}
+        reference = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(tmp / "local" / layout.SCORES).records}
         # Workers import this checkout; Ray's files stay in the temporary folder.
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         os.environ["RAY_TMPDIR"] = str(tmp)

@@ -59,13 +59,14 @@ def scorer_settings(mode: str = "faithful"):
 def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> dict:
     """The single-process scorer's records for the rows of ``data_dir``, by (id, metric)."""
     from _reward_support import write_rows
+    from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.reward import scorer
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine import artifacts
 
     ref = run_dir.parent / f"reference-{mode}"
     write_rows(ref, data_dir)
     scorer.score_run(ref, rm_dir, data, scorer_settings(mode))
-    return {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(ref / runs.SCORES).records}
+    return {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(ref / layout.SCORES).records}
 
 
 def keys_once(path: Path) -> list[tuple[int, str]]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
@@ -36,6 +37,7 @@ from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
+from charactereval_lib.engine.texttable import fmt
 
 OFFLINE_BACKEND = "offline"
 TINY_MARKER = "tiny"
@@ -75,7 +77,7 @@ class RunAnalysis:
     stats: Statistics
     data: OfficialData | None = None
     scorer_modes: dict[str, int] = field(default_factory=dict)  # scored rows per scorer mode
-    scorer: str = runs.REWARD_MODEL  # whose scores: the reward model's or one judge model's
+    scorer: str = layout.REWARD_MODEL  # whose scores: the reward model's or one judge model's
     judge_model: str | None = None
     invalid: tuple[int, int] = (0, 0)  # the judge's invalid answers: all, and those left unscored
 
@@ -87,7 +89,7 @@ class RunAnalysis:
         return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
                            scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
                                                                              self.stats.metrics["n"])),
-                           judge_model=self.judge_model if self.scorer == runs.JUDGE else None,
+                           judge_model=self.judge_model if self.scorer == layout.JUDGE else None,
                            invalid=self.invalid)
 
     def failed_by_metric(self) -> dict[str, int] | None:
@@ -129,7 +131,7 @@ class RunAnalysis:
 
     def scorer_text(self) -> str:
         """The judge that made the scores, said before their count (nothing for the reward model)."""
-        return f"scores of the LLM judge **{self.judge_model}**, " if self.scorer == runs.JUDGE else ""
+        return f"scores of the LLM judge **{self.judge_model}**, " if self.scorer == layout.JUDGE else ""
 
 
 def load_run(
@@ -139,7 +141,7 @@ def load_run(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
-    scorer: str = runs.REWARD_MODEL,
+    scorer: str = layout.REWARD_MODEL,
     judge_model: str | None = None,
 ) -> RunAnalysis:
     """Read a run directory (a bare name means outputs/NAME) and compute the statistics of
@@ -148,7 +150,7 @@ def load_run(
     if not run_dir.is_dir():
         raise runs.RunError(f"{run_dir}: no such run directory")
     scores, counts = load_run_scores(run_dir, scorer, judge_model)
-    rows = pd.DataFrame(artifacts.read_jsonl(run_dir / runs.ROWS).records)
+    rows = pd.DataFrame(artifacts.read_jsonl(run_dir / layout.ROWS).records)
     latest = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / runs.GENERATIONS).records, "id")
     generations = pd.DataFrame(list(latest.values()))
     stats = metric_statistics(scores, n_boot=n_boot, seed=seed, level=level)
@@ -229,7 +231,7 @@ def run_caveats(
     return caveats
 
 
-def run_warnings(run_dir: Path | str, scorer: str = runs.REWARD_MODEL, judge_model: str | None = None, *,
+def run_warnings(run_dir: Path | str, scorer: str = layout.REWARD_MODEL, judge_model: str | None = None, *,
                  mix_said: bool = False) -> list[str]:
     """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
     print): read from the run directory alone, without the official data (``mix_said``: see
@@ -293,7 +295,8 @@ def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
               ("versions", "git commit", manifest.get("git_commit"))]
     for section in ("generation", "scoring", "judge_scoring"):
         if manifest.get(section):
-            fields += [(section.replace("_", " "), key, value) for key, value in _flatten(manifest[section], "")]
+            fields += [(section.replace("_", " "), key, value)
+                       for key, value in reportkit.flatten(manifest[section], "", _summarised)]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
     shown = [(section if section != previous else "", key.replace("_", " "), setting_text(value))
              for (section, key, value), previous in zip(fields, [None, *(f[0] for f in fields)])]
@@ -316,20 +319,22 @@ def setting_text(value: Any) -> str:
     return str(value)
 
 
-def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
+def _summarised(value: Any, prefix: str) -> list[tuple[str, Any]] | None:
+    """How a manifest's settings table shortens what it repeats (``reportkit.flatten``'s
+    ``expand``); None: flattened as any mapping is."""
     if _uniform_records(value):
         # One row per field of many alike records (a judge's spec per metric), not one per record.
         return [item for key in next(iter(value.values()))
-                for item in _flatten(_same_or_count([inner[key] for inner in value.values()]),
-                                     f"{prefix} / each of {len(value)} / {key}" if prefix else key)]
-    if isinstance(value, dict) and value:
-        return [item for key, inner in value.items()
-                for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
+                for item in reportkit.flatten(_same_or_count([inner[key] for inner in value.values()]),
+                                              f"{prefix} / each of {len(value)} / {key}" if prefix else key,
+                                              _summarised)]
+    if isinstance(value, dict) and not value:
+        return [(prefix, value)]
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        return _flatten(value[-1], f"{prefix} (latest of {len(value)})")
+        return reportkit.flatten(value[-1], f"{prefix} (latest of {len(value)})", _summarised)
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
-    return [(prefix, value)]
+    return None
 
 
 def _uniform_records(value: Any) -> bool:
@@ -342,16 +347,12 @@ def _same_or_count(values: list[Any]) -> Any:
     return values[0] if len(distinct) == 1 else f"{len(distinct)} different values"
 
 
-def _fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
 def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> str:
     """An interval as shown: "[low, high]", ``NOT_ESTIMABLE`` when too few rows leave none, and
     "–" for a cell with no value at all (``empty``: no rows)."""
     if empty:
         return "–"
-    return f"[{_fmt(low)}, {_fmt(high)}]" if ok else NOT_ESTIMABLE
+    return f"[{fmt(low)}, {fmt(high)}]" if ok else NOT_ESTIMABLE
 
 
 def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> pd.DataFrame:
@@ -398,17 +399,16 @@ def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
     given (n<2 where the interval cannot be estimated)."""
     if not analyses:
         raise ValueError("no runs to compare")
-    first = analyses[0].stats
-    table = pd.DataFrame({"cell": _cell_labels(first.metrics, first.dimensions["name"])})
-    for analysis in analyses:
+
+    def column(analysis: RunAnalysis) -> list[str]:
         stats = analysis.stats
         cells = pd.concat([stats.metrics, stats.dimensions], ignore_index=True)
         ok = np.concatenate([estimable(stats.metrics["n"]), dimension_estimable(stats)])
-        table[analysis.name] = [
-            f"{_fmt(v)} {interval_text(lo, hi, k)}" if not math.isnan(v) else "–"
-            for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)
-        ]
-    return table
+        return [f"{fmt(v)} {interval_text(lo, hi, k)}" if not math.isnan(v) else "–"
+                for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)]
+
+    first = analyses[0].stats
+    return reportkit.side_by_side(analyses, "cell", _cell_labels(first.metrics, first.dimensions["name"]), column)
 
 
 def compare_to_first(
@@ -494,18 +494,13 @@ def _p_text(p: float) -> str:
 def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str = "") -> str:
     """Comparison heading: the runs in the order given (the first is the reference every other
     run is compared with). Their warnings go in the box below (``comparison_warnings``)."""
-    lines = ["# CharacterEval comparison", ""]
+    entries = []
     for k, run in enumerate(analyses):
         generation = run.manifest_model.generation or GenerationSection()
         role = "reference (every difference is against it)" if k == 0 else f"compared with {analyses[0].name}"
-        lines.append(
-            f"{k + 1}. **{run.name}**: model {generation.model or 'unknown'}, backend "
-            f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}"
-        )
-    lines += ["", rendered_by()]
-    if data_note:
-        lines += ["", data_note]
-    return "\n".join(lines)
+        entries.append(f"**{run.name}**: model {generation.model or 'unknown'}, backend "
+                       f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}")
+    return reportkit.comparison_header("CharacterEval comparison", entries, data_note)
 
 
 # --- characters and novels ---------------------------------------------------------------------

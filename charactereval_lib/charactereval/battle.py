@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.charactereval.summary import nan_to_none
@@ -36,7 +37,7 @@ SUMMARY = "battle_summary.json"
 MANIFEST_SECTION = "battle"
 
 
-def run_replies(run: runs.RunDir) -> dict[int, str]:
+def run_replies(run: layout.CharacterEvalRun) -> dict[int, str]:
     """Each sample's S5 reply in a run (the rows of one sample share it)."""
     rows = run.read_rows()
     if not rows:
@@ -44,7 +45,7 @@ def run_replies(run: runs.RunDir) -> dict[int, str]:
     return {row["id"]: row["model_output"] for row in rows}
 
 
-def battle_items(run_a: runs.RunDir, run_b: runs.RunDir, data: OfficialData, spec: ModelGradedSpec) -> list[JudgeItem]:
+def battle_items(run_a: layout.CharacterEvalRun, run_b: layout.CharacterEvalRun, data: OfficialData, spec: ModelGradedSpec) -> list[JudgeItem]:
     """Two judge items (orders ab and ba) per sample both runs replied to, in test-file order."""
     replies_a, replies_b = run_replies(run_a), run_replies(run_b)
     items = []
@@ -59,7 +60,7 @@ def battle_items(run_a: runs.RunDir, run_b: runs.RunDir, data: OfficialData, spe
     return items
 
 
-def check_pair(out: runs.RunDir, run_a: runs.RunDir, run_b: runs.RunDir) -> dict[str, str]:
+def check_pair(out: layout.CharacterEvalRun, run_a: layout.CharacterEvalRun, run_b: layout.CharacterEvalRun) -> dict[str, str]:
     """The pair recorded in OUT's run.json; another pair in the same OUT is refused, since its
     records would be mixed with this one's."""
     pair = {"run_a": str(run_a.path.resolve()), "run_b": str(run_b.path.resolve())}
@@ -71,7 +72,7 @@ def check_pair(out: runs.RunDir, run_a: runs.RunDir, run_b: runs.RunDir) -> dict
     return pair
 
 
-def battle_outcomes(out: runs.RunDir, spec: ModelGradedSpec, verdicts: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def battle_outcomes(out: layout.CharacterEvalRun, spec: ModelGradedSpec, verdicts: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Per sample judged in both orders: which reply each order preferred, the outcome for run A
     and whether the verdict survived the swap. Samples with a failed call are left out."""
     mapping = spec_verdicts(spec, verdicts)
@@ -89,7 +90,7 @@ def battle_outcomes(out: runs.RunDir, spec: ModelGradedSpec, verdicts: Mapping[s
     return outcomes
 
 
-def summarize_battle(out: runs.RunDir, spec: ModelGradedSpec, *, n_boot: int = 1000, seed: int = 0,
+def summarize_battle(out: layout.CharacterEvalRun, spec: ModelGradedSpec, *, n_boot: int = 1000, seed: int = 0,
                      confidence: float = 0.95) -> dict[str, Any]:
     """Win / tie / loss rates of run A and the position-consistency rate with cluster-bootstrap
     intervals by sample, written to ``OUT/battle_summary.json`` and returned."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "charactereval"
@@ -23,7 +23,7 @@ def recognises(manifest: dict[str, Any]) -> bool:
     return manifest.get("benchmark", NAME) == NAME and version.startswith("charactereval-")
 
 
-def owns(run: runs.RunDir) -> bool:
+def owns(run: layout.CharacterEvalRun) -> bool:
     """A run directory of this benchmark: its manifest names no other benchmark, or it has
     generations without a manifest yet."""
     if run.manifest_path.exists():
@@ -62,4 +62,8 @@ BENCHMARK = Benchmark(
                               notes="charactereval_lib.charactereval.reproduce:notes",
                               file_columns="charactereval_lib.charactereval.reproduce:file_columns",
                               sections="charactereval_lib.charactereval.reproduce:sections"),
+    errors=("charactereval_lib.charactereval.prompts:ProtocolError",
+            "charactereval_lib.charactereval.reward.errors:CheckpointError",
+            "charactereval_lib.charactereval.reward.errors:TokenizerError",
+            "charactereval_lib.charactereval.reward.errors:DownloadError"),
 )

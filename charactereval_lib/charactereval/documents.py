@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval.benchmark import NAME
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
@@ -38,6 +39,8 @@ class JudgeScoringSection(Section):
 
 
 class CharacterEvalManifest(Manifest):
+    # The only benchmark before manifests named theirs.
+    benchmark: str = NAME
     transform: TransformSection | None = None
     scoring: ScoringSection | None = None
     judge_scoring: JudgeScoringSection | None = None

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.benchmark import NAME as BENCHMARK
 from charactereval_lib.charactereval.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
@@ -22,7 +23,6 @@ from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
 from charactereval_lib.charactereval.statistics import dimension_draws, metric_statistics
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
 from charactereval_lib.engine.manifest import GenerationSection
@@ -129,7 +129,7 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     and each judge model's, so scores of different scorers never share a board.
     ``context["charactereval"]``: the official data (None when it cannot be loaded), which
     says which samples are scored and how many rows the failed samples would have had."""
-    run = runs.RunDir(path)
+    run = layout.CharacterEvalRun(path)
     typed = run.manifest_model(CharacterEvalManifest)
     generations = run.latest_generations()
     failed = {i for i, g in generations.items() if g.get("model_output") in (None, "ERROR")}
@@ -148,9 +148,9 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     return [_view(run, manifest, typed, common, judge) for judge in scorers]
 
 
-def _view(run: runs.RunDir, manifest: dict[str, Any], typed: CharacterEvalManifest, common: dict[str, Any],
+def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: CharacterEvalManifest, common: dict[str, Any],
           judge: str | None) -> RunView:
-    frame, counts = load_run_scores(run, runs.JUDGE if judge else runs.REWARD_MODEL, judge)
+    frame, counts = load_run_scores(run, layout.JUDGE if judge else layout.REWARD_MODEL, judge)
     # The scored rows carry their score records' fields: no second read of the score file.
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
     checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}

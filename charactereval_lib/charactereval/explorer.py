@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
 from charactereval_lib.engine import details as sections
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
@@ -21,14 +21,14 @@ FILTERS = ("character", "novel", "metric", "dimension", "failure")
 
 
 def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
-    run = runs.RunDir(view.path)
+    run = layout.CharacterEvalRun(view.path)
     data = context.get("charactereval")
     samples = data.by_id() if data else {}
     generations = view.facts["generations"]
     rm = run.latest_scores()
     # A judge's board shows its own judge beside the reward model; the reward model's board the first judge.
     judge_model = view.facts["judge"] or next(iter(run.judge_models()), None)
-    judge = run.latest_scores(scorer=runs.JUDGE, judge_model=judge_model) if judge_model else {}
+    judge = run.latest_scores(scorer=layout.JUDGE, judge_model=judge_model) if judge_model else {}
     rows, details = [], []
     for row in run.read_rows():
         key = (row["id"], row["metric_en"])

@@ -1,6 +1,6 @@
 """Figures of reward-model vs judge agreement, for reports and notebooks.
 
-Input is ``charactereval.judge.paired_scores(run)`` (one row per (id, metric) both scorers
+Input is ``charactereval.judge_report.paired_scores(run)`` (one row per (id, metric) both scorers
 scored). Per metric: a 5x5 heat map of the rounded reward-model score against the judge's grade
 (counts in the cells, white on dark cells, the diagonal is exact agreement) with every row's
 unrounded reward-model score drawn as a jittered scatter above and below each count, so the
@@ -18,9 +18,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.diagnostics import metric_label
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.agreement import DEFAULT_SCALE, round_half_up
 
 
@@ -29,10 +29,10 @@ def agreement_counts(paired: pd.DataFrame, metric: str | None = None,
     """Counts of (rounded reward-model score, judge grade) for one metric (None: all rows);
     rows with an unscored invalid judge answer are left out. Index: reward model; columns: judge."""
     rows = paired if metric is None else paired[paired["metric_en"] == metric]
-    rows = rows.dropna(subset=[runs.REWARD_MODEL, runs.JUDGE])
+    rows = rows.dropna(subset=[layout.REWARD_MODEL, layout.JUDGE])
     low, high = min(scale), max(scale)
-    rm = np.clip(round_half_up(rows[runs.REWARD_MODEL].to_numpy(dtype=float)), low, high).astype(int)
-    judge = np.clip(round_half_up(rows[runs.JUDGE].to_numpy(dtype=float)), low, high).astype(int)
+    rm = np.clip(round_half_up(rows[layout.REWARD_MODEL].to_numpy(dtype=float)), low, high).astype(int)
+    judge = np.clip(round_half_up(rows[layout.JUDGE].to_numpy(dtype=float)), low, high).astype(int)
     table = pd.crosstab(pd.Series(rm, name="reward model"), pd.Series(judge, name="judge"))
     return table.reindex(index=list(scale), columns=list(scale), fill_value=0)
 
@@ -76,11 +76,11 @@ def agreement_axes(ax: Axes, paired: pd.DataFrame, metric: str | None = None, *,
                 ax.text(rm, judge, str(counts.iat[i, j]), ha="center", va="center", fontsize=7,
                         color=colours.iat[i, j], zorder=3)
     rows = paired if metric is None else paired[paired["metric_en"] == metric]
-    rows = rows.dropna(subset=[runs.REWARD_MODEL, runs.JUDGE])
-    ax.scatter(rows[runs.REWARD_MODEL], rows[runs.JUDGE] + dot_offsets(len(rows), seed), s=4, alpha=0.4,
+    rows = rows.dropna(subset=[layout.REWARD_MODEL, layout.JUDGE])
+    ax.scatter(rows[layout.REWARD_MODEL], rows[layout.JUDGE] + dot_offsets(len(rows), seed), s=4, alpha=0.4,
                color="tab:orange", zorder=2)
-    invalid = int(paired[runs.JUDGE].isna().sum() if metric is None else
-                  paired.loc[paired["metric_en"] == metric, runs.JUDGE].isna().sum())
+    invalid = int(paired[layout.JUDGE].isna().sum() if metric is None else
+                  paired.loc[paired["metric_en"] == metric, layout.JUDGE].isna().sum())
     title = metric_label(metric) if metric else ALL_METRICS
     ax.set_title(f"{title} (n={len(rows)}{f', {invalid} invalid' if invalid else ''})", fontsize=8)
     ax.set_xlim(low - 0.5, high + 0.5)

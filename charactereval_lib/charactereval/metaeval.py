@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.summary import nan_to_none
@@ -175,7 +176,7 @@ def _human_label(record: dict[str, Any], where: str) -> str:
     return str(int(score))
 
 
-def write_rows(out: runs.RunDir, labels: Sequence[dict[str, Any]], data: OfficialData) -> None:
+def write_rows(out: layout.CharacterEvalRun, labels: Sequence[dict[str, Any]], data: OfficialData) -> None:
     """The labels as the rows of the run directory ``out``; a directory already holding other
     rows is refused (its scores would belong to other replies)."""
     samples = data.by_id()
@@ -189,7 +190,7 @@ def write_rows(out: runs.RunDir, labels: Sequence[dict[str, Any]], data: Officia
         artifacts.write_jsonl_atomic(out.rows, rows)
 
 
-def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str,
+def predictions(out: layout.CharacterEvalRun, labels: Sequence[dict[str, Any]], scorer: str,
                 judge_model: str | None = None) -> list[str | None]:
     """Each label's predicted choice from ``scorer``'s latest records (the judge's: of
     ``judge_model``, as OUT may hold several judges) (None: not scored yet)."""
@@ -199,7 +200,7 @@ def predictions(out: runs.RunDir, labels: Sequence[dict[str, Any]], scorer: str,
         record = latest.get((label["id"], label["metric_en"]))
         if record is None:
             predicted.append(None)
-        elif scorer == runs.JUDGE:
+        elif scorer == layout.JUDGE:
             predicted.append(record["choice"])
         else:
             grade = float(np.clip(round_half_up(np.array([record["score"]]))[0], min(DEFAULT_SCALE), max(DEFAULT_SCALE)))
@@ -242,7 +243,7 @@ def role_prefixed(labels: Sequence[dict[str, Any]], data: OfficialData) -> int:
     return sum(label["reply"].startswith(f"{samples[label['id']].role}{COLON}") for label in labels)
 
 
-def write_summary(out: runs.RunDir, summary: dict[str, Any]) -> Path:
+def write_summary(out: layout.CharacterEvalRun, summary: dict[str, Any]) -> Path:
     """``OUT/metaeval_summary.json``."""
     path = out.artifact(SUMMARY)
     artifacts.write_json_atomic(path, summary)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
@@ -194,9 +195,9 @@ def import_official(path: Path, run_dir: Path, data: OfficialData) -> tuple[str,
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
     artifacts.write_jsonl_atomic(run_dir / runs.GENERATIONS, generations)
-    artifacts.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
+    artifacts.write_jsonl_atomic(run_dir / layout.ROWS, result.rows)
     if scores:
-        artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+        artifacts.write_jsonl_atomic(run_dir / layout.SCORES, scores)
     runs.update_manifest(
         run_dir,
         protocol_version=PROTOCOL_VERSION,
@@ -239,12 +240,12 @@ def export_official(run_dir: Path, data: OfficialData, out_dir: Path | None = No
     _dump_official(out_dir / "generation.jsonl", generation_records)
     written.append(out_dir / "generation.jsonl")
 
-    rows = artifacts.read_jsonl(run_dir / runs.ROWS).records
+    rows = artifacts.read_jsonl(run_dir / layout.ROWS).records
     if rows:
         trans = [_official_row(row, by_id) for row in rows]
         _dump_official(out_dir / "generation_trans.jsonl", trans)
         written.append(out_dir / "generation_trans.jsonl")
-        scores = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / runs.SCORES).records, "id", "metric_en")
+        scores = artifacts.latest_by_key(artifacts.read_jsonl(run_dir / layout.SCORES).records, "id", "metric_en")
         if scores:
             evaluation = []
             for row, record in zip(rows, trans):

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.summary import nan_to_none
@@ -43,7 +44,7 @@ VERDICTS_FILE = "panel_verdicts.jsonl"
 DEFAULT_DIR = "panel"
 
 
-def judge_grades(run: runs.RunDir, judge_models: Sequence[str]) -> pd.DataFrame:
+def judge_grades(run: layout.CharacterEvalRun, judge_models: Sequence[str]) -> pd.DataFrame:
     """One line per (row of rows.jsonl, judge): id, metric_en, judge_model, grade (NaN for an
     invalid answer or a row the judge has not judged), invalid, judged."""
     rows = run.read_rows()
@@ -51,7 +52,7 @@ def judge_grades(run: runs.RunDir, judge_models: Sequence[str]) -> pd.DataFrame:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
     lines = []
     for model in judge_models:
-        latest = run.latest_scores(scorer=runs.JUDGE, judge_model=run.select_judge(model))
+        latest = run.latest_scores(scorer=layout.JUDGE, judge_model=run.select_judge(model))
         for row in rows:
             record = latest.get((row["id"], row["metric_en"]))
             invalid = bool(record and record.get("invalid"))
@@ -80,7 +81,7 @@ def verdict_records(grades: pd.DataFrame, verdicts: pd.DataFrame) -> list[dict[s
             for v in verdicts.itertuples()]
 
 
-def summarize_panel(run: runs.RunDir, judge_models: Sequence[str], verdict: str, out: Path, *,
+def summarize_panel(run: layout.CharacterEvalRun, judge_models: Sequence[str], verdict: str, out: Path, *,
                     n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL,
                     warnings: Sequence[str] = ()) -> dict[str, Any]:
     """The panel of ``judge_models`` on ``run`` (see the module docstring): writes the verdicts

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData, locate_data_dir, verify_files
 from charactereval_lib.charactereval.official import import_official
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
@@ -98,7 +99,6 @@ def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], r
     (the caller's scoring step); without ``rm`` nothing is scored."""
     from charactereval_lib.charactereval.reward.tiny import tiny_label
     from charactereval_lib.charactereval.summary import summarize_run
-    from charactereval_lib.engine import runs
 
     meaningless = tiny_label(rm) if rm else None
     rows, imported = [], []
@@ -110,7 +110,7 @@ def reproduce(staging: Path, *, data: OfficialData, files: Mapping[str, Path], r
             if score is None:
                 raise ValueError("a checkpoint was given without the step that scores with it")
             score(run_dir)
-            summary = summarize_run(runs.RunDir(run_dir), id2metric=data.id2metric, n_boot=n_boot, seed=seed)
+            summary = summarize_run(layout.CharacterEvalRun(run_dir), id2metric=data.id2metric, n_boot=n_boot, seed=seed)
         counts = result.counts()
         imported.append({"file": Path(path).name, "model": RELEASED_MODELS[key], "run": f"runs/{key}", "kind": kind,
                          "rows": counts["rows"], "failed_generations": counts["failed"],

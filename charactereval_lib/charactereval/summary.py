@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER, SCORE_COLUMNS, scores_frame
 from charactereval_lib.charactereval.documents import Summary
 from charactereval_lib.charactereval.protocol import MBTI_NOT_REPRODUCED, PROTOCOL_VERSION
@@ -22,18 +23,18 @@ from charactereval_lib.engine.validation import validate
 JUDGE_SECTION = "judge_scoring"
 
 
-def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL,
+def load_run_scores(run: layout.CharacterEvalRun, scorer: str = layout.REWARD_MODEL,
                     judge_model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's scored rows as a tidy table (rows.jsonl joined with the latest score of each
-    (id, metric) of ``scorer``; for the judge, of one judge model: ``RunDir.select_judge``), and
+    (id, metric) of ``scorer``; for the judge, of one judge model: ``CharacterEvalRun.select_judge``), and
     counts of rows that have no score yet.
 
     Judge rows whose answer was invalid and left unscored by their spec (score None) are not in
     the table (a mean cannot use them) but are counted in ``invalid_by_metric``, never dropped
     silently; invalid answers a spec scores (evals: the minimum) stay in the table and are
     counted there too."""
-    run = runs.RunDir.resolve(run)
-    judge_model = run.select_judge(judge_model) if scorer == runs.JUDGE else None
+    run = layout.CharacterEvalRun.resolve(run)
+    judge_model = run.select_judge(judge_model) if scorer == layout.JUDGE else None
     rows, scored = run.scored_rows(scorer, judge_model)
     if not rows:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
@@ -43,11 +44,11 @@ def load_run_scores(run: runs.RunDir, scorer: str = runs.REWARD_MODEL,
     # With nothing scored yet the table still has the rows' columns (role, novel_name, ...), so
     # breakdowns of an unscored run are empty rather than errors.
     frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
-    modes = dict(Counter(str(runs.scorer_identity(s).mode) for s in scored))
+    modes = dict(Counter(str(layout.scorer_identity(s).mode) for s in scored))
     scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer, judge_model).items()}
     counts = {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
               "scorer_modes": modes, "scorers": scorers, "scorer": scorer}
-    if scorer == runs.JUDGE:
+    if scorer == layout.JUDGE:
         counts.update(judge_model=judge_model, invalid_answers=sum(invalid.values()), invalid_unscored=unscored_invalid,
                       invalid_by_metric={m: invalid.get(m, 0) for m in METRIC_ORDER})
     return frame, counts
@@ -64,14 +65,14 @@ def failed_rows_by_metric(failed_ids: Iterable[int], id2metric: Mapping[str, Seq
 
 
 def summarize_run(
-    run: runs.RunDir,
+    run: layout.CharacterEvalRun,
     *,
     id2metric: Mapping[str, Sequence[Sequence[str]]] | None = None,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
     warnings: Sequence[str] = (),
-    scorer: str = runs.REWARD_MODEL,
+    scorer: str = layout.REWARD_MODEL,
     judge_model: str | None = None,
     out: Path | None = None,
 ) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def summarize_run(
     The summary carries every mean with its n, SD, interval and the run's failure counts, so a
     number is never shown without what it rests on. With ``id2metric`` each metric also gets
     ``failed``, the rows it lost to failed generations (unknown, hence None, without it)."""
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     frame, counts = load_run_scores(run, scorer, judge_model)
     manifest = run.manifest()
     transform = manifest.get("transform", {})
@@ -95,7 +96,7 @@ def summarize_run(
         means["failed"] = [lost[name] for name in METRIC_ORDER]
     else:
         means["failed"] = None
-    if scorer == runs.JUDGE:
+    if scorer == layout.JUDGE:
         means["invalid"] = [counts["invalid_by_metric"][name] for name in METRIC_ORDER]
     summary = {
         "protocol_version": PROTOCOL_VERSION,
@@ -115,7 +116,7 @@ def summarize_run(
         "warnings": list(warnings),
         "created_at": runs.utc_now(),
     }
-    if scorer == runs.JUDGE:
+    if scorer == layout.JUDGE:
         recorded = judge_manifest(manifest, counts["judge_model"])
         summary["judge"] = {"judge_model": counts["judge_model"],
                             **{k: recorded.get(k) for k in ("base_url", "status")}}

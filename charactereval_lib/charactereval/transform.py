@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
 from charactereval_lib.engine import artifacts, runs, thinking
@@ -126,7 +127,7 @@ def transform_run(run_dir: Path, data: OfficialData) -> TransformResult:
     result = transform(generation_outputs(generations.records), data, already_transformed=already,
                        thinking_rule=rule)
     result.warnings.extend(generations.warnings)
-    artifacts.write_jsonl_atomic(run_dir / runs.ROWS, result.rows)
+    artifacts.write_jsonl_atomic(run_dir / layout.ROWS, result.rows)
     runs.update_manifest(
         run_dir,
         protocol_version=PROTOCOL_VERSION,

@@ -18,25 +18,26 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from charactereval_lib import __version__
-from charactereval_lib.charactereval.data import DataError
-from charactereval_lib.charactereval.prompts import ProtocolError
+from charactereval_lib import PROGRAM, __version__
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.charactereval.reward.errors import REWARD_ERRORS
 from charactereval_lib.engine import benchmarks, faults, jobs, runs
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
+from charactereval_lib.engine.pinned import DataError
 
-# Errors a user can cause with bad input: reported as one line, no traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (
+# Errors a user can cause with bad input: reported as one line, no traceback. Each benchmark
+# adds its own (``Benchmark.errors``: ``user_errors``).
+ENGINE_ERRORS: tuple[type[BaseException], ...] = (
     DataError,
     runs.RunError,
-    ProtocolError,
     FileNotFoundError,
     ConfigError,
     GradingError,
-    *REWARD_ERRORS,
 )
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    return ENGINE_ERRORS + benchmarks.user_errors()
 
 # command -> (its module in this package, its help line), in the order ``--help`` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,7 +99,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given ``argv``, only the named command's module is loaded (the others
     are listed with their help line)."""
     parser = _Parser(
-        prog="charactereval", description="Faithful, fast CharacterEval: generate, score, analyse.", root=True
+        prog=PROGRAM, description="Faithful, fast CharacterEval: generate, score, analyse.", root=True
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({PROTOCOL_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -147,10 +148,11 @@ def _main(argv: list[str]) -> int:
         _error(exc)
         return 2
     args = parser.parse_args(argv)
+    errors = user_errors()
     try:
         with faults.sigterm_interrupts():
             return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
+    except errors as exc:
         _error(exc)
         return 2
     except (RunAborted, faults.Unreachable) as exc:

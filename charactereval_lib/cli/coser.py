@@ -68,8 +68,8 @@ def cmd_coser_run(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_summarize(args: argparse.Namespace) -> int:
+    from charactereval_lib.coser.benchmark import SUMMARY
     from charactereval_lib.coser.report import summary_lines
-    from charactereval_lib.coser.run import SUMMARY
 
     outcome = pipeline.coser_summarize(args.run, settings_from_args(pipeline.CoserSummarizeSettings, args))
     print("\n".join(summary_lines(outcome.summary, outcome.run.artifact(SUMMARY))))

@@ -12,13 +12,13 @@ from charactereval_lib.cli.options import (
     allow_mixed_option,
     bootstrap_options,
     data_dir_option,
-    fmt,
     judge_options,
     settings_from_args,
     undefined,
     warn,
 )
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
+from charactereval_lib.engine.texttable import fmt
 
 
 def cmd_battle(args: argparse.Namespace) -> int:
@@ -69,7 +69,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     print(f"{'group':<22}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>10}{'alpha':>10}   (95% CI in "
           f"{outcome.out.artifact('metaeval_summary.json')})")
     for name, group in summary["groups"].items():
-        print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{fmt(group['metascore']['value']):>11}"
+        print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{fmt(group['metascore']['value'], missing='-'):>11}"
               f"{undefined(group['cohen_kappa']):>10}{undefined(group['krippendorff_alpha']):>10}")
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
 
@@ -83,7 +83,7 @@ def cmd_panel(args: argparse.Namespace) -> int:
     summary = outcome.summary
     print("\n".join(summary_table_lines(summary)))
     alpha, counts = summary["krippendorff_alpha"], summary["counts"]
-    print(f"Krippendorff's alpha ({alpha['level']}) {undefined(alpha)} [{fmt(alpha['low'])}, {fmt(alpha['high'])}] "
+    print(f"Krippendorff's alpha ({alpha['level']}) {undefined(alpha)} [{fmt(alpha['low'], missing='-')}, {fmt(alpha['high'], missing='-')}] "
           f"over {alpha['n']} rows of {alpha['n_clusters']} samples")
     tie = f", {counts['ties_settled']} tie(s) settled to the lowest grade" if summary["verdict"] == "majority" else ""
     print(f"verdict {summary['verdict']}: {counts['with_verdict']}/{counts['rows']} rows{tie}; "

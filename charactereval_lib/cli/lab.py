@@ -101,14 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.lab_python).is_file():
         print(f"error: {args.lab_python}: no Lab environment (`make lab` makes it)", file=sys.stderr)
         return 2
-    from charactereval_lib.cli import USER_ERRORS
+    from charactereval_lib.cli import user_errors
 
     workspace = workspace_root().absolute()
     root = workspace / OUTPUTS_DIR
     root.mkdir(exist_ok=True)
+    errors = user_errors()
     try:
         path = run_notebook(args.run) if args.run else None
-    except USER_ERRORS as exc:
+    except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     command = server_command(args.lab_python, root, path.absolute() if path else None)

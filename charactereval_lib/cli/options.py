@@ -165,10 +165,6 @@ def warn(warnings: Sequence[str]) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
-def fmt(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.3f}"
-
-
 def undefined(estimate: dict) -> str:
     """A statistic's value, or why it has none: ``n<2`` (too few rows), ``undefined`` (no variation)."""
     if estimate["value"] is not None and estimate["value"] == estimate["value"]:

@@ -1,7 +1,7 @@
 """CoSER's typed documents: its section of ``run.json`` and its summary.
 
 ``CoserManifest`` adds the ``coser`` section (``run.run_scenes`` and ``official`` imports write
-it) to the engine's ``Manifest``; ``CoserSummary`` is ``run.compute_summary``'s result, as
+it) to the engine's ``Manifest``; ``CoserSummary`` is ``statistics.compute_summary``'s result, as
 ``coser_summary.json`` holds it. Keys beyond the typed ones are kept as written; a damaged file
 is one line naming the file and the key.
 """
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import Strict
 
-from charactereval_lib.coser.run import compute_summary
+from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
@@ -83,7 +83,7 @@ class Rounds(Section):
 
 
 class CoserSummary(Section):
-    """The CoSER statistics of a run (see ``run.compute_summary``). Interval tables map a
+    """The CoSER statistics of a run (see ``statistics.compute_summary``). Interval tables map a
     dimension (and ``average``) to its ``Interval``; empty when nothing is judged."""
 
     protocol_version: str | None
@@ -114,7 +114,7 @@ class CoserSummary(Section):
 
 
 def computed_summary(run: runs.RunDir, **options: Any) -> CoserSummary:
-    """``run.compute_summary`` typed (what ``coser summarize`` writes, computed afresh)."""
+    """``statistics.compute_summary`` typed (what ``coser summarize`` writes, computed afresh)."""
     return validate(CoserSummary, compute_summary(run, **options), f"{run.path}: summary", runs.RunError)
 
 

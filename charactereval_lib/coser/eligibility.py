@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from charactereval_lib.coser.benchmark import (
+    JUDGEMENTS,
+    recognises,  # noqa: F401 - the board's recogniser
+)
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
-from charactereval_lib.coser.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
 from charactereval_lib.coser.report import load_anchor
-from charactereval_lib.coser.run import JUDGEMENTS, judged_frame
 from charactereval_lib.coser.simulation import provider_pin
+from charactereval_lib.coser.statistics import judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs

@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.judge import SCORE_FORMULAS, actor_rounds, run_score_formula, severity_sum, worked_formula
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine import details as sections

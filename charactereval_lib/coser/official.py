@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.data import Scene, load_test_set, locate_data_dir
 from charactereval_lib.coser.judge import (
     SCORE_FORMULAS,
@@ -60,7 +61,6 @@ from charactereval_lib.coser.judge import (
 )
 from charactereval_lib.coser.metrics import surface_metrics
 from charactereval_lib.coser.prompts import NSP
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.simulation import ROLES, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, ProtocolVersion

@@ -24,12 +24,13 @@ from typing import Any
 import pandas as pd
 
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
-from charactereval_lib.coser.run import ENDINGS, SURFACE_METRICS
+from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
-from charactereval_lib.engine import runs
+from charactereval_lib.engine import reportkit, runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.texttable import fmt
 from charactereval_lib.engine.validation import validate
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
@@ -133,34 +134,23 @@ def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, A
 def compare_problems(run_dirs: Sequence[runs.RunDir]) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or runs that differ in
     protocol version or in a model other than the actor (environment, NSP, judge, repair)."""
-    problems = []
-    resolved = [r.path.resolve() for r in run_dirs]
-    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
-    if repeated:
-        problems.append(f"the same run is given more than once: {', '.join(repeated)}")
     manifests = {r.name: r.manifest() for r in run_dirs}
-    versions = {name: m.get("protocol_version") for name, m in manifests.items()}
-    if len(set(versions.values())) > 1:
-        problems.append(f"the runs follow different protocol versions ({versions})")
+    problems = reportkit.repeated_runs(run_dirs) + reportkit.differing({name: m.get("protocol_version") for name, m in manifests.items()},
+                                                   "follow different protocol versions")
     for role in ("env", "nsp", "judge", "repair"):
         models = {name: ((m.get("coser") or {}).get("models") or {}).get(role) for name, m in manifests.items()}
-        if len(set(models.values())) > 1:
-            problems.append(f"the runs have different {role} models ({models})")
+        problems += reportkit.differing(models, f"have different {role} models")
     return problems
 
 
 # --- display -----------------------------------------------------------------------------------
 
 
-def fmt(value: float | None, digits: int = DISPLAY_DIGITS) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def interval(cell: Interval | None) -> str:
     """"[low, high]", or ``NO_INTERVAL`` when too few scenes leave none, "–" without a value."""
     if cell is None or cell.mean is None:
         return "–"
-    return NO_INTERVAL if cell.low is None else f"[{fmt(cell.low)}, {fmt(cell.high)}]"
+    return NO_INTERVAL if cell.low is None else f"[{fmt(cell.low, DISPLAY_DIGITS)}, {fmt(cell.high, DISPLAY_DIGITS)}]"
 
 
 def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
@@ -236,9 +226,9 @@ class CoserAnalysis:
         for name in SCORES:
             cell = overall.get(name) or Interval()
             paper = self.anchor["dimensions"][name]["value"]
-            rows.append({"score": name, "mean": fmt(cell.mean), "95% interval": interval(cell),
-                         "run-to-run SD": fmt(spread.get(name)), "paper (GPT-4o)": self.paper_cell(name),
-                         "run - paper": fmt(None if cell.mean is None else cell.mean - paper)})
+            rows.append({"score": name, "mean": fmt(cell.mean, DISPLAY_DIGITS), "95% interval": interval(cell),
+                         "run-to-run SD": fmt(spread.get(name), DISPLAY_DIGITS), "paper (GPT-4o)": self.paper_cell(name),
+                         "run - paper": fmt(None if cell.mean is None else cell.mean - paper, DISPLAY_DIGITS)})
         return pd.DataFrame(rows)
 
     def surface_table(self) -> pd.DataFrame:
@@ -249,7 +239,7 @@ class CoserAnalysis:
             note = ""
             if name == "BLEU" and self.summary.bleu_unavailable:
                 note = "unavailable: " + self.summary.bleu_unavailable.removeprefix("BLEU unavailable: ")
-            rows.append({"metric": name, "mean": "unavailable" if note else fmt(cell.mean if cell else None),
+            rows.append({"metric": name, "mean": "unavailable" if note else fmt(cell.mean if cell else None, DISPLAY_DIGITS),
                          "95% interval": "–" if note else interval(cell), "sessions": cell.sessions if cell else 0,
                          "paper (GPT-4o)": self.paper_cell(name), "note": note})
         return pd.DataFrame(rows)
@@ -261,7 +251,7 @@ class CoserAnalysis:
             row = {"split": tag}
             for name in SCORES:
                 cell = table.get(name)
-                row[name] = fmt(cell.mean if cell else None)
+                row[name] = fmt(cell.mean if cell else None, DISPLAY_DIGITS)
                 row[f"{name} 95%"] = interval(cell)
             rows.append(row)
         return pd.DataFrame(rows)
@@ -273,15 +263,15 @@ class CoserAnalysis:
         for book, entry in self.summary.by_book.items():
             scores = entry.scores
             row = {"book": book, "split": entry.tag, "scenes": entry.scenes, "sessions": entry.sessions}
-            row.update({name: fmt((scores.get(name) or Interval()).mean) for name in DIMENSIONS})
-            row[AVERAGE] = fmt((scores.get(AVERAGE) or Interval()).mean)
+            row.update({name: fmt((scores.get(name) or Interval()).mean, DISPLAY_DIGITS) for name in DIMENSIONS})
+            row[AVERAGE] = fmt((scores.get(AVERAGE) or Interval()).mean, DISPLAY_DIGITS)
             row["average 95%"] = interval(scores.get(AVERAGE))
             rows.append(row)
         return pd.DataFrame(rows, columns=["book", "split", "scenes", "sessions", *SCORES, "average 95%"])
 
     def repeat_table(self) -> pd.DataFrame:
         """Each repeat's dimension means and average (the spread's raw material)."""
-        rows = [{"repeat": int(r), **{n: fmt(v.get(n)) for n in SCORES}}
+        rows = [{"repeat": int(r), **{n: fmt(v.get(n), DISPLAY_DIGITS) for n in SCORES}}
                 for r, v in self.summary.by_repeat.items()]
         return pd.DataFrame(rows, columns=["repeat", *SCORES])
 
@@ -292,7 +282,7 @@ class CoserAnalysis:
 
     def rounds_table(self) -> pd.DataFrame:
         rounds = self.summary.rounds
-        return pd.DataFrame([{k: fmt(getattr(rounds, k)) for k in ("mean", "median", "min", "max")}])
+        return pd.DataFrame([{k: fmt(getattr(rounds, k), DISPLAY_DIGITS) for k in ("mean", "median", "min", "max")}])
 
     def judge_table(self) -> pd.DataFrame:
         """Judge failures per dimension, the sessions they touch, refused turns per role."""
@@ -310,8 +300,8 @@ class CoserAnalysis:
                 ("package", self.manifest.get("package_version")), ("git commit", self.manifest.get("git_commit")),
                 ("preset", coser.get("preset")), ("repeats", coser.get("repeats")),
                 ("scenes", len(coser.get("scenes") or []))]
-        rows += [(f"identity / {k}", v) for k, v in _flatten(coser.get("identity") or {}, "")]
-        rows += [(f"endpoints / {k}", v) for k, v in _flatten(coser.get("endpoints") or {}, "")]
+        rows += [(f"identity / {k}", v) for k, v in reportkit.flatten(coser.get("identity") or {})]
+        rows += [(f"endpoints / {k}", v) for k, v in reportkit.flatten(coser.get("endpoints") or {})]
         return pd.DataFrame([(k, str(v)) for k, v in rows], columns=["setting", "value"])
 
     def scores_figure(self) -> Any:
@@ -331,13 +321,6 @@ class CoserAnalysis:
                              {ENDING_LABELS[k]: n for k, n in self.summary.ended_by.model_dump().items()})
 
 
-def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        return [item for key, inner in value.items()
-                for item in _flatten(inner, f"{prefix} / {key}" if prefix else str(key))]
-    return [(prefix, value)]
-
-
 def load_analysis(run: runs.RunDir, *, n_boot: int, seed: int) -> CoserAnalysis:
     """A run's summary computed afresh (the same function and settings as ``coser summarize``)."""
     return CoserAnalysis(run, run.manifest(), computed_summary(run, n_boot=n_boot, seed=seed), load_anchor())
@@ -347,14 +330,14 @@ def load_analysis(run: runs.RunDir, *, n_boot: int, seed: int) -> CoserAnalysis:
 
 
 def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
-    lines = ["# CoSER comparison", ""]
-    for k, a in enumerate(analyses):
+    entries = []
+    for a in analyses:
         s, models = a.summary, a.models
         label = f"; **{NOT_COMPARABLE}**" if a.not_comparable() else ""
-        lines.append(f"{k + 1}. **{a.name}**: actor `{models.get('actor')}`, environment `{models.get('env')}`, "
-                     f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s.protocol_version}, "
-                     f"preset {s.preset}, {s.counts.scenes} scenes x {s.repeats} repeat(s){label}")
-    return "\n".join([*lines, "", rendered_by()])
+        entries.append(f"**{a.name}**: actor `{models.get('actor')}`, environment `{models.get('env')}`, "
+                       f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s.protocol_version}, "
+                       f"preset {s.preset}, {s.counts.scenes} scenes x {s.repeats} repeat(s){label}")
+    return reportkit.comparison_header("CoSER comparison", entries)
 
 
 def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[str] = ()) -> str:
@@ -368,16 +351,14 @@ def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[
 def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) -> pd.DataFrame:
     """Mean [interval] per score, one column per run: overall beside the paper's anchor, or one
     split (the anchor is over both splits, so it is not shown there)."""
-    rows = []
-    for name in SCORES:
-        row = {"score": name}
-        for a in analyses:
-            cell = (a.summary.by_split[split] if split else a.summary.overall).get(name)
-            row[a.name] = f"{fmt(cell.mean if cell else None)} {interval(cell)}"
-        if not split:
-            row["paper (GPT-4o)"] = analyses[0].paper_cell(name)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    def column(a: CoserAnalysis) -> list[str]:
+        cells = [(a.summary.by_split[split] if split else a.summary.overall).get(name) for name in SCORES]
+        return [f"{fmt(cell.mean if cell else None, DISPLAY_DIGITS)} {interval(cell)}" for cell in cells]
+
+    table = reportkit.side_by_side(analyses, "score", SCORES, column)
+    if not split:
+        table["paper (GPT-4o)"] = [analyses[0].paper_cell(name) for name in SCORES]
+    return table
 
 
 def comparison_figure(analyses: Sequence[CoserAnalysis]) -> Any:
@@ -391,7 +372,7 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
     does for CharacterEval: per score the two means over those scenes (repeats averaged per
     scene), the difference with a paired 95% interval (the shared scenes resampled whole) and a
     two-sided Wilcoxon signed-rank p over the per-scene differences (– where undefined)."""
-    from charactereval_lib.coser.run import interval_table, judged_scores
+    from charactereval_lib.coser.statistics import interval_table, judged_scores
     from charactereval_lib.engine.stats import wilcoxon_p
 
     def per_scene(analysis: CoserAnalysis) -> pd.DataFrame:
@@ -412,9 +393,9 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
             p = wilcoxon_p(values.to_numpy()) if len(values) else float("nan")
             rows.append({"comparison": f"{other.name} − {analyses[0].name}", "score": name,
                          "scenes": int(part["scene"].nunique()),
-                         "mean A": fmt(None if part.empty else part["score_a"].mean()),
-                         "mean B": fmt(None if part.empty else part["score_b"].mean()),
-                         "A − B": fmt(cell.mean if cell else None), "95% interval": interval(cell),
+                         "mean A": fmt(None if part.empty else part["score_a"].mean(), DISPLAY_DIGITS),
+                         "mean B": fmt(None if part.empty else part["score_b"].mean(), DISPLAY_DIGITS),
+                         "A − B": fmt(cell.mean if cell else None, DISPLAY_DIGITS), "95% interval": interval(cell),
                          "Wilcoxon p": "–" if p != p else f"{p:.3g}"})
     return pd.DataFrame(rows, columns=["comparison", "score", "scenes", "mean A", "mean B", "A − B", "95% interval",
                                        "Wilcoxon p"])
@@ -431,9 +412,9 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
 
     def cell(table: dict[str, Interval], name: str) -> str:
         entry = table.get(name)
-        return "–" if entry is None or entry.mean is None else f"{fmt(entry.mean)} {interval(entry)}"
+        return "–" if entry is None or entry.mean is None else f"{fmt(entry.mean, DISPLAY_DIGITS)} {interval(entry)}"
 
-    rows = [[name, fmt((typed.overall.get(name) or Interval()).mean), interval(typed.overall.get(name)),
+    rows = [[name, fmt((typed.overall.get(name) or Interval()).mean, DISPLAY_DIGITS), interval(typed.overall.get(name)),
              *(cell(typed.by_split[tag], name) for tag in ("id", "ood"))] for name in SCORES]
     counts, ended = typed.counts, typed.ended_by
     lines = text_table(["score", "mean", "95% interval", "id books", "ood books"], rows)

@@ -13,7 +13,7 @@ The rebuttal branch (d77a6d2) released 12 evaluation files (``data.RELEASED_EVAL
 
 Every file is imported (``official.import_evaluation``: each critique re-scored, the scores block
 recomputed and compared with the recorded one), summarised with scene-bootstrap intervals
-(``run.compute_summary``) and set beside the paper's value by ``engine.anchor.compare_to_paper``.
+(``statistics.compute_summary``) and set beside the paper's value by ``engine.anchor.compare_to_paper``.
 Each row carries the reasons for every known difference.
 """
 
@@ -35,7 +35,7 @@ from charactereval_lib.coser.judge import (
     scores_block,
 )
 from charactereval_lib.coser.official import import_evaluation
-from charactereval_lib.coser.run import compute_summary
+from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD
 from charactereval_lib.engine import runs

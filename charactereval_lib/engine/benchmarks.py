@@ -143,7 +143,9 @@ class Benchmark:
     names its own folder); ``board``, ``board_inputs``, ``explorer`` and ``report`` are what the
     leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
     ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its
-    models in ``charactereval batch`` (None: the default plan, its stages in order)."""
+    models in ``charactereval batch`` (None: the default plan, its stages in order); ``errors``
+    the exception types bad input to its commands raises. Its settings classes derive from
+    ``engine.settings.Settings``."""
 
     name: str
     title: str
@@ -174,6 +176,9 @@ class Benchmark:
     report: str | None = None
     reproduction: Reproduction | None = None
     batch: Ref | None = None
+    # The exception classes (or "module:attribute" naming one) that bad input to its commands
+    # raises: the command line reports them in one line, exit status 2, as the engine's own.
+    errors: tuple[Ref | type, ...] = ()
 
     def stage(self, name: str) -> Callable[..., Any]:
         if name not in self.stages:
@@ -277,6 +282,11 @@ def get(name: str) -> Benchmark:
 def reproducible() -> dict[str, Benchmark]:
     """The benchmarks that declare a reproduction (``charactereval reproduce``), by name."""
     return {name: b for name, b in sorted(registry().items()) if b.reproduction is not None}
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The user-facing error types every benchmark declares (``Benchmark.errors``)."""
+    return tuple(resolve(ref, f"benchmark {b.name!r}, errors") for b in registry().values() for ref in b.errors)
 
 
 def owner(run: runs.RunDir) -> Benchmark | None:

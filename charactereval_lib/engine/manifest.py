@@ -28,8 +28,6 @@ from charactereval_lib.engine.validation import Document, problem
 
 # The layout ``runs.update_manifest`` writes.
 MANIFEST_SCHEMA = 2
-# The benchmark of a run whose manifest names none (the only one before CoSER runs said so).
-DEFAULT_BENCHMARK = "charactereval"
 # Sections that carry their stage's protocol version from layout 2 on.
 STAGES_WITH_PROTOCOL = ("generation", "scoring")
 
@@ -77,7 +75,9 @@ class Manifest(Document):
     model_config = ConfigDict(extra="allow")
 
     manifest_schema: int = MANIFEST_SCHEMA
-    benchmark: str = DEFAULT_BENCHMARK
+    # None in runs written before manifests named their benchmark: which one that is, the
+    # benchmarks say (``Benchmark.recognises``), and a benchmark's subclass may default it.
+    benchmark: str | None = None
     protocol_version: str | None = None
     created_at: str | None = None
     updated_at: str | None = None

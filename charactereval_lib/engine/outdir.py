@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from charactereval_lib import __version__
+from charactereval_lib import PROGRAM, __version__
 from charactereval_lib.engine import faults, runs
 
 MARKER = ".charactereval-output.json"
@@ -102,7 +102,7 @@ def mark(folder: str | os.PathLike[str], kind: str, *, default: str | os.PathLik
         return
     if not marker.is_file():
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"written_by": "charactereval", "version": __version__, "kind": kind}) + "\n",
+        marker.write_text(json.dumps({"written_by": PROGRAM, "version": __version__, "kind": kind}) + "\n",
                           encoding="utf-8")
 
 

@@ -1,6 +1,8 @@
 """The report kit every notebook shares: tables as reports show them, the warnings box, the
-rendered-by line, several runs' tables stacked into one, and the table of contents that the
-report template (``report_template/``, used by ``report.to_html``) puts above the first section.
+rendered-by line, several runs' tables stacked into one or side by side, a comparison's heading
+and the problems that forbid one, a manifest flattened into settings rows, and the table of
+contents that the report template (``report_template/``, used by ``report.to_html``) puts above
+the first section.
 
 A benchmark brings its own vocabulary (column names, how a key reads) and its own warnings;
 the look of a table, a box and the contents is decided here once.
@@ -81,6 +83,47 @@ def stacked(analyses: Iterable[Named], table: Callable[[Any], pd.DataFrame]) -> 
     frames = [table(run).assign(run=run.name) for run in analyses]
     combined = pd.concat(frames, ignore_index=True)
     return combined[["run", *[c for c in combined.columns if c != "run"]]]
+
+
+def side_by_side(analyses: Iterable[Named], first: str, labels: Sequence[str],
+                 column: Callable[[Any], Sequence[str]]) -> pd.DataFrame:
+    """Several runs' values side by side: the row labels in the column ``first``, then one
+    column per run (its name), ``column(run)`` in it, in the order given."""
+    return pd.DataFrame({first: list(labels), **{run.name: list(column(run)) for run in analyses}})
+
+
+def comparison_header(title: str, entries: Sequence[str], note: str = "") -> str:
+    """A comparison's heading (Markdown): ``title``, the runs as a numbered list in the order
+    given (``entries``, one line each), the rendered-by line and ``note`` below it."""
+    lines = [f"# {title}", "", *(f"{k}. {entry}" for k, entry in enumerate(entries, 1)), "", rendered_by()]
+    return "\n".join([*lines, *(["", note] if note else [])])
+
+
+def repeated_runs(run_dirs: Sequence[runs.RunDir]) -> list[str]:
+    """A comparison's problem when it is given one run more than once (none: [])."""
+    resolved = [r.path.resolve() for r in run_dirs]
+    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    return [f"the same run is given more than once: {', '.join(repeated)}"] if repeated else []
+
+
+def differing(values: Mapping[str, Any], what: str) -> list[str]:
+    """A comparison's problem when its runs' ``values`` (by run name) are not all the same:
+    "the runs ``what`` ({values})" (none: [])."""
+    return [f"the runs {what} ({dict(values)})"] if len(set(values.values())) > 1 else []
+
+
+def flatten(value: Any, prefix: str = "",
+            expand: Callable[[Any, str], list[tuple[str, Any]] | None] | None = None) -> list[tuple[str, Any]]:
+    """Nested mappings as (path, value) pairs, the keys of a path joined by " / ": the rows of a
+    settings table. ``expand(value, path)`` flattens a value its own way (None: as here), so that
+    a benchmark can summarise what its manifests repeat."""
+    found = expand(value, prefix) if expand is not None else None
+    if found is not None:
+        return found
+    if isinstance(value, dict):
+        return [item for key, inner in value.items()
+                for item in flatten(inner, f"{prefix} / {key}" if prefix else str(key), expand)]
+    return [(prefix, value)]
 
 
 # --- table of contents (a filter of the report template) ---------------------------------------

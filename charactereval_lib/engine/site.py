@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.texttable import fmt
 
 ASSETS = "assets"
 DETAIL_CHUNK = 250
@@ -103,10 +104,6 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def fmt(value: Any, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else esc(value)
-
-
 # Shown by assets/fonts.js when the browser has no font for Chinese text (site.css names the CJK
 # fonts the reports' figures look for, plots.CJK_FONTS).
 NO_CJK_FONT = ('<p id="no-cjk-font" class="font-warning" hidden>This browser has no CJK font, so Chinese text on '
@@ -129,8 +126,8 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
 
 LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
                    "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
-                   "allow (the CoSER repository carries no licence). `charactereval leaderboard --redact` writes a "
-                   "site without any test-set text.")
+                   "allow (a benchmark's repository may carry none: docs/leaderboard.md). `charactereval "
+                   "leaderboard --redact` writes a site without any test-set text.")
 REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
                    "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
 

@@ -2,7 +2,7 @@
 
 Each stage takes a run (a name under ``./outputs`` or a path) and typed settings, does its work
 through the engine and the protocol modules, and returns a result object carrying the counts a
-caller prints. Settings are frozen pydantic models (``settings.Settings``) that also load from
+caller prints. Settings are frozen pydantic models (``engine.settings.Settings``) that also load from
 YAML mappings, where an unknown key or a wrong type is a one-line error that names it. Nothing
 here prints; nothing here parses a command line.
 
@@ -29,6 +29,7 @@ HTTP clients.
 from __future__ import annotations
 
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.settings import SettingsError
 from charactereval_lib.pipeline.apps import batch, batch_config, batch_preflight, batch_summary_lines, reproduce
 from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
 from charactereval_lib.pipeline.charactereval import (
@@ -103,8 +104,6 @@ from charactereval_lib.pipeline.settings import (
                                                  PanelSettings,
                                                  ReportSettings,
                                                  ScoreSettings,
-                                                 Settings,
-                                                 SettingsError,
                                                  SummarizeSettings,
 )
 
@@ -115,7 +114,7 @@ __all__ = [
     "DEFAULT_BASELINES", "DataCheck", "DataUse", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
     "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
     "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
-    "ScoreOutcome", "ScoreSettings", "Settings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
+    "ScoreOutcome", "ScoreSettings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
     "TransformOutcome", "batch", "batch_config", "batch_preflight", "batch_summary_lines", "battle",
     "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
     "coser_data_dir", "coser_data_fetch", "coser_data_use", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class GenerateResult:
-    run: runs.RunDir
+    run: layout.CharacterEvalRun
     # A dry run (nothing sent) or a real session; exactly one is set.
     dry_run: Any = None
     session: Any = None
@@ -41,14 +42,14 @@ class GenerateResult:
 
 @dataclass
 class TransformOutcome:
-    run: runs.RunDir
+    run: layout.CharacterEvalRun
     result: Any  # charactereval.transform.TransformResult
     warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ScoreOutcome:
-    run: runs.RunDir
+    run: layout.CharacterEvalRun
     settings: Any  # the scorer settings actually used (device resolved)
     report: Any = None  # ScoringReport of a scoring session
     verify: dict[str, Any] | None = None  # the report of --verify
@@ -64,7 +65,7 @@ def _data(data_dir: str | os.PathLike[str] | None, data: OfficialData | None) ->
 
 
 def generate(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: GenerateSettings,
     *,
     data_dir: str | os.PathLike[str] | None = None,
@@ -80,7 +81,7 @@ def generate(
     from charactereval_lib.engine.generation import engine
     from charactereval_lib.engine.generation.backends import make_backend
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     faults.check_writable(run.path, "run directory")
     data = _data(data_dir, data)
     ids = read_ids_file(Path(settings.ids)) if settings.ids else None
@@ -107,7 +108,7 @@ def generate(
 
 
 def transform(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     *,
     data_dir: str | os.PathLike[str] | None = None,
     data: OfficialData | None = None,
@@ -115,7 +116,7 @@ def transform(
     """S5: ``generations.jsonl`` -> ``rows.jsonl``."""
     from charactereval_lib.charactereval.transform import transform_run
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
     faults.check_writable(run.path, "run directory")
     result = transform_run(run.path, _data(data_dir, data))
@@ -123,7 +124,7 @@ def transform(
 
 
 def score(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: ScoreSettings,
     *,
     data_dir: str | os.PathLike[str] | None = None,
@@ -135,7 +136,7 @@ def score(
     run writes the reward-model inputs only; ``settings.verify`` compares the two modes."""
     from charactereval_lib.charactereval.reward import scorer
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     run.check_protocol(PROTOCOL_VERSION)
     faults.check_writable(run.path, "run directory")
     scorer_settings = settings.scorer_settings(dry_run=dry_run, progress=progress)
@@ -179,7 +180,7 @@ def optional_data(data_dir: str | os.PathLike[str] | None) -> tuple[OfficialData
         return None, f"per-metric failure counts unavailable ({exc})"
 
 
-def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWARD_MODEL,
+def run_warnings(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str = layout.REWARD_MODEL,
                  judge_model: str | None = None) -> list[str]:
     """What a reader must know before any number of this run: refuses a run whose ``scorer``
     scores mix configurations unless ``allow_mixed`` (then the mix is the first warning)."""
@@ -191,16 +192,16 @@ def run_warnings(run: runs.RunDir, *, allow_mixed: bool, scorer: str = runs.REWA
     return notes + [_plain(warning) for warning in caveats]
 
 
-def _report_scorers(run: runs.RunDir, settings: ReportSettings) -> tuple[list[str], list[str]]:
+def _report_scorers(run: layout.CharacterEvalRun, settings: ReportSettings) -> tuple[list[str], list[str]]:
     """The judges a report shows (the judge of a judge report; for the reward model's, every
-    judge it shows beside it: ``charactereval.judge.shown_judges``) and the warnings of every
+    judge it shows beside it: ``charactereval.judge_report.shown_judges``) and the warnings of every
     scorer it shows; each scorer's mixed configurations are refused unless ``allow_mixed``."""
-    from charactereval_lib.charactereval.judge import shown_judges, side_warnings
+    from charactereval_lib.charactereval.judge_report import shown_judges, side_warnings
 
     judge_models = shown_judges(run, settings.scorer, settings.judge_model, settings.judges)
-    if settings.scorer == runs.JUDGE and not judge_models:
+    if settings.scorer == layout.JUDGE and not judge_models:
         raise runs.RunError(f"{run.path}: no judge scores (run `charactereval score RUN --scorer judge` first)")
-    main_judge = judge_models[0] if settings.scorer == runs.JUDGE else None
+    main_judge = judge_models[0] if settings.scorer == layout.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=main_judge)
     for model in judge_models:
         warnings = side_warnings(run, settings.scorer, model, settings.allow_mixed) + warnings
@@ -212,7 +213,7 @@ def _plain(markdown: str) -> str:
 
 
 def summarize(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: SummarizeSettings | None = None,
     *,
     data_dir: str | os.PathLike[str] | None = None,
@@ -225,11 +226,11 @@ def summarize(
     from charactereval_lib.charactereval.summary import summarize_run
 
     settings = settings if settings is not None else SummarizeSettings()
-    run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
+    run = benchmarks.require(layout.CharacterEvalRun.resolve(run).require_dir(), "charactereval")
     if out:
         outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path)
     faults.check_writable(out or run.path, "summary directory")
-    judge_model = run.select_judge(settings.judge_model) if settings.scorer == runs.JUDGE else None
+    judge_model = run.select_judge(settings.judge_model) if settings.scorer == layout.JUDGE else None
     warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
     data, note = optional_data(data_dir)
     if note:
@@ -242,8 +243,8 @@ def summarize(
     return SummaryOutcome(run, summary, warnings)
 
 
-def _analysable(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
-    run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "charactereval")
+def _analysable(run: str | os.PathLike[str] | layout.CharacterEvalRun) -> layout.CharacterEvalRun:
+    run = benchmarks.require(layout.CharacterEvalRun.resolve(run).require_dir(), "charactereval")
     run.require(run.rows, "generate and transform the run first")
     return run
 
@@ -263,7 +264,7 @@ def _notebook_parameters(settings: ReportSettings, data_dir: str | os.PathLike[s
 
 
 def report(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: ReportSettings | None = None,
     *,
     data_dir: str | os.PathLike[str] | None = None,
@@ -273,13 +274,13 @@ def report(
     directory unless given; a judge's report has its own names, see ``report_names``), both
     written only once the notebook ran through. The main sections show ``settings.scorer``'s
     scores; a run that also holds the other scorer's gets both side by side and their agreement."""
-    from charactereval_lib.charactereval.judge import report_names
+    from charactereval_lib.charactereval.judge_report import report_names
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else ReportSettings()
     run = _analysable(run)
     judge_models, warnings = _report_scorers(run, settings)
-    judge_model = judge_models[0] if settings.scorer == runs.JUDGE else None
+    judge_model = judge_models[0] if settings.scorer == layout.JUDGE else None
     names = report_names(settings.scorer, judge_model)
     out_dir = (outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path)
                if out else run.path)
@@ -294,27 +295,23 @@ def report(
     return ReportOutcome(notebook, html, warnings)
 
 
-def compare_problems(run_list: Sequence[runs.RunDir], scorer: str = runs.REWARD_MODEL,
+def compare_problems(run_list: Sequence[layout.CharacterEvalRun], scorer: str = layout.REWARD_MODEL,
                      judge_model: str | None = None) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
     with different configurations (checkpoint or judge model, mode) or protocol versions."""
-    problems = []
-    resolved = [r.path.resolve() for r in run_list]
-    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
-    if repeated:
-        problems.append(f"the same run is given more than once: {', '.join(repeated)}")
+    from charactereval_lib.engine import reportkit
+
+    problems = reportkit.repeated_runs(run_list)
     identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer, judge_model)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
     protocols = {r.name: r.manifest().get("protocol_version") for r in run_list}
-    if len(set(protocols.values())) > 1:
-        problems.append(f"the runs follow different protocol versions ({protocols})")
-    return problems
+    return problems + reportkit.differing(protocols, "follow different protocol versions")
 
 
 def compare(
-    run_list: Sequence[str | os.PathLike[str] | runs.RunDir],
+    run_list: Sequence[str | os.PathLike[str] | layout.CharacterEvalRun],
     out_dir: str | os.PathLike[str],
     settings: ReportSettings | None = None,
     *,
@@ -325,7 +322,7 @@ def compare(
     every run also holds the judge's (of the same judge model), the judge's means and each run's
     agreement of the two scorers follow. Refuses runs that cannot be compared unless
     ``allow_mixed``."""
-    from charactereval_lib.charactereval.judge import common_judge
+    from charactereval_lib.charactereval.judge_report import common_judge
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else ReportSettings()
@@ -339,11 +336,11 @@ def compare(
     # The judge's section needs one judge model in every run.
     judge_model, judge_note = common_judge([models for models, _ in judged], settings.judge_model)
     judges_text = ", ".join(f"{r.name}: {', '.join(m) or 'no judge scores'}" for r, (m, _) in zip(resolved, judged))
-    if settings.scorer == runs.JUDGE and judge_model is None:
+    if settings.scorer == layout.JUDGE and judge_model is None:
         raise runs.MixedRunError(f"cannot compare: the runs were not judged by one judge model ({judges_text})")
     problems = compare_problems(resolved, settings.scorer, judge_model)
-    if judge_model is not None and settings.scorer == runs.REWARD_MODEL:
-        problems += [p for p in compare_problems(resolved, runs.JUDGE, judge_model) if p not in problems]
+    if judge_model is not None and settings.scorer == layout.REWARD_MODEL:
+        problems += [p for p in compare_problems(resolved, layout.JUDGE, judge_model) if p not in problems]
     if problems and not settings.allow_mixed:
         raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
     warnings = [f"NOT COMPARABLE: {p}" for p in problems]
@@ -369,29 +366,29 @@ class ImportOutcome:
     """What ``import_official`` made: the run, the file's kind (generation, generation_trans or
     evaluation) and the counts (``charactereval.official.ImportResult``)."""
 
-    run: runs.RunDir
+    run: layout.CharacterEvalRun
     kind: str
     result: Any
 
 
-def import_official(path: str | os.PathLike[str], run: str | os.PathLike[str] | runs.RunDir, *,
+def import_official(path: str | os.PathLike[str], run: str | os.PathLike[str] | layout.CharacterEvalRun, *,
                     data_dir: str | os.PathLike[str] | None = None, data: OfficialData | None = None) -> ImportOutcome:
     """An official generation / generation_trans / evaluation JSON file as a new run
     (``charactereval.official``)."""
     from charactereval_lib.charactereval.official import import_official as import_file
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     kind, result = import_file(Path(path), run.path, _data(data_dir, data))
     return ImportOutcome(run, kind, result)
 
 
-def export_official(run: str | os.PathLike[str] | runs.RunDir, *, out: str | os.PathLike[str] | None = None,
+def export_official(run: str | os.PathLike[str] | layout.CharacterEvalRun, *, out: str | os.PathLike[str] | None = None,
                     data_dir: str | os.PathLike[str] | None = None, data: OfficialData | None = None) -> list[Path]:
     """A run as the official scripts' JSON files in ``out`` (default ``RUN/official``); the
     paths written."""
     from charactereval_lib.charactereval.official import export_official as export_run
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     default = run.path / "official"
     if out:
         outdir.check(out, outdir.REPORTS, inputs=[run.path], default=default)
@@ -401,11 +398,11 @@ def export_official(run: str | os.PathLike[str] | runs.RunDir, *, out: str | os.
     return written
 
 
-def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
+def overview(run: str | os.PathLike[str] | layout.CharacterEvalRun) -> pd.DataFrame:
     """What a run directory holds so far: one line per artifact with its record count."""
     import pandas as pd
 
-    run = runs.RunDir.resolve(run)
+    run = layout.CharacterEvalRun.resolve(run)
     statuses = pd.Series([g.get("status", "ok") for g in run.latest_generations().values()], dtype=object)
     lines = [
         ("requests.jsonl (dry run payloads)", len(artifacts.read_jsonl(run.requests).records)),
@@ -414,7 +411,7 @@ def overview(run: str | os.PathLike[str] | runs.RunDir) -> pd.DataFrame:
         ("rows.jsonl: (id, metric) rows", len(run.read_rows())),
         ("rm_inputs.jsonl (dry run payloads)", len(artifacts.read_jsonl(run.artifact("rm_inputs.jsonl")).records)),
         ("scores: scored rows", len(run.latest_scores())),
-        *((f"judge_scores: rows judged by {model}", len(run.latest_scores(scorer=runs.JUDGE, judge_model=model)))
+        *((f"judge_scores: rows judged by {model}", len(run.latest_scores(scorer=layout.JUDGE, judge_model=model)))
           for model in run.judge_models()),
     ]
     return pd.DataFrame(lines, columns=["artifact", "count"]).assign(run=str(run.path))

@@ -21,9 +21,10 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import model_validator
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.benchmark import NAME
 from charactereval_lib.charactereval.data import DataError, load_official_data
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import faults
 from charactereval_lib.engine.batching import GENERATION, SCORING, BatchEntry, BatchPlan, ModelResult, Settings, step
 from charactereval_lib.engine.validation import expect, is_int, problem
 from charactereval_lib.pipeline import charactereval as stages
@@ -147,7 +148,7 @@ class CharacterEvalPlan(BatchPlan):
         return ray.generate_gpus if model.generate.backend == "hf" else 0.0
 
     def run(self, model: ModelSpec, config: Any, result: ModelResult, parts: Sequence[str]) -> None:
-        run = runs.RunDir.resolve(config.output_dir / model.name)
+        run = layout.CharacterEvalRun.resolve(config.output_dir / model.name)
         step(result, "data")
         data = load_official_data(model.data_dir)
         if GENERATION in parts:
@@ -156,11 +157,11 @@ class CharacterEvalPlan(BatchPlan):
             _scoring_steps(model, config, result, run, data)
 
     def compare(self, models: Sequence[ModelSpec], config: Any) -> str:
-        runs_dirs = [runs.RunDir.resolve(config.output_dir / spec.name).path for spec in models]
+        runs_dirs = [layout.CharacterEvalRun.resolve(config.output_dir / spec.name).path for spec in models]
         return str(stages.compare(runs_dirs, config.comparison_dir, models[0].report, data_dir=models[0].data_dir).html)
 
 
-def _generation_steps(spec: ModelSpec, config: Any, result: ModelResult, run: runs.RunDir, data: Any) -> None:
+def _generation_steps(spec: ModelSpec, config: Any, result: ModelResult, run: layout.CharacterEvalRun, data: Any) -> None:
     from charactereval_lib.charactereval.subsets import stratified_subset, write_ids
 
     settings = spec.generate
@@ -176,7 +177,7 @@ def _generation_steps(spec: ModelSpec, config: Any, result: ModelResult, run: ru
     stages.transform(run, data=data)
 
 
-def _scoring_steps(spec: ModelSpec, config: Any, result: ModelResult, run: runs.RunDir, data: Any) -> None:
+def _scoring_steps(spec: ModelSpec, config: Any, result: ModelResult, run: layout.CharacterEvalRun, data: Any) -> None:
     step(result, "score")
     stages.score(run, spec.score, data=data, progress=config.progress)
     step(result, "summarize")
@@ -191,5 +192,5 @@ def _scoring_steps(spec: ModelSpec, config: Any, result: ModelResult, run: runs.
     result.report = str(stages.report(run, spec.report.replace(judges=judges), data_dir=spec.data_dir).html)
     for model in judges:
         step(result, f"report of judge {model}")
-        judged = spec.report.replace(scorer=runs.JUDGE, judge_model=model, judges=())
+        judged = spec.report.replace(scorer=layout.JUDGE, judge_model=model, judges=())
         result.judge_reports.append(str(stages.report(run, judged, data_dir=spec.data_dir).html))

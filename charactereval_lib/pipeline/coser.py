@@ -11,10 +11,10 @@ from typing import Any
 
 from charactereval_lib.engine import benchmarks, faults, outdir, runs
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.settings import Number, Settings, SettingsError, positive
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.data import DataUse, remember
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
-from charactereval_lib.pipeline.settings import Number, Settings, SettingsError, _positive
 
 # Seconds one CoSER model call may take before it is abandoned and retried (seed 004 F17: the
 # earlier platform's 180 s; upstream's OpenAI client has its own default).
@@ -101,7 +101,7 @@ class CoserRunSettings(Settings):
             if value not in (None, "system", "user"):
                 raise SettingsError(f"{role}_system_role {value!r}: expected system or user")
         for name in ("limit", "concurrency", "scene_concurrency", "timeout"):
-            _positive(name, getattr(self, name))
+            positive(name, getattr(self, name))
         if self.continue_from < 0 or self.retry_base_delay < 0:
             raise SettingsError("continue_from and retry_base_delay must not be negative")
         for role in (*COSER_ROLES, "repair"):
@@ -157,7 +157,7 @@ class CoserSummarizeSettings(Settings):
     seed: int = DEFAULT_SEED
 
     def model_post_init(self, context: Any) -> None:
-        _positive("n_boot", self.n_boot)
+        positive("n_boot", self.n_boot)
 
 
 class CoserReportSettings(CoserSummarizeSettings):
@@ -291,7 +291,7 @@ def coser_import(path: str | os.PathLike[str], run: str | os.PathLike[str] | run
 
 
 def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
-    from charactereval_lib.coser.run import JUDGEMENTS
+    from charactereval_lib.coser.benchmark import JUDGEMENTS
 
     run = benchmarks.require(runs.RunDir.resolve(run).require_dir(), "coser")
     run.require(run.artifact(JUDGEMENTS), "run `charactereval coser run` first")
@@ -300,10 +300,10 @@ def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
 
 def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
                     settings: CoserSummarizeSettings | None = None) -> SummaryOutcome:
-    """CoSER statistics (``coser.run.compute_summary``) written to ``RUN/coser_summary.json``;
+    """CoSER statistics (``coser.statistics.compute_summary``) written to ``RUN/coser_summary.json``;
     the warnings are the reasons the run is not comparable with the paper's anchor."""
     from charactereval_lib.coser.report import comparability
-    from charactereval_lib.coser.run import summarize
+    from charactereval_lib.coser.statistics import summarize
 
     settings = settings if settings is not None else CoserSummarizeSettings()
     run = _coser_run_dir(run)

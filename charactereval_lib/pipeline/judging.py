@@ -9,19 +9,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
+from charactereval_lib.engine.settings import positive
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 from charactereval_lib.pipeline.charactereval import _analysable, _data, score
-from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings, _positive
+from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings
 
 
 @dataclass
 class JudgeOutcome:
     """What ``judge_score`` did: a judge session or a dry run."""
 
-    run: runs.RunDir
+    run: layout.CharacterEvalRun
     summary: Any = None  # engine.grading.judging.JudgeSummary of a judge session
     dry_run: Any = None  # charactereval.judge.JudgeDryRun
     judge_model: str = ""
@@ -31,7 +33,7 @@ class JudgeOutcome:
 class BattleOutcome:
     """What ``battle`` did: this session's judge calls and the battle summary."""
 
-    out: runs.RunDir
+    out: layout.CharacterEvalRun
     session: Any  # engine.grading.judging.JudgeSummary of this session's judge calls
     summary: dict[str, Any]  # battle_summary.json
 
@@ -40,7 +42,7 @@ class BattleOutcome:
 class MetaevalOutcome:
     """What ``metaeval`` did: the scoring step and the agreement summary."""
 
-    out: runs.RunDir
+    out: layout.CharacterEvalRun
     summary: dict[str, Any]  # metaeval_summary.json
     scoring: Any = None  # the JudgeOutcome or ScoreOutcome of the scoring step
 
@@ -66,7 +68,7 @@ class RmTrainOutcome:
 
 
 def judge_score(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: JudgeSettings,
     *,
     data_dir: str | os.PathLike[str] | None = None,
@@ -83,7 +85,7 @@ def judge_score(
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
 
-    run = benchmarks.require(runs.RunDir.resolve(run), "charactereval")
+    run = benchmarks.require(layout.CharacterEvalRun.resolve(run), "charactereval")
     run.require(run.rows, "generate and transform the run first")
     run.check_protocol(PROTOCOL_VERSION)
     faults.check_writable(run.path, "run directory")
@@ -105,8 +107,8 @@ def judge_score(
 
 
 def battle(
-    run_a: str | os.PathLike[str] | runs.RunDir,
-    run_b: str | os.PathLike[str] | runs.RunDir,
+    run_a: str | os.PathLike[str] | layout.CharacterEvalRun,
+    run_b: str | os.PathLike[str] | layout.CharacterEvalRun,
     out: str | os.PathLike[str],
     settings: JudgeSettings,
     *,
@@ -126,9 +128,9 @@ def battle(
     from charactereval_lib.engine.grading.judging import run_judging
     from charactereval_lib.engine.grading.spec import load_spec
 
-    _positive("n_boot", n_boot)
-    run_a, run_b = (benchmarks.require(runs.RunDir.resolve(r), "charactereval") for r in (run_a, run_b))
-    out_dir = runs.RunDir(Path(out))
+    positive("n_boot", n_boot)
+    run_a, run_b = (benchmarks.require(layout.CharacterEvalRun.resolve(r), "charactereval") for r in (run_a, run_b))
+    out_dir = layout.CharacterEvalRun(Path(out))
     faults.check_writable(out_dir.path, "battle directory")
     pair = battles.check_pair(out_dir, run_a, run_b)
     data = _data(data_dir, data)
@@ -162,17 +164,17 @@ def metaeval(
     Krippendorff's alpha and the confusion matrix with intervals in ``OUT/metaeval_summary.json``."""
     from charactereval_lib.charactereval import metaeval as meta
 
-    _positive("n_boot", n_boot)
+    positive("n_boot", n_boot)
     faults.check_writable(out, "metaeval directory")
     data = _data(data_dir, data)
     records = meta.read_labels(labels, data)
-    out_run = runs.RunDir(Path(out))
+    out_run = layout.CharacterEvalRun(Path(out))
     meta.write_rows(out_run, records, data)
     if isinstance(settings, JudgeSettings):
-        scorer, scoring = runs.JUDGE, judge_score(out_run, settings, data=data, progress=progress)
+        scorer, scoring = layout.JUDGE, judge_score(out_run, settings, data=data, progress=progress)
         scorer_model = settings.judge_model
     else:
-        scorer, scoring = runs.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
+        scorer, scoring = layout.REWARD_MODEL, score(out_run, settings, data=data, progress=progress)
         scorer_model = settings.rm
     judge_model = settings.judge_model if isinstance(settings, JudgeSettings) else None
     summary = meta.metaevaluate(records, meta.predictions(out_run, records, scorer, judge_model), n_boot=n_boot,
@@ -185,7 +187,7 @@ def metaeval(
 
 
 def panel(
-    run: str | os.PathLike[str] | runs.RunDir,
+    run: str | os.PathLike[str] | layout.CharacterEvalRun,
     settings: PanelSettings,
     out: str | os.PathLike[str] | None = None,
 ) -> PanelOutcome:
@@ -201,7 +203,7 @@ def panel(
         outdir.check(out, outdir.REPORTS, inputs=[run.path], default=default)
     warnings = []
     for model in settings.judge_models:
-        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=runs.JUDGE,
+        mixed = run.check_consistent(allow_mixed=settings.allow_mixed, scorer=layout.JUDGE,
                                      judge_model=run.select_judge(model))
         warnings += [f"MIXED SCORERS: {problem}" for problem in mixed]
     out_dir = Path(out) if out is not None else default

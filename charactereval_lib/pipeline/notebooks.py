@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from charactereval_lib.engine import benchmarks, runs
-from charactereval_lib.pipeline.settings import SettingsError
+from charactereval_lib.engine.settings import SettingsError
 
 
 def available() -> dict[str, benchmarks.Benchmark]:

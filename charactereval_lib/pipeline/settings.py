@@ -1,21 +1,15 @@
-"""Typed settings of the pipeline stages: frozen pydantic models that also load from YAML
-mappings, where an unknown key or a wrong type is a one-line error naming the key
-(``SettingsError``, worded by ``engine.validation.format_error`` as every document's errors
-are). A benchmark package's own settings derive from ``Settings`` too."""
+"""Typed settings of CharacterEval's pipeline stages (``engine.settings.Settings``: frozen
+pydantic models that also load from YAML mappings)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator, ConfigDict, ValidationError, WrapValidator
-
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import COLON
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
+from charactereval_lib.engine.settings import Names, Number, Settings, SettingsError, not_negative, positive
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
-from charactereval_lib.engine.validation import Document, format_error
 
 # Paper models overlaid by default: the strongest open model, GPT-4, and one released run.
 DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
@@ -24,80 +18,9 @@ DEFAULT_BASELINES = ("GPT-4", "Baichuan2-13B", "ChatGLM3-6B")
 ENGINES = ("local", "ray")
 
 
-class SettingsError(ConfigError):
-    """Settings that cannot be used (an unknown key, a wrong type, an impossible value)."""
-
-
-def _keep_int(value: Any, handler: Any) -> Any:
-    # A whole number given for a number field stays an int (YAML's and the command line's 0 is not
-    # 0.0): a request's digest covers its JSON, where the two differ.
-    checked = handler(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) else checked
-
-
-# A number field: an int or a float, never a bool or a string.
-Number = Annotated[float, WrapValidator(_keep_int)]
-# Names given as a YAML list or a tuple, kept as a tuple.
-Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)]
-
-
-class Settings(Document):
-    """Settings of a stage, shared by the pipeline's and a benchmark package's own: frozen,
-    every key checked with its type (no coercion: ``'4'`` is no int), unknown keys refused,
-    ``from_mapping`` loads a YAML section and names where a problem was found. A subclass checks
-    what its fields cannot say alone in ``model_post_init``, raising ``SettingsError``."""
-
-    # Validators are built on first use: the command line reads these classes' defaults to build
-    # its parser, and `--help` should not pay for building them.
-    model_config = ConfigDict(defer_build=True)
-
-    def __init__(self, **values: Any) -> None:
-        try:
-            super().__init__(**values)
-        except ValidationError as exc:
-            raise SettingsError(format_error(exc, model=type(self))) from None
-
-    @classmethod
-    def keys(cls) -> list[str]:
-        return list(cls.model_fields)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], where: str = "settings"):
-        """Settings from a mapping (a YAML section); unknown keys and wrong types are errors
-        that name the key and ``where`` it was found."""
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:
-            raise SettingsError(format_error(exc, where, model=cls)) from None
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.model_dump()
-
-    def replace(self, **changes: Any):
-        """A copy with ``changes``, checked as a new one is."""
-        return type(self)(**{**self.as_dict(), **changes})
-
-    @classmethod
-    def default(cls, name: str) -> Any:
-        """A field's default: what a command-line option that is left out means (None for a
-        required field)."""
-        field = cls.model_fields[name]
-        return None if field.is_required() else field.default
-
-
-def _positive(name: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
-        raise SettingsError(f"{name} must be a positive number, got {value}")
-
-
-def _not_negative(name: str, value: int | float | None) -> None:
-    if value is not None and value < 0:
-        raise SettingsError(f"{name} must not be negative, got {value}")
-
-
 def _check_engine(settings: GenerateSettings | ScoreSettings) -> None:
     """The engine and its Ray options (``engine``, ``address``, ``workers``, ``gpus_per_worker``)."""
-    _positive("workers", settings.workers)
+    positive("workers", settings.workers)
     if settings.engine not in ENGINES:
         raise SettingsError(f"engine {settings.engine!r}: expected one of {', '.join(ENGINES)}")
     lost_node_wait = settings.lost_node_wait != type(settings).default("lost_node_wait")
@@ -107,7 +30,7 @@ def _check_engine(settings: GenerateSettings | ScoreSettings) -> None:
                             "--gpus-per-worker, --lost-node-wait) need engine ray")
     if settings.gpus_per_worker < 0:
         raise SettingsError(f"gpus_per_worker must not be negative, got {settings.gpus_per_worker}")
-    _positive("lost_node_wait", settings.lost_node_wait)
+    positive("lost_node_wait", settings.lost_node_wait)
 
 
 def _ray_settings(settings: GenerateSettings | ScoreSettings):
@@ -172,9 +95,9 @@ class GenerateSettings(Settings):
             raise SettingsError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         for name in ("limit", "concurrency", "max_tokens", "max_attempts", "batch_size", "timeout", "max_context",
                      "same_answer_limit"):
-            _positive(name, getattr(self, name))
+            positive(name, getattr(self, name))
         for name in ("price_in", "price_out", "offline_latency", "retry_base_delay", "retry_max_delay"):
-            _not_negative(name, getattr(self, name))
+            not_negative(name, getattr(self, name))
         if not 0 <= self.offline_fault_rate <= 1:
             raise SettingsError(f"offline_fault_rate must be a probability from 0 to 1, got {self.offline_fault_rate}")
         _check_engine(self)
@@ -236,8 +159,8 @@ class ScoreSettings(Settings):
             raise SettingsError(f"mode {self.mode!r}: expected one of {', '.join(MODES)}")
         if self.shard is not None:
             parse_shard(self.shard)
-        _positive("batch_tokens", self.batch_tokens)
-        _positive("verify", self.verify)
+        positive("batch_tokens", self.batch_tokens)
+        positive("verify", self.verify)
         _check_engine(self)
         if self.engine == "ray" and self.verify:
             raise SettingsError("verify (--verify) runs in this process: leave out engine ray")
@@ -287,9 +210,9 @@ class JudgeSettings(Settings):
         if not self.judge_model:
             raise SettingsError("judge_model is required (--judge-model)")
         for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
-            _positive(name, getattr(self, name))
+            positive(name, getattr(self, name))
         for name in ("price_in", "price_out", "retry_base_delay", "retry_max_delay"):
-            _not_negative(name, getattr(self, name))
+            not_negative(name, getattr(self, name))
         self.decoding()
 
     def decoding(self):
@@ -307,7 +230,7 @@ class JudgeSettings(Settings):
 
 
 class SummarizeSettings(Settings):
-    """Bootstrap settings of the intervals, which scorer's scores (``runs.SCORERS``; the reward
+    """Bootstrap settings of the intervals, which scorer's scores (``layout.SCORERS``; the reward
     model by default; ``judge_model`` picks one judge of a run that holds several), and whether
     a run mixing scorer configurations may be summarised."""
 
@@ -315,13 +238,13 @@ class SummarizeSettings(Settings):
     seed: int = DEFAULT_SEED
     level: Number = DEFAULT_LEVEL
     allow_mixed: bool = False
-    scorer: str = runs.REWARD_MODEL
+    scorer: str = layout.REWARD_MODEL
     judge_model: str | None = None
 
     def model_post_init(self, context: Any) -> None:
-        if self.scorer not in runs.SCORERS:
-            raise SettingsError(f"scorer {self.scorer!r}: expected one of {', '.join(runs.SCORERS)}")
-        _positive("n_boot", self.n_boot)
+        if self.scorer not in layout.SCORERS:
+            raise SettingsError(f"scorer {self.scorer!r}: expected one of {', '.join(layout.SCORERS)}")
+        positive("n_boot", self.n_boot)
         if not 0 < self.level < 1:
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
 
@@ -346,7 +269,7 @@ class PanelSettings(Settings):
                                 f"{list(self.judge_models)}")
         if self.verdict not in VERDICTS:
             raise SettingsError(f"verdict {self.verdict!r}: expected one of {', '.join(VERDICTS)}")
-        _positive("n_boot", self.n_boot)
+        positive("n_boot", self.n_boot)
         if not 0 < self.level < 1:
             raise SettingsError(f"level must be between 0 and 1, got {self.level}")
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS_PER_METRIC, EXPECTED_SAMPLES
 from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import load_paper_table
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.judge import dimension_score
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
 from charactereval_lib.engine import artifacts, runs
@@ -39,7 +40,7 @@ def charactereval_run(run_dir: Path, data: Any, *, model: str, shift: float = 0.
     """A generated, transformed and scored run recorded as the real scorer records it (checkpoint
     digest on every score and in run.json)."""
     write_synthetic_run(run_dir, data, seed=seed, shift=shift, model=model, failed_ids=failed_ids, unscored=unscored)
-    _record_scores(Path(run_dir), artifacts.read_jsonl(Path(run_dir) / runs.SCORES).records, checkpoint, protocol_version)
+    _record_scores(Path(run_dir), artifacts.read_jsonl(Path(run_dir) / layout.SCORES).records, checkpoint, protocol_version)
     return Path(run_dir)
 
 
@@ -52,7 +53,7 @@ def released_run(run_dir: Path, data: Any, work_dir: Path, *, paper_row: str, fi
     exported = {p.name: p for p in export_official(source, data, Path(work_dir) / "official")}
     released = exported["generation_trans.jsonl"].rename(Path(work_dir) / f"generation_trans_{file_key}.jsonl")
     import_official(released, Path(run_dir), data)
-    scores = artifacts.read_jsonl(source / runs.SCORES).records
+    scores = artifacts.read_jsonl(source / layout.SCORES).records
     table = load_paper_table()
     by_metric: dict[str, list[float]] = {}
     for record in scores:
@@ -68,7 +69,7 @@ def _record_scores(run_dir: Path, scores: list[dict[str, Any]], checkpoint: str 
     for record in scores:
         if checkpoint:
             record["checkpoint_sha256"] = checkpoint
-    artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+    artifacts.write_jsonl_atomic(run_dir / layout.SCORES, scores)
     runs.update_manifest(run_dir, protocol_version=protocol_version, scoring={
         "mode": "faithful", "device": "cpu", "protocol_version": protocol_version,
         "checkpoint": {"sha256": checkpoint, "format": "bin-sharded", "label": None}})

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import ID2METRIC, PROFILES, TEST_DATA, OfficialData, Sample
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.transform import transform_run
@@ -141,7 +142,7 @@ def write_synthetic_run(
          "n_tokens": int(min(t, 4096)), "truncated": bool(t > 4096), "mode": "faithful"}
         for r, s, t in zip(scored, sigmoid, n_tokens)
     ]
-    artifacts.write_jsonl_atomic(run_dir / runs.SCORES, scores)
+    artifacts.write_jsonl_atomic(run_dir / layout.SCORES, scores)
     runs.update_manifest(run_dir, scoring={"rm_label": rm_label, "mode": "faithful", "device": "cpu"})
     return run_dir
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import interruptible
@@ -74,7 +75,7 @@ def test_ray_batch_ends_with_the_sequential_summary(cluster, official_dir, tiny_
     assert flaky["status"] == "ok" and flaky["failed_samples"] and flaky["report"].endswith("report.html")
     assert broken["status"] == "failed" and broken["failed_step"] == "generate" and "no-such-model" in broken["error"]
     assert sequential["comparison"] is None and "a comparison needs two" in sequential["comparison_error"]
-    for name in (runs.GENERATIONS, runs.SCORES):
+    for name in (runs.GENERATIONS, layout.SCORES):
         assert records(outs["ray"] / "flaky" / name) == records(outs["local"] / "flaky" / name)
 
 

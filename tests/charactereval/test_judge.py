@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib import pipeline
-from charactereval_lib.charactereval import judge, judge_figures
+from charactereval_lib.charactereval import judge, judge_figures, judge_report, layout
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
@@ -30,12 +30,12 @@ def small_data(data: OfficialData, count: int) -> OfficialData:
     return OfficialData(data.data_dir, samples, data.profiles, data.id2metric, data.sha256)
 
 
-def make_run(path: Path, data: OfficialData, count: int) -> runs.RunDir:
+def make_run(path: Path, data: OfficialData, count: int) -> layout.CharacterEvalRun:
     ids = path.parent / f"{path.name}-ids.txt"
     ids.write_text("\n".join(str(s.id) for s in small_data(data, count).samples) + "\n")
     pipeline.generate(path, pipeline.GenerateSettings(backend="offline", model="demo", ids=str(ids)), data=data)
     pipeline.transform(path, data=data)
-    return runs.RunDir.resolve(path)
+    return layout.CharacterEvalRun.resolve(path)
 
 
 def judge_settings(server: MockServer, **overrides) -> pipeline.JudgeSettings:
@@ -176,14 +176,14 @@ def test_agreement_of_the_tiny_reward_model_and_the_judge(official_data, tiny_rm
 
     rows = run.read_rows()
     with pytest.raises(runs.RunError, match="no scores of judge"):
-        judge.paired_scores(make_run(tmp_path / "unjudged", official_data, 1))
-    tidy = judge.scorer_scores(run)
+        judge_report.paired_scores(make_run(tmp_path / "unjudged", official_data, 1))
+    tidy = judge_report.scorer_scores(run)
     assert Counter(tidy["scorer"]) == {"reward-model": len(rows), "judge": len(rows)}
-    paired = judge.paired_scores(run)
+    paired = judge_report.paired_scores(run)
     assert len(paired) == len(rows) and int(paired["judge_invalid"].sum()) == 1
     assert int(paired["judge"].isna().sum()) == 1
 
-    table = judge.scorer_agreement(run, n_boot=100)
+    table = judge_report.scorer_agreement(run, n_boot=100)
     overall = table[table["metric_en"] == "overall"].set_index("statistic")
     assert set(overall.index) == {"pearson", "spearman", "kendall_tau_b", "quadratic_kappa", "exact"}
     assert (overall["n"] == len(rows) - 1).all() and (overall["invalid_left_out"] == 1).all()
@@ -224,8 +224,8 @@ def test_a_changed_grading_rule_regrades_stored_replies_without_a_call(official_
         third = pipeline.judge_score(run, judge_settings(server, api_key_env="", spec=str(spec)), data=official_data)
     n = first.summary.graded
     assert n > 0 and second.summary.already_done == n and second.summary.pending == 0
-    changed = sum(1 for r in run.latest_scores(scorer=runs.JUDGE).values() if r["choice"] != "3")
+    changed = sum(1 for r in run.latest_scores(scorer=layout.JUDGE).values() if r["choice"] != "3")
     assert second.summary.regraded == changed > 0 and third.summary.regraded == 0
     assert "re-graded from their stored reply" in second.summary.line()
-    for record in run.latest_scores(scorer=runs.JUDGE).values():
+    for record in run.latest_scores(scorer=layout.JUDGE).values():
         assert record["score"] == 6 - int(record["choice"])

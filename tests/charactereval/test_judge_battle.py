@@ -8,7 +8,7 @@ import json
 import pytest
 
 from charactereval_lib import pipeline
-from charactereval_lib.charactereval import battle
+from charactereval_lib.charactereval import battle, layout
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
@@ -21,7 +21,7 @@ def write_runs(tmp_path, data):
     samples = [s for s in data.samples if data.id2metric.get(str(s.id))][:COUNT]
     made = []
     for name, mark in (("a", "AAA"), ("b", "BBB")):
-        run = runs.RunDir(tmp_path / name)
+        run = layout.CharacterEvalRun(tmp_path / name)
         rows = [{"id": s.id, "role": s.role, "novel_name": s.novel_name, "metric_en": m, "metric_zh": z,
                  "model_output": f"{s.role}：{mark} {s.id}"} for s in samples for m, z in data.id2metric[str(s.id)]]
         artifacts.write_jsonl_atomic(run.rows, rows)

@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 
 from charactereval_lib import pipeline
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import artifacts
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, majority, panel_table
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
@@ -59,7 +60,7 @@ def panel_run(tmp_path_factory):
     judge-b one grade lower (and one invalid answer), judge-c always 3 (and one failed call)."""
     root = tmp_path_factory.mktemp("panel")
     data = load_official_data(write_synthetic_data(root / "data", 30, seed=5), verify=False)
-    run = runs.RunDir(write_synthetic_run(root / "run", data, seed=1, unscored=10**6))
+    run = layout.CharacterEvalRun(write_synthetic_run(root / "run", data, seed=1, unscored=10**6))
     keys = [request_key(item.messages) for item in judge_items(run, data, load_specs())]
     invalid_b, failed_c = keys[1], keys[2]
 

@@ -12,6 +12,7 @@ import pytest
 from test_reports_notebooks import PNG, cell_problems, sections
 
 from charactereval_lib import pipeline
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
@@ -37,7 +38,7 @@ def judged(tmp_path_factory):
     b = write_synthetic_run(root / "model-b", data, seed=2, shift=0.5)
     only = write_synthetic_run(root / "judge-only", data, seed=4, unscored=10**6)
     # One invalid answer of judge-x in run A: counted beside the means, left out of them.
-    invalid_key = request_key(judge_items(runs.RunDir(a), data, load_specs())[0].messages)
+    invalid_key = request_key(judge_items(layout.CharacterEvalRun(a), data, load_specs())[0].messages)
 
     def plan(key, attempt, payload):
         if payload["model"] == "judge-three":
@@ -90,7 +91,7 @@ def test_a_run_scored_only_by_the_judge_is_reported_with_scorer_judge(judged, ca
     html = (only / "report-judge-judge-x.html").read_text(encoding="utf-8")
     head = html.split("<h2", 1)[0]
     assert "scores of the LLM judge <strong>judge-x</strong>" in head and "not of CharacterEval's reward model" in head
-    rows = len(runs.RunDir(only).read_rows())
+    rows = len(layout.CharacterEvalRun(only).read_rows())
     assert f"{rows} scored rows of {rows}" in head and "Scoring is incomplete" not in head
     parts = sections(html)
     assert "judge judge-x mean" in parts["Reward model and LLM judge"]
@@ -105,7 +106,7 @@ def test_a_run_scored_only_by_the_judge_is_reported_with_scorer_judge(judged, ca
 
 def test_several_judges_in_one_run(judged, capsys):
     data_dir, _, a, _, _ = judged
-    run = runs.RunDir(a)
+    run = layout.CharacterEvalRun(a)
     assert run.judge_models() == ["judge-x", "judge-three"]
     records = artifacts.read_jsonl(run.judge_scores).records
     assert len(records) == 2 * len(run.read_rows())

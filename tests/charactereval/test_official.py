@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.official import OfficialFormatError, export_official, import_official
 from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.charactereval.transform import transform_run
@@ -41,7 +42,7 @@ def test_transformed_file_keeps_error_replies_and_uses_every_score(synthetic_dat
     run = tmp_path / "run"
     got_kind, result = import_official(write(tmp_path / f"{kind}.jsonl", records), run, synthetic_data)
     assert got_kind == kind
-    rows = artifacts.read_jsonl(run / runs.ROWS).records
+    rows = artifacts.read_jsonl(run / layout.ROWS).records
     assert [(r["id"], r["metric_en"], r["model_output"]) for r in rows] == [
         (r["id"], r["metric_en"], r["model_output"]) for r in records]
     assert result.failed_ids == []

@@ -13,8 +13,8 @@ import pytest
 from test_reports_notebooks import PNG, cell_problems, sections
 
 from charactereval_lib import pipeline
-from charactereval_lib.charactereval import judge_figures
-from charactereval_lib.charactereval.judge import common_judge, report_names
+from charactereval_lib.charactereval import judge_figures, layout
+from charactereval_lib.charactereval.judge_report import common_judge, report_names
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
@@ -44,7 +44,7 @@ def test_two_judges_and_the_reward_model_render_three_reports_and_a_batch_passes
         for model in ("judge-x", "judge-three"):
             judge(out / "model-a", server, model, official_dir)
         judge(out / "model-b", server, "judge-x", official_dir)
-    assert runs.RunDir(out / "model-a").judge_models() == ["judge-x", "judge-three"]
+    assert layout.CharacterEvalRun(out / "model-a").judge_models() == ["judge-x", "judge-three"]
 
     config = tmp_path / "batch.yaml"
     config.write_text(f"""
@@ -84,11 +84,11 @@ models:
         assert "Reward model (shown beside the judge)" in head and "tiny, randomly initialised" in head
         judge_parts = sections(html)
         assert "Grades" in judge_parts and "Score grid (bf16)" not in judge_parts
-        assert (a / report_names(runs.JUDGE, model).figures / "grades.png").exists()
+        assert (a / report_names(layout.JUDGE, model).figures / "grades.png").exists()
     three = sections(reports["judge-three"].read_text(encoding="utf-8"))["Grades"]
     overall = re.search(r"<tr>\s*<td[^>]*>all metrics</td>(.*?)</tr>", three, re.DOTALL).group(1)
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", overall)
-    rows = len(runs.RunDir(a).read_rows())
+    rows = len(layout.CharacterEvalRun(a).read_rows())
     assert cells == [str(rows), "0", "0", str(rows), "0", "0", "0"]  # judge-three always answers 3
     # model-b holds one judge: its reward-model report and that judge's report.
     assert (out / "model-b" / "report-judge-judge-x.html").exists()
@@ -106,8 +106,8 @@ def test_the_comparison_shows_the_one_judge_every_run_holds():
 
 
 def test_report_file_names_per_scorer():
-    assert report_names(runs.REWARD_MODEL) == ("report.ipynb", "report.html", "figures")
-    assert report_names(runs.JUDGE, "org/gpt-4o mini") == (
+    assert report_names(layout.REWARD_MODEL) == ("report.ipynb", "report.html", "figures")
+    assert report_names(layout.JUDGE, "org/gpt-4o mini") == (
         "report-judge-org_gpt-4o_mini.ipynb", "report-judge-org_gpt-4o_mini.html", "figures-judge-org_gpt-4o_mini")
 
 
@@ -137,22 +137,22 @@ def test_agreement_labels_are_readable_and_dots_keep_clear_of_them():
 
 
 def test_which_judges_a_report_shows(tmp_path):
-    from charactereval_lib.charactereval.judge import shown_judges
+    from charactereval_lib.charactereval.judge_report import shown_judges
 
-    run = runs.RunDir(tmp_path / "run")
+    run = layout.CharacterEvalRun(tmp_path / "run")
     run.path.mkdir()
     artifacts.write_jsonl_atomic(run.judge_scores, [{"id": 1, "metric_en": "Fluency", "judge_model": m, "status": "ok"}
                                                for m in ("judge-x", "judge-three")])
     # The reward model's report: every judge by default, else the ones named.
-    assert shown_judges(run, runs.REWARD_MODEL) == ["judge-x", "judge-three"]
-    assert shown_judges(run, runs.REWARD_MODEL, judges=["judge-three"]) == ["judge-three"]
-    assert shown_judges(run, runs.REWARD_MODEL, "judge-x") == ["judge-x"]
+    assert shown_judges(run, layout.REWARD_MODEL) == ["judge-x", "judge-three"]
+    assert shown_judges(run, layout.REWARD_MODEL, judges=["judge-three"]) == ["judge-three"]
+    assert shown_judges(run, layout.REWARD_MODEL, "judge-x") == ["judge-x"]
     with pytest.raises(runs.RunError, match="no records of judge model 'nobody'"):
-        shown_judges(run, runs.REWARD_MODEL, judges=["nobody"])
+        shown_judges(run, layout.REWARD_MODEL, judges=["nobody"])
     # A judge's report is one judge's: with several, it must be named.
-    assert shown_judges(run, runs.JUDGE, "judge-three") == ["judge-three"]
+    assert shown_judges(run, layout.JUDGE, "judge-three") == ["judge-three"]
     with pytest.raises(runs.RunError, match="choose one with --judge-model"):
-        shown_judges(run, runs.JUDGE)
-    empty = runs.RunDir(tmp_path / "empty")
+        shown_judges(run, layout.JUDGE)
+    empty = layout.CharacterEvalRun(tmp_path / "empty")
     empty.path.mkdir()
-    assert shown_judges(empty, runs.REWARD_MODEL) == [] and shown_judges(empty, runs.JUDGE) == []
+    assert shown_judges(empty, layout.REWARD_MODEL) == [] and shown_judges(empty, layout.JUDGE) == []

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from charactereval_lib import pipeline
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.engine import artifacts, report, runs
@@ -181,12 +182,12 @@ def test_report_of_a_run_not_scored_yet(synthetic_runs, tmp_path):
     data_dir, _, _ = synthetic_runs
     data = load_official_data(data_dir, verify=False)
     run = write_synthetic_run(tmp_path / "unscored", data, unscored=10**6)
-    assert artifacts.read_jsonl(run / runs.SCORES).records == []
+    assert artifacts.read_jsonl(run / layout.SCORES).records == []
     outcome = pipeline.report(run, pipeline.ReportSettings(verify_data=False, n_boot=20), data_dir=str(data_dir))
     notebook, html_path = outcome.notebook, outcome.html
     assert cell_problems(notebook) == []
     html = html_path.read_text(encoding="utf-8")
-    rows = len(artifacts.read_jsonl(run / runs.ROWS).records)
+    rows = len(artifacts.read_jsonl(run / layout.ROWS).records)
     assert f"Scoring is incomplete: {rows} row(s)" in html and f"0 scored rows of {rows}" in html
     # Every section still renders: figures say there is nothing to show instead of failing.
     assert sections(html)["Score grid (bf16)"].count(PNG) == 1
@@ -311,4 +312,4 @@ def test_generate_notebook_generates_under_papermill(backend, official_dir, tmp_
     assert cell_problems(output) == []
     records = artifacts.read_jsonl(run / runs.GENERATIONS).records
     assert len(records) == 4 and all(r["status"] == "ok" for r in records)
-    assert (run / runs.ROWS).exists()
+    assert (run / layout.ROWS).exists()

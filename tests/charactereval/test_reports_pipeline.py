@@ -14,7 +14,7 @@ import pytest
 
 from charactereval_lib import pipeline
 from charactereval_lib.apps import batch
-from charactereval_lib.charactereval import analysis
+from charactereval_lib.charactereval import analysis, layout
 from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, report, runs
@@ -52,8 +52,8 @@ models:
         html = (out / name / pipeline.REPORT_HTML).read_text(encoding="utf-8")
         # The real generate and score commands recorded an offline backend and a tiny checkpoint.
         assert analysis.OFFLINE_CAVEAT.split("**")[0] in html and "tiny, randomly initialised" in html
-        assert len(artifacts.read_jsonl(out / name / runs.SCORES).records) == len(artifacts.read_jsonl(out / name / runs.ROWS).records)
-        assert (out / name / runs.SUMMARY).exists()
+        assert len(artifacts.read_jsonl(out / name / layout.SCORES).records) == len(artifacts.read_jsonl(out / name / layout.ROWS).records)
+        assert (out / name / layout.SUMMARY).exists()
     comparison = (out / "cmp" / pipeline.COMPARISON_HTML).read_text(encoding="utf-8")
     assert "model-b − model-a" in comparison and "<strong>broken</strong>" not in comparison
     # The subset was written as an ids file and generated exactly.
@@ -85,6 +85,6 @@ def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
     # No progress bars in an executed notebook (the tiny-model warning on stderr is welcome).
     stderr = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stderr")
     assert "%|" not in stderr and "\r" not in stderr
-    rows = artifacts.read_jsonl(run / runs.ROWS).records
-    assert rows and len(artifacts.read_jsonl(run / runs.SCORES).records) == len(rows)
-    assert json.loads((run / runs.SUMMARY).read_text(encoding="utf-8"))["counts"]["scored_rows"] == len(rows)
+    rows = artifacts.read_jsonl(run / layout.ROWS).records
+    assert rows and len(artifacts.read_jsonl(run / layout.SCORES).records) == len(rows)
+    assert json.loads((run / layout.SUMMARY).read_text(encoding="utf-8"))["counts"]["scored_rows"] == len(rows)

@@ -87,7 +87,7 @@ def test_battle_shows_counts_over_valid_battles_and_warns_of_invalid_answers(off
 
 
 def test_the_agreement_table_says_n_lt_2_and_undefined():
-    from charactereval_lib.charactereval.judge import agreement_display
+    from charactereval_lib.charactereval.judge_report import agreement_display
     from charactereval_lib.engine.grading.agreement import agreement_table
 
     paired = pd.DataFrame({"id": [1, 2, 3, 4], "metric_en": ["Fluency", "Empathy", "Empathy", "Empathy"],

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.coser import official
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.judge import ENVIRONMENT, dimension_score
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES, summarize
+from charactereval_lib.coser.statistics import summarize
 from charactereval_lib.coser.text import remove_inner_thoughts
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_PAPER

@@ -98,7 +98,7 @@ ROUTER = "https://openrouter.ai/api/v1"
 
 
 def test_role_request_params_and_pins_go_out_are_recorded_and_shown(tmp_path):
-    from charactereval_lib.coser.run import SUMMARY
+    from charactereval_lib.coser.benchmark import SUMMARY
     from charactereval_lib.testing.coser_script import role_of
     from charactereval_lib.testing.mockserver import REASONING_TOKENS
 

@@ -10,9 +10,10 @@ import json
 
 import pytest
 
+from charactereval_lib.coser.benchmark import SCENES, TURNS
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.prompts import NSP
-from charactereval_lib.coser.run import PRESETS, SCENES, TURNS, run_coser, select_scenes, start_run
+from charactereval_lib.coser.run import PRESETS, run_coser, select_scenes, start_run
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings, reply_with_retries
 from charactereval_lib.coser.upstream import load_critic_prompts
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER

@@ -20,9 +20,10 @@ from _browser_support import chromium, requests_leaving
 from charactereval_lib import cli, pipeline
 from charactereval_lib.apps import reproduction
 from charactereval_lib.apps.leaderboard import build
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
-from charactereval_lib.coser.run import JUDGEMENTS, SCENES, SUMMARY, TURNS, compute_summary
+from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import write_jsonl_atomic
 from charactereval_lib.engine.runs import RunDir

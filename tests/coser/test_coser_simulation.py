@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib import cli
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, TURNS
 from charactereval_lib.coser.prompts import NSP
-from charactereval_lib.coser.run import JUDGEMENTS, LOCK, SCENES, TURNS
+from charactereval_lib.coser.run import LOCK
 from charactereval_lib.engine.artifacts import read_jsonl
 from charactereval_lib.engine.runs import load_manifest
 from charactereval_lib.testing.coser_script import scripted_reply

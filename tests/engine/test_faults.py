@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
@@ -184,13 +185,13 @@ def test_a_sweep_of_bad_inputs_gives_one_line_each(workspace, official_dir, tmp_
     for name, line in (("string-score", None), ("not-an-object", b"[1, 2]\n")):
         run = ws / "damaged" / name
         shutil.copytree(ws / "run", run)
-        lines = (run / runs.SCORES).read_bytes().splitlines(keepends=True)
+        lines = (run / layout.SCORES).read_bytes().splitlines(keepends=True)
         if line is None:
             record = json.loads(lines[1])
             lines[1] = (json.dumps({**record, "score": "high"}) + "\n").encode()
         else:
             lines[0] = line
-        (run / runs.SCORES).write_bytes(b"".join(lines))
+        (run / layout.SCORES).write_bytes(b"".join(lines))
     # "auto" finds no cluster: none started here, and no RAY_ADDRESS.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "no-ray"))
@@ -207,12 +208,12 @@ def test_a_sweep_of_bad_inputs_gives_one_line_each(workspace, official_dir, tmp_
 
 def write_judge_records(run: Path) -> list[dict]:
     """Judge ``good`` graded every row; every call of judge ``failed`` failed. Returns the rows."""
-    rows = artifacts.read_jsonl(run / runs.ROWS).records
+    rows = artifacts.read_jsonl(run / layout.ROWS).records
     records = [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "good",
                 "parser": "evals", "status": "ok", "score": 1 + k % 5, "invalid": False} for k, r in enumerate(rows)]
     records += [{"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "failed",
                  "parser": "evals", "status": "error", "score": None} for r in rows]
-    artifacts.write_jsonl_atomic(run / runs.JUDGE_SCORES, records)
+    artifacts.write_jsonl_atomic(run / layout.JUDGE_SCORES, records)
     return rows
 
 
@@ -246,12 +247,12 @@ def test_lock_files_are_gone_after_a_clean_finish_and_a_stale_one_is_taken_over(
     assert main(["rm", "make-tiny", str(rm), "--layers", "1", "--hidden", "16", "--heads", "2"]) == 0
     assert main(["score", str(run), "--rm", str(rm), "--data-dir", str(official_dir), "--quiet"]) == 0
     capsys.readouterr()
-    assert len(artifacts.read_jsonl(run / runs.SCORES).records) > 0
+    assert len(artifacts.read_jsonl(run / layout.SCORES).records) > 0
     assert sorted(p.name for p in run.iterdir() if "lock" in p.name) == []
     # While one writer holds the lock, a second one stops at once; after it, no file is left.
-    with scorer.scoring_job(run / runs.SCORES).locked():
+    with scorer.scoring_job(run / layout.SCORES).locked():
         with pytest.raises(runs.RunError, match="another scorer is writing it"):
-            with scorer.scoring_job(run / runs.SCORES).locked():
+            with scorer.scoring_job(run / layout.SCORES).locked():
                 pass
     assert not (run / "scores.jsonl.lock").exists()
 
@@ -407,7 +408,7 @@ def test_sigterm_stops_score_like_ctrl_c(long_run, official_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(source, run)
     process = _start(["score", str(run), "--rm", str(rm), "--data-dir", str(official_dir), "--quiet"], tmp_path)
-    scores = run / runs.SCORES
+    scores = run / layout.SCORES
     _wait_for(lambda: scores.exists() and scores.read_bytes().count(b"\n") >= 3, process, "the first scores")
     manifest = json.loads((run / runs.MANIFEST).read_text())
     process.send_signal(signal.SIGTERM)
@@ -446,7 +447,7 @@ def test_sigterm_during_a_batch_scoring_stage_writes_the_batch_summary(long_run,
     config.write_text(f"output_dir: {out}\ndata_dir: {official_dir}\n"
                       f"models:\n  - {{name: only, backend: offline, model: m, rm: {rm}, limit: 600, device: cpu}}\n")
     process = _start(["batch", str(config)], tmp_path)
-    scores = out / "only" / runs.SCORES
+    scores = out / "only" / layout.SCORES
     _wait_for(lambda: scores.exists() and scores.read_bytes().count(b"\n") >= 3, process, "the first scores")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)

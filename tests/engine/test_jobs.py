@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.coser import run as coser_run
 from charactereval_lib.engine import artifacts, jobs, runs
@@ -76,7 +77,7 @@ def test_the_appender_repairs_a_torn_tail_and_says_so(tmp_path):
 
 
 def test_every_stage_uses_the_job(tmp_path):
-    run = runs.RunDir(tmp_path)
+    run = layout.CharacterEvalRun(tmp_path)
     locks = {generation_job(run).lock.name, judge_job(run).lock.name, coser_run.coser_job(run).lock.name,
              scorer.scoring_job(run.scores).lock.name}
     assert locks == {".generate.lock", ".judge.lock", ".coser.lock", "scores.jsonl.lock"}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
@@ -114,7 +115,7 @@ def test_relative_names_mean_the_same_under_jupyter_and_the_command_line(tmp_pat
 
 
 def test_run_dir_refuses_another_protocol_and_names_mixed_scorers(tmp_path):
-    run = runs.RunDir.resolve(tmp_path / "run")
+    run = layout.CharacterEvalRun.resolve(tmp_path / "run")
     run.update_manifest(protocol_version="charactereval-0.9")
     with pytest.raises(runs.MixedRunError, match=r"made under protocol charactereval-0\.9"):
         run.check_protocol(PROTOCOL_VERSION)
@@ -133,8 +134,8 @@ def test_run_dir_refuses_another_protocol_and_names_mixed_scorers(tmp_path):
 def test_compare_refuses_runs_scored_differently_and_names_them(tmp_path):
     from charactereval_lib import pipeline
 
-    def scored_run(name: str, checkpoint: str, mode: str) -> runs.RunDir:
-        run = runs.RunDir.resolve(tmp_path / name)
+    def scored_run(name: str, checkpoint: str, mode: str) -> layout.CharacterEvalRun:
+        run = layout.CharacterEvalRun.resolve(tmp_path / name)
         run.update_manifest(protocol_version=PROTOCOL_VERSION)
         run.rows.write_text('{"id": 1, "metric_en": "Fluency"}\n')
         with artifacts.JsonlAppender(run.scores) as out:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from charactereval_lib import cli
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.analysis import load_run
 from charactereval_lib.coser.report import load_analysis
 from charactereval_lib.engine import artifacts, runs, thinking
@@ -50,7 +51,7 @@ def test_charactereval_s5_cuts_the_answer_not_the_block(official_dir, tmp_path, 
     generations = {g["id"]: g["model_output"] for g in artifacts.read_jsonl(run / runs.GENERATIONS).records}
     with_block = {i for i, text in generations.items() if text.startswith("\n<think>")}
     assert with_block and len(with_block) < len(generations)  # replies with and without a block
-    rows = artifacts.read_jsonl(run / runs.ROWS).records
+    rows = artifacts.read_jsonl(run / layout.ROWS).records
     for row in rows:
         raw = generations[row["id"]]
         if row["id"] in with_block and keep:
@@ -102,7 +103,7 @@ def test_coser_dialogue_judge_input_and_length_term_never_see_a_removed_block(tm
     assert judged and ("<think>" in dialogue) == keep and ("<think>" in judge_input) == keep
     turns = artifacts.read_jsonl(run / "coser_turns.jsonl").records
     assert turns and all("<think>" in t["reply"] for t in turns if t.get("kind") in ("actor", "env"))  # nothing lost
-    settings = load_analysis(runs.RunDir(run), n_boot=10, seed=0).settings_table()
+    settings = load_analysis(layout.CharacterEvalRun(run), n_boot=10, seed=0).settings_table()
     assert dict(zip(settings["setting"], settings["value"]))["identity / thinking"] == identity["thinking"]
     if not keep:
         # The NSP still reads the label after the block: the scenes end by <END CHAT> or 20 rounds as

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.documents import CharacterEvalManifest, Summary, load_summary
 from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.cli import main
 from charactereval_lib.coser import documents as coser_documents
-from charactereval_lib.coser.run import SUMMARY as COSER_SUMMARY
-from charactereval_lib.coser.run import summarize as coser_summarize
+from charactereval_lib.coser.benchmark import SUMMARY as COSER_SUMMARY
+from charactereval_lib.coser.statistics import summarize as coser_summarize
 from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.errors import SpecError
 from charactereval_lib.engine.grading.spec import spec_from_mapping
@@ -178,7 +179,7 @@ def test_the_command_line_says_a_damaged_manifest_in_one_line(tmp_path, capsys):
 
 def test_a_charactereval_summary_is_read_typed_and_a_damaged_one_named(tmp_path):
     data = load_official_data(write_synthetic_data(tmp_path / "data", 40), verify=False)
-    run = runs.RunDir(write_synthetic_run(tmp_path / "run", data, failed_ids=(data.samples[0].id,)))
+    run = layout.CharacterEvalRun(write_synthetic_run(tmp_path / "run", data, failed_ids=(data.samples[0].id,)))
     written = summarize_run(run, id2metric=data.id2metric, n_boot=20)
     summary = load_summary(run.summary)
     assert isinstance(summary, Summary) and summary.run == "run" and summary.counts.generation_failures == 1

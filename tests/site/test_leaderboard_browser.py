@@ -17,8 +17,9 @@ import pytest
 from _browser_support import WAIT_MS, chromium
 
 from charactereval_lib.apps.leaderboard import build
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine import artifacts
 from charactereval_lib.engine.plots import CJK_FONTS, cjk_font
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
@@ -31,8 +32,8 @@ def site(tmp_path_factory):
     ce = charactereval_run(root / "runs" / "ce-small", data, model="small-model", seed=1,
                            failed_ids=[data.samples[3].id])
     # The first rows also judged, so the explorer has both scorers to set side by side.
-    rows = artifacts.read_jsonl(ce / runs.ROWS).records[:10]
-    artifacts.write_jsonl_atomic(ce / runs.JUDGE_SCORES, [
+    rows = artifacts.read_jsonl(ce / layout.ROWS).records[:10]
+    artifacts.write_jsonl_atomic(ce / layout.JUDGE_SCORES, [
         {"id": r["id"], "metric_en": r["metric_en"], "scorer": "judge", "judge_model": "judge-x", "status": "ok",
          "score": 4.0, "choice": "4", "invalid": False, "reply": "invented reasoning\n4"} for r in rows])
     coser_run(root / "runs" / "coser-a", actor="actor-a", level=65, seed=1)

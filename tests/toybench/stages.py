@@ -16,7 +16,7 @@ from charactereval_lib.engine import artifacts, faults, reportkit, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.engine import run_closing
-from charactereval_lib.pipeline import Settings, SettingsError
+from charactereval_lib.engine.settings import Settings, SettingsError
 from tests.toybench import NAME, PROTOCOL_VERSION
 
 DATA_ENV = "TOYBENCH_DATA_DIR"

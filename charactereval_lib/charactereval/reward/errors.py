@@ -1,4 +1,5 @@
-"""Errors of the reward-model package, importable without torch (the CLI reports them)."""
+"""Errors of the reward-model package, importable without torch (the CLI reports them:
+``Benchmark.errors``)."""
 
 from __future__ import annotations
 
@@ -14,5 +15,3 @@ class TokenizerError(ValueError):
 class DownloadError(RuntimeError):
     """The checkpoint could not be fetched or is incomplete."""
 
-
-REWARD_ERRORS: tuple[type[BaseException], ...] = (CheckpointError, TokenizerError, DownloadError)

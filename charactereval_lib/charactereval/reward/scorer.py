@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
@@ -86,7 +87,7 @@ def shard_of(sample_id: int, n: int) -> int:
 
 def shard_path(run_dir: Path, shard: tuple[int, int] | None) -> Path:
     if shard is None:
-        return run_dir / runs.SCORES
+        return run_dir / layout.SCORES
     return run_dir / f"scores.shard-{shard[0]}-of-{shard[1]}.jsonl"
 
 
@@ -107,7 +108,7 @@ def _grid_steps(a: float, b: float) -> int:
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / runs.ROWS
+    path = Path(run_dir) / layout.ROWS
     result = artifacts.read_jsonl(path)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -116,7 +117,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return result.records
 
 
-def row_inputs(rows: Sequence[dict[str, Any]], data: OfficialData, rows_path: Path | str = runs.ROWS) -> list[RowInput]:
+def row_inputs(rows: Sequence[dict[str, Any]], data: OfficialData, rows_path: Path | str = layout.ROWS) -> list[RowInput]:
     """S6 (text) for every row of a run: the row's reply and metric joined with the official
     context and profile of its sample; rows that cannot be scored faithfully are refused."""
     samples = data.by_id()
@@ -173,7 +174,7 @@ def dry_run(run_dir: Path, data: OfficialData, rm_dir: Path | None, shard: tuple
 
         tokenizer = load_tokenizer(rm_dir)
     run_dir = Path(run_dir)
-    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), shard)
+    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / layout.ROWS), shard)
     count = write_rm_inputs(run_dir, inputs, tokenizer)
     runs.update_manifest(
         run_dir,
@@ -196,7 +197,7 @@ def _valid(record: Any) -> bool:
 
 def merge_shards(run_dir: Path, job: jobs.Job) -> int:
     """Append to ``scores.jsonl`` every shard record it does not hold yet; returns how many."""
-    target = run_dir / runs.SCORES
+    target = run_dir / layout.SCORES
     shard_files = sorted(run_dir.glob(SHARD_GLOB))
     if not shard_files:
         return 0
@@ -391,7 +392,7 @@ def score_run(
         raise runs.RunError(f"--mode {settings.mode!r}: expected one of {', '.join(MODES)}")
     run_dir = Path(run_dir)
     report = ScoringReport()
-    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), settings.shard)
+    inputs = select_rows(row_inputs(read_rows(run_dir), data, run_dir / layout.ROWS), settings.shard)
     report.rows = len(inputs)
     identity = checkpoint_identity(rm_dir)
     out_path = shard_path(run_dir, settings.shard)
@@ -504,7 +505,7 @@ def verify_run(run_dir: Path, rm_dir: Path, data: OfficialData, settings: Scorer
     from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 
     run_dir = Path(run_dir)
-    rows = verify_rows(select_rows(row_inputs(read_rows(run_dir), data, run_dir / runs.ROWS), settings.shard), k)
+    rows = verify_rows(select_rows(row_inputs(read_rows(run_dir), data, run_dir / layout.ROWS), settings.shard), k)
     tokenizer = load_tokenizer(rm_dir)
     model = load_model(rm_dir, settings.device)
     seqs = [tokenizer.rm_input_ids(r.text)[0] for r in rows]

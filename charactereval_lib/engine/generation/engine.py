@@ -112,26 +112,54 @@ def check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
 
 
 @dataclass
-class SessionSummary:
+class CallSession:
+    """The counters every session of model calls keeps (a generation's ``SessionSummary``, a
+    judge's ``JudgeSummary``): the calls it had to make, its failed calls by error class, the
+    refusals and tokens of its replies, and how it ended. A subclass says which calls are
+    ``done``."""
+
     pending: int
+    errors: Counter = field(default_factory=Counter)
+    refusals: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    # Why the session stopped early (RunAborted), e.g. the endpoint refused every connection.
+    aborted: str | None = None
+    concurrency: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def remaining(self) -> int:
+        return self.pending - self.done
+
+    def count_usage(self, usage: dict[str, Any] | None) -> None:
+        self.prompt_tokens += int((usage or {}).get("prompt_tokens") or 0)
+        self.completion_tokens += int((usage or {}).get("completion_tokens") or 0)
+
+    def rate(self) -> float:
+        """Calls done per second."""
+        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def errors_by_class(self) -> str:
+        return ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
+
+
+@dataclass
+class SessionSummary(CallSession):
     already_ok: int = 0
     errors_kept: int = 0
     ok: int = 0
-    errors: Counter = field(default_factory=Counter)
     empty: int = 0
-    refusals: int = 0
     content_filtered: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     # Where the server reports them (see base.reasoning_tokens): their sum, and how many replies had the count.
     reasoning_tokens: int = 0
     reasoning_reported: int = 0
     served_models: Counter = field(default_factory=Counter)
-    elapsed_s: float = 0.0
-    interrupted: bool = False
-    # Why the run stopped early (RunAborted), e.g. the endpoint refused every connection.
-    aborted: str | None = None
-    concurrency: dict[str, Any] | None = None
 
     def add(self, result: GenerationResult) -> None:
         if result.status == STATUS_OK:
@@ -142,8 +170,7 @@ class SessionSummary:
         self.refusals += result.refusal
         self.content_filtered += result.content_filter
         usage = result.usage or {}
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self.count_usage(usage)
         reasoning = reasoning_tokens(usage)
         if reasoning is not None:
             self.reasoning_tokens += reasoning
@@ -161,14 +188,9 @@ class SessionSummary:
         earlier ones it left alone (no retry_errors)."""
         return sum(self.errors.values()) + self.errors_kept
 
-    @property
-    def remaining(self) -> int:
-        return self.pending - self.done
-
     def line(self) -> str:
         errors = sum(self.errors.values())
-        by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
-        rate = self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        by_class, rate = self.errors_by_class(), self.rate()
         text = (
             f"{'interrupted after' if self.interrupted else 'generated'} {self.done}/{self.pending}: ok {self.ok}, "
             f"errors {errors}{f' ({by_class})' if by_class else ''}, empty {self.empty}, refusals {self.refusals}, "

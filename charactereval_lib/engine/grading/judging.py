@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from charactereval_lib.engine.generation.base import (
     build_payload,
     request_sha256,
 )
-from charactereval_lib.engine.generation.engine import drive, run_closing
+from charactereval_lib.engine.generation.engine import CallSession, drive, run_closing
 from charactereval_lib.engine.grading.errors import SampleRefusedError
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
 
@@ -147,23 +146,14 @@ def refused_record(item: JudgeItem, judge_model: str) -> dict[str, Any]:
 
 
 @dataclass
-class JudgeSummary:
+class JudgeSummary(CallSession):
     """What one judge session did; ``line`` is what the CLI prints."""
 
-    pending: int
     already_done: int = 0
     errors_retried: int = 0
     regraded: int = 0
     graded: int = 0
     invalid: int = 0
-    errors: Counter = field(default_factory=Counter)
-    refusals: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    elapsed_s: float = 0.0
-    interrupted: bool = False
-    aborted: str | None = None
-    concurrency: dict[str, Any] | None = None
     # The reason of each refused sample (never sent, counted among the failures).
     refused: list[str] = field(default_factory=list)
 
@@ -178,9 +168,7 @@ class JudgeSummary:
             if error.get("class") == "refused_sample":
                 self.refused.append(error.get("message", ""))
         self.refusals += bool(record.get("refusal"))
-        usage = record.get("usage") or {}
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self.count_usage(record.get("usage"))
 
     @property
     def done(self) -> int:
@@ -191,15 +179,10 @@ class JudgeSummary:
     def failed(self) -> int:
         return sum(self.errors.values())
 
-    @property
-    def remaining(self) -> int:
-        return self.pending - self.done
-
     def line(self) -> str:
         """One line for the terminal: counts, invalid answers, failures, tokens, rate."""
         errors = sum(self.errors.values())
-        by_class = ", ".join(f"{name} {count}" for name, count in self.errors.most_common())
-        rate = self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        by_class, rate = self.errors_by_class(), self.rate()
         text = (
             f"{'interrupted after' if self.interrupted else 'judged'} {self.done}/{self.pending}: graded {self.graded} "
             f"(invalid answers {self.invalid}, refusals {self.refusals}), failed calls {errors}"
@@ -250,7 +233,8 @@ async def judge_async(
     job = judge_job(run)
     with job.locked():
         plan = plan_judging(output, items, judge_model, params, key_fields)
-        summary = JudgeSummary(len(plan.pending), plan.done, plan.retried, len(plan.regraded))
+        summary = JudgeSummary(len(plan.pending), already_done=plan.done, errors_retried=plan.retried,
+                               regraded=len(plan.regraded))
         if plan.regraded:
             with job.appender(output) as appender:
                 for record in plan.regraded:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from _reward_support import SYNTH_PROFILES, write_rows
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.protocol import RM_CONTEXT, RM_DIMENSION, RM_RESPONSE, RM_ROLEINFO
 from charactereval_lib.charactereval.reward import scorer
@@ -49,7 +50,7 @@ def test_scores_match_a_direct_faithful_computation(setup, rm_dir):
     data, _, run_dir, rows = setup
     report = scorer.score_run(run_dir, rm_dir, data, settings())
     assert report.scored == len(rows) and report.already_scored == 0
-    records = latest_records(run_dir / runs.SCORES)
+    records = latest_records(run_dir / layout.SCORES)
     assert [(r["id"], r["metric_en"]) for r in records] == [(r["id"], r["metric_en"]) for r in rows]
     tok = load_tokenizer(rm_dir)
     from charactereval_lib.charactereval.reward.checkpoint import load_model
@@ -79,15 +80,15 @@ def test_rerun_skips_scored_rows_and_rescores_changed_ones(setup, rm_dir):
     again = scorer.score_run(run_dir, rm_dir, data, settings())
     assert again.scored == 0 and again.already_scored == len(rows)
     rows[3]["model_output"] += "！"
-    (run_dir / runs.ROWS).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (run_dir / layout.ROWS).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     changed = scorer.score_run(run_dir, rm_dir, data, settings())
     assert changed.scored == 1
-    latest = artifacts.latest_by_key(latest_records(run_dir / runs.SCORES), "id", "metric_en")
+    latest = artifacts.latest_by_key(latest_records(run_dir / layout.SCORES), "id", "metric_en")
     assert len(latest) == len(rows)
     # A different mode is a different scoring: every row is scored again.
     fast = scorer.score_run(run_dir, rm_dir, data, settings(mode="fast"))
     assert fast.scored == len(rows)
-    records = latest_records(run_dir / runs.SCORES)
+    records = latest_records(run_dir / layout.SCORES)
     faithful = {(r["id"], r["metric_en"], r["input_sha256"]): r["sigmoid"] for r in records if r["mode"] == "faithful"}
     fast_values = [(faithful[(r["id"], r["metric_en"], r["input_sha256"])], r["sigmoid"]) for r in records if r["mode"] == "fast"]
     stats = scorer.compare_modes(*zip(*fast_values))
@@ -117,16 +118,16 @@ def test_shards_split_by_sample_and_merge(setup, rm_dir, monkeypatch):
     assert merged.merged_from_shards == len(rows) and merged.scored == 0
     assert scorer.score_run(run_dir, rm_dir, data, settings()).merged_from_shards == 0
     key = lambda r: (r["id"], r["metric_en"])  # noqa: E731
-    assert sorted(latest_records(run_dir / runs.SCORES), key=key) == sorted(latest_records(reference_dir / runs.SCORES), key=key)
+    assert sorted(latest_records(run_dir / layout.SCORES), key=key) == sorted(latest_records(reference_dir / layout.SCORES), key=key)
 
 
 def test_a_second_writer_is_refused(setup, rm_dir):
     data, _, run_dir, _ = setup
-    with scorer.scoring_job(run_dir / runs.SCORES).locked():
+    with scorer.scoring_job(run_dir / layout.SCORES).locked():
         with pytest.raises(runs.RunError, match="another scorer is writing it"):
             scorer.score_run(run_dir, rm_dir, data, settings())
     # A shard has its own file and lock.
-    with scorer.scoring_job(run_dir / runs.SCORES).locked():
+    with scorer.scoring_job(run_dir / layout.SCORES).locked():
         assert scorer.score_run(run_dir, rm_dir, data, settings(shard=(1, 2))).scored > 0
 
 
@@ -142,7 +143,7 @@ def test_dry_run_writes_inputs_without_a_model(setup, rm_dir, monkeypatch):
         assert rec["text"] == build_rm_text(data.profiles[s.role], s.context, row["model_output"], row["metric_zh"])
         ids, truncated = tok.rm_input_ids(rec["text"])
         assert (rec["n_tokens"], rec["truncated"]) == (len(ids), truncated)
-    assert not (run_dir / runs.SCORES).exists()
+    assert not (run_dir / layout.SCORES).exists()
     scorer.dry_run(run_dir, data, None)
     assert "n_tokens" not in latest_records(run_dir / scorer.RM_INPUTS)[0]
 
@@ -153,7 +154,7 @@ def test_verify_reports_equality(setup, rm_dir):
     assert report["rows"] >= 12 and report["exact_equal_fraction"] >= 0.99 and report["max_diff_grid_steps"] <= 1
     saved = json.loads((run_dir / scorer.VERIFY_REPORT).read_text(encoding="utf-8"))
     assert saved["exact_equal"] == report["exact_equal"]
-    assert not (run_dir / runs.SCORES).exists()
+    assert not (run_dir / layout.SCORES).exists()
 
 
 def test_compare_modes_counts_grid_steps():
@@ -212,7 +213,7 @@ CHILD = textwrap.dedent(
 @pytest.mark.parametrize("mode", ["faithful", "fast"])
 def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_path, request):
     data, data_dir, run_dir, rows = setup
-    scores = run_dir / runs.SCORES
+    scores = run_dir / layout.SCORES
     kill_mid_run(request, CHILD, [str(data_dir), str(run_dir), str(rm_dir), mode], scores, REPO,
                  env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, at_least=6)
     before = latest_records(scores)
@@ -232,7 +233,7 @@ def test_killed_run_resumes_without_loss_or_duplicates(setup, rm_dir, mode, tmp_
     reference = run_dir.parent / "uninterrupted"
     write_rows(reference, data_dir)
     scorer.score_run(reference, rm_dir, data, settings(mode=mode, fast_token_budget=300))
-    expected = {(r["id"], r["metric_en"]): r["sigmoid"] for r in latest_records(reference / runs.SCORES)}
+    expected = {(r["id"], r["metric_en"]): r["sigmoid"] for r in latest_records(reference / layout.SCORES)}
     assert {(r["id"], r["metric_en"]): r["sigmoid"] for r in records} == expected
 
 
@@ -250,7 +251,7 @@ def test_cli_dry_run_on_the_official_data(official_dir, tmp_path, capsys):
         for en, zh in data.id2metric.get(str(sample.id), ()):
             rows.append({"id": sample.id, "role": sample.role, "novel_name": sample.novel_name,
                          "metric_en": en, "metric_zh": zh, "model_output": sample.role + "\uff1a……"})
-    (run_dir / runs.ROWS).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (run_dir / layout.ROWS).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     assert main(["score", str(run_dir), "--dry-run", "--data-dir", data_dir]) == 0
     records = latest_records(run_dir / scorer.RM_INPUTS)
     by_id = data.by_id()

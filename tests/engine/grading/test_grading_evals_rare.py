@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from charactereval_lib.charactereval import layout
 from charactereval_lib.engine.grading import strings as sm
 from charactereval_lib.engine.grading.errors import SampleRefusedError
 from charactereval_lib.engine.grading.fill import chat_to_text
@@ -127,7 +128,7 @@ def test_json_match_on_an_integer_over_the_digit_limit_is_no_match():
 
 def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tmp_path):
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine import artifacts
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
     from charactereval_lib.testing.mockserver import MockServer
@@ -137,7 +138,7 @@ def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tm
                            eval_type="classify")
     items = [make_item({"id": 1}, spec, {"input": "i", "completion": "c"}),
              make_item({"id": 2}, spec, {"input": ["not", "a", "chat"], "completion": "c"})]
-    run = runs.RunDir(tmp_path / "run")
+    run = layout.CharacterEvalRun(tmp_path / "run")
     run.path.mkdir()
     with MockServer(default_action="judge") as server:
         settings = pipeline.JudgeSettings(judge_model="j", base_url=server.base_url, api_key_env="",

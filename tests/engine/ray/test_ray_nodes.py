@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _ray_support import REPO, keys_once, reference
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
@@ -134,9 +135,9 @@ def test_lost_nodes_never_stall_a_run(nodes, add_nodes, setup, rm_dir, monkeypat
     assert status == 1 and check_quiet(out, err, lost=2) == [
         "error: every Ray worker was lost and no replacement could start within 2 s (the cluster has no room for "
         "one: `ray status`); what was received so far is saved: re-run to resume"], err
-    kept = keys_once(run_dir / runs.SCORES)
+    kept = keys_once(run_dir / layout.SCORES)
     assert 4 * UNIT_ROWS <= len(kept) < len(rows)
-    assert all(r == expected[(r["id"], r["metric_en"])] for r in artifacts.read_jsonl(run_dir / runs.SCORES).records)
+    assert all(r == expected[(r["id"], r["metric_en"])] for r in artifacts.read_jsonl(run_dir / layout.SCORES).records)
 
     add_nodes(2)
     losing_nodes({1: False})
@@ -145,8 +146,8 @@ def test_lost_nodes_never_stall_a_run(nodes, add_nodes, setup, rm_dir, monkeypat
     check_quiet(out, err, lost=1)
     # The closing line names the device the workers resolved, not "auto".
     assert f"scored {len(rows) - len(kept)} row(s) (faithful, cpu, ray x1" in out
-    assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
-    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
+    assert len(keys_once(run_dir / layout.SCORES)) == len(rows)
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / layout.SCORES).records} == expected
     ray = runs.load_manifest(run_dir)["scoring"]["ray"]
     assert ray["workers_lost"] == 1 and ray["replacements_started"] == 1 and ray["replacements_requested"] >= 1
     # Each worker named by its node: the replacement ran on the node that was spare.

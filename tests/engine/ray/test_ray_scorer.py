@@ -14,6 +14,7 @@ import pytest
 from _ray_support import check_ray_section, keys_once, reference
 from _ray_support import scorer_settings as settings
 from _reward_support import write_rows
+from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
@@ -29,10 +30,10 @@ def test_fast_mode_on_two_workers_scores_bitwise_like_one_process(cluster, setup
     data, data_dir, run_dir, rows = setup
     report = scorer.score_run(run_dir, rm_dir, data, settings("fast"), RayEngine(RaySettings(workers=2)))
     assert report.scored == len(rows)
-    assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
+    assert len(keys_once(run_dir / layout.SCORES)) == len(rows)
     # Every field, the sigmoid bit for bit included.
     expected = reference(run_dir, data_dir, data, rm_dir, "fast")
-    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / layout.SCORES).records} == expected
     scoring = runs.load_manifest(run_dir)["scoring"]
     assert scoring["engine"] == "ray"
     check_ray_section(scoring["ray"], lost=0)
@@ -56,9 +57,9 @@ def test_two_workers_score_bitwise_like_one_process_when_one_is_killed_mid_run(c
     engine = RayEngine(RaySettings(workers=2), on_result=kill_one_worker)
     report = scorer.score_run(run_dir, rm_dir, data, settings(), engine)
     assert killed and report.scored == len(rows)
-    assert len(keys_once(run_dir / runs.SCORES)) == len(rows)
+    assert len(keys_once(run_dir / layout.SCORES)) == len(rows)
     expected = reference(run_dir, data_dir, data, rm_dir, "faithful")
-    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / runs.SCORES).records} == expected
+    assert {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(run_dir / layout.SCORES).records} == expected
     scoring = runs.load_manifest(run_dir)["scoring"]
     assert scoring["engine"] == "ray"
     check_ray_section(scoring["ray"], lost=1)
@@ -88,7 +89,7 @@ def test_a_killed_driver_resumes_without_duplicates(cluster, ray_address, setup,
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
 
     data, data_dir, run_dir, rows = setup
-    scores = run_dir / runs.SCORES
+    scores = run_dir / layout.SCORES
     kill_mid_run(request, DRIVER, [str(data_dir), str(run_dir), str(rm_dir), ray_address], scores, tmp_path,
                         env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     before = artifacts.read_jsonl(scores).records
@@ -108,7 +109,7 @@ def test_without_ray_the_engine_fails_in_one_line(setup, rm_dir, monkeypatch, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert err[0].startswith("error: --engine ray needs Ray") and "pip install 'charactereval-workbench[ray]'" in err[0]
-    assert not (run_dir / runs.SCORES).exists()
+    assert not (run_dir / layout.SCORES).exists()
 
 
 def test_ray_options_need_the_ray_engine(setup, rm_dir, capsys):
@@ -129,7 +130,7 @@ def test_a_worker_that_cannot_start_is_one_clear_error(cluster, setup, rm_dir):
     cuda = scorer.ScorerSettings(device="cuda", progress=False)
     with pytest.raises(runs.RunError, match=r"^a Ray worker could not start: --device cuda: CUDA is not available"):
         scorer.score_run(run_dir, rm_dir, data, cuda, RayEngine(RaySettings(workers=1)))
-    assert not artifacts.read_jsonl(run_dir / runs.SCORES).records
+    assert not artifacts.read_jsonl(run_dir / layout.SCORES).records
 
 
 @pytest.mark.slow

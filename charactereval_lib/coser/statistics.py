@@ -1,0 +1,226 @@
+"""The statistics of a CoSER run, from its artifacts: ``coser_summary.json`` holds per-dimension
+means with cluster-bootstrap intervals by scene, per split (id/ood), per book, per repeat and the
+run-to-run spread, how scenes ended, judge failures, refused turns and BLEU/ROUGE-L beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+# A run's files are named where the benchmark declares what its runs contain.
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
+from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.engine.artifacts import read_jsonl, write_json_atomic
+from charactereval_lib.engine.runs import RunDir
+
+
+def judged_frame(latest: Sequence[dict[str, Any]], version_clip: bool) -> Any:
+    """One row per (repeat, scene, dimension) of the ``latest`` dimension judgements with a score
+    in the run's version variant. A session (repeat, scene) with a dimension the judge never
+    answered validly has failed as a whole (seed 004 H19), so none of its dimensions is a row."""
+    import pandas as pd
+
+    rows = []
+    failed = {(r["repeat"], r["scene"]) for r in latest if r["status"] == "failed"}
+    for r in latest:
+        if r["status"] == "ok" and (r["repeat"], r["scene"]) not in failed:
+            score = r["scores"]["score_clipped" if version_clip else "score"]
+            rows.append({"repeat": r["repeat"], "scene": r["scene"], "tag": r["tag"], "book": r["book"],
+                         "dimension": r["dimension"], "score": float(score)})
+    return pd.DataFrame(rows, columns=["repeat", "scene", "tag", "book", "dimension", "score"])
+
+
+def interval_table(frame: Any, n_boot: int, seed: int, categories: Sequence[str] = DIMENSIONS,
+                   average: bool = True) -> dict[str, Any]:
+    """Means per category (the four dimensions) and their average, with 95% percentile intervals
+    from a cluster bootstrap that resamples whole scenes (all repeats and categories of a scene
+    together). With fewer than two scenes there is no interval (low and high None)."""
+    import numpy as np
+
+    from charactereval_lib.engine.stats import bootstrap_means, cluster_totals, percentile_interval
+
+    if frame.empty:
+        return {}
+    clusters = cluster_totals(frame, categories, cluster="scene", category="dimension", value="score",
+                              label="dimension")
+    draws = bootstrap_means(clusters, n_boot, seed)
+    means = [frame[frame.dimension == d].score.mean() for d in categories]
+    names = list(categories)
+    if average:
+        draws = np.column_stack([draws, draws.mean(axis=1)])
+        means.append(sum(means) / len(means))
+        names.append("average")
+    if len(clusters.ids) < 2:
+        low = high = [None] * len(names)
+    else:
+        low, high = percentile_interval(draws)
+    return {name: {"mean": _num(m), "low": _num(lo), "high": _num(hi)}
+            for name, m, lo, hi in zip(names, means, low, high)}
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def book_table(frame: Any, n_boot: int, seed: int) -> dict[str, Any]:
+    """Per book: its split, scene and session counts, and the interval table of its own scenes
+    (a cluster bootstrap by scene within the book; no interval for a book of one scene)."""
+    return {str(book): {"tag": str(part.tag.iloc[0]), "scenes": int(part.scene.nunique()),
+                        "sessions": int(part[["repeat", "scene"]].drop_duplicates().shape[0]),
+                        "scores": interval_table(part, n_boot, seed)}
+            for book, part in frame.groupby("book", sort=True)}
+
+
+def repeat_spread(frame: Any) -> tuple[dict[int, dict[str, float | None]], dict[str, float | None] | None]:
+    """Each repeat's four dimension means and average, and the run-to-run spread: the sample SD
+    (ddof 1) of those per-repeat values across repeats (None with fewer than two repeats)."""
+    import pandas as pd
+
+    per_repeat = {}
+    for repeat, part in frame.groupby("repeat"):
+        means = part.groupby("dimension").score.mean().reindex(DIMENSIONS)
+        per_repeat[int(repeat)] = {**{d: _num(means[d]) for d in DIMENSIONS}, "average": _num(means.mean())}
+    if len(per_repeat) < 2:
+        return per_repeat, None
+    table = pd.DataFrame(per_repeat.values())
+    return per_repeat, {name: _num(table[name].std(ddof=1)) for name in table.columns}
+
+
+def surface_table(metrics: Sequence[dict[str, Any]], n_boot: int, seed: int) -> dict[str, Any]:
+    """BLEU and ROUGE-L per 100 (as the paper prints BLEU), mean over sessions with a value and a
+    scene-cluster bootstrap interval; never part of the four-dimension average."""
+    import pandas as pd
+
+    rows = [{"repeat": m["repeat"], "scene": m["scene"], "dimension": name, "score": 100 * m[key]}
+            for m in metrics for name, key in SURFACE_METRICS.items() if m.get(key) is not None]
+    frame = pd.DataFrame(rows, columns=["repeat", "scene", "dimension", "score"])
+    table = {}
+    for name in SURFACE_METRICS:
+        part = frame[frame.dimension == name]
+        empty = {"mean": None, "low": None, "high": None}
+        table[name] = {**interval_table(part, n_boot, seed, (name,), average=False).get(name, empty),
+                       "sessions": len(part)}
+    return table
+
+
+# Reported beside the four dimensions, per 100: summary name -> key of the metrics record.
+SURFACE_METRICS = {"BLEU": "bleu", "ROUGE-L": "rouge_l"}
+# How a (repeat, scene) of the preset ended: the simulation's own endings, then the failures.
+ENDINGS = ("end_chat", "max_rounds", "failed", "not_run")
+
+
+def scene_endings(run_dir: RunDir, expected: Sequence[tuple[int, str]]) -> tuple[dict, list[dict]]:
+    """How each (repeat, scene) of the preset ended: ``<END CHAT>`` (``end_chat``), the round
+    limit (``max_rounds``), a call that failed after its retries (``failed``: its latest record
+    is an error) or no record yet (``not_run``); and the finished scenes' records."""
+    latest = {(r["repeat"], r["scene"]): r for r in read_jsonl(run_dir.artifact(SCENES)).records}
+    counts = dict.fromkeys(ENDINGS, 0)
+    for key in dict.fromkeys([*expected, *latest]):
+        record = latest.get(key)
+        counts["not_run" if record is None else record["ended_by"] if record["status"] == "done" else "failed"] += 1
+    return counts, [r for r in latest.values() if r["status"] == "done"]
+
+
+def refused_turns(run_dir: RunDir) -> dict[str, int]:
+    """Turns whose record says ``refused: true`` (a missing field counts as not refused), per
+    kind of call (actor, env, nsp) and in total; a turn recorded twice counts once."""
+    latest = {(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}
+    counts = {kind: 0 for kind in ("actor", "env", "nsp")}
+    for turn in latest.values():
+        if turn.get("refused") is True:
+            counts[turn["kind"]] = counts.get(turn["kind"], 0) + 1
+    return {**counts, "total": sum(counts.values())}
+
+
+def reasoning_totals(run_dir: RunDir) -> dict[str, int] | None:
+    """Reasoning tokens the servers reported, summed over every attempt of every turn, per kind of
+    call (actor, env, nsp) and in total; None when no turn reported any."""
+    latest = {(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}
+    reported = [t for t in latest.values() if isinstance(t.get("reasoning_tokens"), int)]
+    if not reported:
+        return None
+    counts = {kind: 0 for kind in ("actor", "env", "nsp")}
+    for turn in reported:
+        counts[turn["kind"]] = counts.get(turn["kind"], 0) + turn["reasoning_tokens"]
+    return {**counts, "total": sum(counts.values())}
+
+
+def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The CoSER statistics of a run, computed from its artifacts without writing anything: the
+    four dimensions and their average (version variant) with scene-cluster bootstrap intervals,
+    overall, per split (id/ood) and per book; per repeat and the run-to-run spread; rounds per
+    scene, how scenes ended, judge failures, refused turns, BLEU and ROUGE-L beside them."""
+    import pandas as pd
+
+    manifest = run_dir.manifest()
+    coser = manifest.get("coser") or {}
+    clip = coser.get("identity", {}).get("protocol", {}).get("score_upper_clip", False)
+    judgements = read_jsonl(run_dir.artifact(JUDGEMENTS)).records
+    latest = _latest_dimensions(judgements)
+    frame = judged_frame(latest, clip)
+    expected = [(r, s) for r in range(coser.get("repeats", 0)) for s in coser.get("scenes", [])]
+    ended_by, done = scene_endings(run_dir, expected)
+    failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in latest if r["status"] == "failed"}
+    judged = {(r["repeat"], r["scene"]) for r in latest}
+    metrics = [r for r in judgements if r.get("kind") == "metrics"]
+    per_repeat, spread = repeat_spread(frame)
+    rounds = pd.Series([r["rounds"] for r in done], dtype=float)
+    return {
+        "protocol_version": manifest.get("protocol_version"),
+        "models": coser.get("models"),
+        "preset": coser.get("preset"),
+        "repeats": coser.get("repeats"),
+        "score_variant": "clipped at 100" if clip else "unclipped (paper)",
+        "bootstrap": {"resamples": n_boot, "seed": seed, "cluster": "scene", "level": 0.95},
+        "counts": {"scenes": int(frame.scene.nunique()),
+                   "sessions": int(frame[["repeat", "scene"]].drop_duplicates().shape[0]),
+                   "sessions_expected": len(expected)},
+        "overall": interval_table(frame, n_boot, seed),
+        "by_split": {tag: interval_table(frame[frame.tag == tag], n_boot, seed) for tag in ("id", "ood")},
+        "by_book": book_table(frame, n_boot, seed),
+        "by_repeat": per_repeat,
+        "run_to_run_sd": spread,
+        "scenes_simulated": len(done),
+        "rounds": {"mean": _num(rounds.mean()), "median": _num(rounds.median()), "min": _num(rounds.min()),
+                   "max": _num(rounds.max()),
+                   "histogram": {int(k): int(v) for k, v in rounds.value_counts().sort_index().items()}}
+        if done else {},
+        "ended_by": ended_by,
+        # Sessions (repeat, scene) with at least one dimension whose judge never answered validly.
+        "judge_failures": len({key[:2] for key in failed_dims}),
+        "judge_failed_dimensions": {d: sum(1 for k in failed_dims if k[2] == d) for d in DIMENSIONS},
+        "sessions_unjudged": len({(r["repeat"], r["scene"]) for r in done} - judged),
+        "refused_turns": refused_turns(run_dir),
+        "reasoning_tokens": reasoning_totals(run_dir),
+        "bleu_mean": _mean([m.get("bleu") for m in metrics]),
+        "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),
+        "bleu_unavailable": next((m["bleu_unavailable"] for m in metrics if m.get("bleu_unavailable")), None),
+        "surface_per_100": surface_table(metrics, n_boot, seed),
+    }
+
+
+def judged_scores(run_dir: RunDir) -> Any:
+    """The run's ``judged_frame`` (one row per judged repeat, scene and dimension, in its
+    version's score variant), for statistics across runs."""
+    clip = ((run_dir.manifest().get("coser") or {}).get("identity", {}).get("protocol", {})
+            .get("score_upper_clip", False))
+    return judged_frame(_latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records), clip)
+
+
+def _latest_dimensions(judgements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    latest = {(r["repeat"], r["scene"], r["dimension"]): r for r in judgements if r.get("kind") == "dimension"}
+    return list(latest.values())
+
+
+def summarize(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """``coser_summary.json``: ``compute_summary`` written atomically into the run."""
+    summary = compute_summary(run_dir, n_boot=n_boot, seed=seed)
+    write_json_atomic(run_dir.artifact(SUMMARY), summary)
+    return summary
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return _num(sum(present) / len(present)) if present else None
