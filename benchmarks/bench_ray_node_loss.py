@@ -4,7 +4,7 @@ default health checks), two workers score the same rows; after the first units a
 worker's node is removed, gracefully (its raylet stopped) or abruptly (its raylet and the worker
 killed, as a machine that dies), and no node has room for a replacement.
 
-    python benchmarks/bench_ray_node_loss.py [--data-dir DIR] [--rows 120] [--out FILE]
+    python benchmarks/bench_ray_node_loss.py [--data-dir DIR] [--rows 120] [--rm DIR] [--out FILE]
 
 Reported per kind of loss: seconds from the loss to the next row written (by the surviving
 worker), to the loss being seen by the driver (its units back in the queue), and to the run's
@@ -86,6 +86,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.environ.get("CHARACTEREVAL_DATA_DIR"))
     parser.add_argument("--rows", type=int, default=120, help="about this many rows, whole samples (default 120)")
+    parser.add_argument("--rm", help="score with this checkpoint instead of a fresh tiny one (the smoke test's)")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
     if not args.data_dir:
@@ -109,7 +110,8 @@ def main() -> int:
                      "rows": len(rows), "workers": 2, "runs": []}
     with tempfile.TemporaryDirectory(prefix="bench-ray-loss-", dir="/tmp") as tmp:
         tmp = Path(tmp)
-        rm_dir = make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256, heads=8, vocab_size=8000)
+        rm_dir = Path(args.rm) if args.rm else make_tiny(tmp / "rm", data_dir=args.data_dir, layers=4, hidden=256,
+                                                         heads=8, vocab_size=8000)
         write_run(tmp / "local", data, rows)
         scorer.score_run(tmp / "local", rm_dir, data, scorer.ScorerSettings(progress=False))
         reference = {(r["id"], r["metric_en"]): r for r in artifacts.read_jsonl(tmp / "local" / layout.SCORES).records}
