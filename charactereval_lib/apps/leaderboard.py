@@ -101,11 +101,12 @@ def boards(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any], inputs: Sequence[str | os.PathLike[str]] = (), redact: bool = False) -> tuple[dict[str, Any], list[str]]:
+          context: Mapping[str, Any], redact: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Read every run, build the boards, write the site into ``out``; returns the
     ``leaderboard.json`` content and the warnings (runs left out, and why). ``out`` is checked
-    first (``engine.outdir``: the paths and ``inputs``, such as the data directory, are inputs)."""
-    outdir.check(out, outdir.SITE, inputs=[*(runs.resolve_run_dir(p) for p in paths), *inputs])
+    first (``engine.outdir``: the paths are inputs; ``pipeline.leaderboard`` adds the data
+    directories)."""
+    outdir.check(out, outdir.SITE, inputs=[runs.resolve_run_dir(p) for p in paths])
     views, warnings = read_runs(paths, context)
     return write(views, warnings, out, context=context, redact=redact), warnings
 

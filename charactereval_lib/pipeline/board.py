@@ -28,7 +28,7 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     contexts and the rules the row counts of failed samples); when it is missing, the site is
     still built and the warnings say why. ``redact``: a site without test-set text
     (``leaderboard.write``)."""
-    from charactereval_lib.apps.leaderboard import boarded, build
+    from charactereval_lib.apps.leaderboard import boarded, read_runs, write
 
     hooked = [b for b in boarded().values() if b.board_inputs is not None]
     # The data directories are inputs too; ``out`` is checked before they are read.
@@ -39,6 +39,8 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     for declared in hooked:
         context[declared.name], reason = declared.hook("board_inputs")(data_dir)
         missing += [reason] if reason else []
-    content, warnings = build(paths, out_dir, context=context, inputs=inputs, redact=redact)
+    # ``build`` without its own check of ``out``: done above, before the data were read.
+    views, warnings = read_runs(paths, context)
+    content = write(views, warnings, out_dir, context=context, redact=redact)
     return LeaderboardOutcome(Path(out_dir), content, missing + warnings)
 

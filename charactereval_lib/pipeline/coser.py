@@ -183,8 +183,9 @@ class CoserRunOutcome:
         return 1 if self.errors else 0
 
 
-def _coser_scenes(settings: CoserRunSettings, data_dir: str | os.PathLike[str] | None):
-    """(located data dir, the preset's scenes after ``limit``, the critic prompts)."""
+def coser_scenes(settings: CoserRunSettings, data_dir: str | os.PathLike[str] | None):
+    """(located data dir, the preset's scenes after ``limit``, the critic prompts): what a run reads,
+    also checked by the batch's pre-flight before any model starts."""
     from charactereval_lib.coser.data import load_test_set, locate_data_dir
     from charactereval_lib.coser.run import select_scenes
     from charactereval_lib.coser.upstream import load_critic_prompts
@@ -238,7 +239,7 @@ def coser_dry_run(settings: CoserRunSettings, *, data_dir: str | os.PathLike[str
     role of the preset's scenes, estimated from their real system prompts; nothing is sent."""
     from charactereval_lib.coser.run import dry_run
 
-    _, scenes, critic = _coser_scenes(settings, data_dir)
+    _, scenes, critic = coser_scenes(settings, data_dir)
     return dry_run(scenes, settings.simulation_settings(), settings.preset_settings(), critic, dict(prices or {}))
 
 
@@ -254,7 +255,7 @@ def coser_run(run: str | os.PathLike[str] | runs.RunDir, settings: CoserRunSetti
 
     simulation = settings.simulation_settings()
     preset = settings.preset_settings()
-    located, scenes, critic = _coser_scenes(settings, data_dir)
+    located, scenes, critic = coser_scenes(settings, data_dir)
     run = runs.RunDir.resolve(run)
     if settings.backend == "openai":
         faults.check_endpoints([simulation.role(name).base_url for name in ROLES], "coser run")

@@ -19,7 +19,7 @@ from charactereval_lib.engine import faults, runs
 from charactereval_lib.engine.batching import BatchPlan, StagesModel
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.pinned import DataError
-from charactereval_lib.pipeline.coser import CoserReportSettings, _coser_scenes
+from charactereval_lib.pipeline.coser import CoserReportSettings, coser_scenes
 
 
 class CoserPlan(BatchPlan):
@@ -35,7 +35,7 @@ class CoserPlan(BatchPlan):
             settings = model.settings["run"]
             try:
                 simulation = settings.simulation_settings()
-                _coser_scenes(settings, model.data_dir)
+                coser_scenes(settings, model.data_dir)
             except (DataError, ConfigError, runs.RunError, ValueError, OSError) as exc:
                 problems.append(f"{where}: {exc}")
                 continue
