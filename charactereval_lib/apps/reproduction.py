@@ -28,6 +28,7 @@ from typing import Any
 from charactereval_lib.engine import artifacts, benchmarks, outdir
 from charactereval_lib.engine import reproduction_kit as kit
 from charactereval_lib.engine.reportkit import rendered_by
+from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
 
 DOCUMENT = "reproduction.json"
 NOTEBOOK = "reproduce.ipynb"
@@ -57,7 +58,7 @@ def _declared(benchmark: str) -> benchmarks.Reproduction:
 
 
 def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
-              n_boot: int = 1000, seed: int = 0, show_code: bool = False, progress: bool = False,
+              n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, show_code: bool = False, progress: bool = False,
               **options: Any) -> ReproduceOutcome:
     """The reproduction of ``benchmark`` in ``out`` (new, empty or an earlier reproduction, which
     is replaced: ``engine.outdir``'s rule, the data directory an input), as its registry entry

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
+
 if TYPE_CHECKING:
     from charactereval_lib.apps.batch import BatchConfig, BatchResult
     from charactereval_lib.apps.reproduction import ReproduceOutcome
@@ -46,7 +48,7 @@ def batch_summary_lines(outcome: BatchResult) -> list[str]:
 
 
 def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None,
-              n_boot: int = 1000, seed: int = 0, show_code: bool = False, progress: bool = False,
+              n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, show_code: bool = False, progress: bool = False,
               **options: Any) -> ReproduceOutcome:
     """The reproduction of ``benchmark`` in ``out``, as its registry entry declares it
     (``apps.reproduction.reproduce``); ``options`` are that benchmark's own."""
