@@ -133,7 +133,9 @@ def score_grid_histograms(scores: pd.DataFrame, *, max_bins: int = 400) -> Figur
     color = color_palette(RUN_PALETTE)[0]
     for ax, metric in zip(axes.ravel(), METRICS):
         part = scores.loc[scores["metric_en"] == metric.metric_en, "score"].to_numpy(float)
-        ax.hist(part, bins=edges, color=color, linewidth=0)
+        # One filled step outline per panel, not one bar per bin: up to 400 bins in 12 panels made
+        # 4,800 patches, most of the figure's drawing time, for the same picture.
+        ax.stairs(np.histogram(part, bins=edges)[0], edges, fill=True, color=color, linewidth=0)
         for boundary in GRID_STEP_BOUNDARIES:
             if edges[0] < boundary < edges[-1]:
                 ax.axvline(boundary, color="grey", linestyle=":", linewidth=0.8)
