@@ -40,10 +40,10 @@ def test_two_judges_and_the_reward_model_render_three_reports_and_a_batch_passes
     def plan(key, attempt, payload):
         return "judge:3" if payload["model"] == "judge-three" else "judge"
 
+    # model-b holds no judge: the batch says so, and makes its reward model's report alone.
     with MockServer(plan=plan) as server:
         for model in ("judge-x", "judge-three"):
             judge(out / "model-a", server, model, official_dir)
-        judge(out / "model-b", server, "judge-x", official_dir)
     assert layout.CharacterEvalRun(out / "model-a").judge_models() == ["judge-x", "judge-three"]
 
     config = tmp_path / "batch.yaml"
@@ -61,7 +61,7 @@ models:
 """, encoding="utf-8")
     assert main(["batch", str(config)]) == 0
     printed = capsys.readouterr().out
-    assert "model-b: no scores of judge(s) judge-three; the report shows judge-x" in printed
+    assert "model-b: no scores of judge(s) judge-x, judge-three; the report shows every judge of the run" in printed
 
     a = out / "model-a"
     reports = {"reward model": a / "report.html", "judge-x": a / "report-judge-judge-x.html",
@@ -90,11 +90,12 @@ models:
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", overall)
     rows = len(layout.CharacterEvalRun(a).read_rows())
     assert cells == [str(rows), "0", "0", str(rows), "0", "0", "0"]  # judge-three always answers 3
-    # model-b holds one judge: its reward-model report and that judge's report.
-    assert (out / "model-b" / "report-judge-judge-x.html").exists()
-    assert not (out / "model-b" / "report-judge-judge-three.html").exists()
+    # model-b: its reward-model report, no judge's. The comparison shows the reward model only (a
+    # judge every run holds is shown beside it: test_judge_reports.py).
+    assert cell_problems(out / "model-b" / "report.ipynb") == []
+    assert not list((out / "model-b").glob("report-judge-*"))
     comparison = (out / "cmp" / pipeline.COMPARISON_HTML).read_text(encoding="utf-8")
-    assert "the LLM judge judge-x" in comparison
+    assert "model-b − model-a" in comparison and "LLM judge" not in comparison
 
 
 def test_the_comparison_shows_the_one_judge_every_run_holds():
