@@ -38,7 +38,7 @@ test: setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest $(XDIST) -m "not bench" --durations=15
 
 # The edit-test loop: the same without the tests marked slow (Ray, notebook executions, signalled
-# and killed children). `make test` stays the whole suite, the one CI runs.
+# and killed children, full-size boards). `make test` stays the whole suite, the one CI runs.
 test-fast: setup
 	$(BIN)/python -m pytest $(XDIST) -m "not slow and not bench"
 

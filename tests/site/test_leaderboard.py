@@ -26,6 +26,9 @@ PAPER = {"Storyline Consistency": 61.59, "Anthropomorphism": 48.93, "Character F
          "Storyline Quality": 80.33}
 
 
+# The tests on these runs are marked slow: the fixture builds eleven full-size CharacterEval runs
+# (8,032 rows each) and ten CoSER runs, about 18 s before the first of them (and the marks send
+# the file to a worker early, not last: tests/conftest.py orders the files by their slow tests).
 @pytest.fixture(scope="module")
 def runs_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lb")
@@ -95,6 +98,7 @@ def anchored(runs_dir, views, tmp_path_factory):
     return write(views, [], out, context={"charactereval": runs_dir[1]}), out
 
 
+@pytest.mark.slow
 def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
     content, _ = gated
     entry = board(content, "charactereval")
@@ -105,6 +109,7 @@ def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
     assert all(r["rank"] is None for r in entry["rows"])
 
 
+@pytest.mark.slow
 def test_a_charactereval_anchor_with_some_released_generations_is_pending_and_names_the_missing(views):
     present = ("chatglm3_6b", "baichuan_7b", "xverse_7b")
     content = boards([v for v in views if v.benchmark == "charactereval"
@@ -116,6 +121,7 @@ def test_a_charactereval_anchor_with_some_released_generations_is_pending_and_na
     assert len(entry["anchor"]["deltas"]) == 3 * 15 and all(r["rank"] is None for r in entry["rows"])
 
 
+@pytest.mark.slow
 def test_ineligible_runs_say_every_reason(gated):
     entry = board(gated[0], "charactereval")
     assert row(entry, "unscored")["reasons"] == ["all-rows-scored: 100 of 8032 rows have no reward-model score"]
@@ -124,6 +130,7 @@ def test_ineligible_runs_say_every_reason(gated):
     assert [r["reasons"] for r in other["rows"]] == [["official-rm: no scored row records its checkpoint digest"]]
 
 
+@pytest.mark.slow
 def test_older_protocol_versions_are_archived_unranked(gated):
     archived = gated[0]["archived"]
     assert [(b["protocol_version"], [r["run"] for r in b["rows"]]) for b in archived] == [
@@ -132,6 +139,7 @@ def test_older_protocol_versions_are_archived_unranked(gated):
     assert archived[0]["rows"][0]["reasons"][0].startswith("protocol: made under protocol charactereval-0.9")
 
 
+@pytest.mark.slow
 def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
     content, _ = anchored
     entry = board(content, "charactereval")
@@ -152,6 +160,7 @@ def test_reproduced_anchor_ranks_with_ties_from_the_paired_test(anchored):
     assert entry["tie_test"] == TIE_TEST
 
 
+@pytest.mark.slow
 def test_coser_rules_anchor_and_failed_sessions(anchored):
     entry = board(anchored[0], "coser")
     assert entry["scorer"] == "judge gpt-4o-2024-08-06"
@@ -168,6 +177,7 @@ def test_coser_rules_anchor_and_failed_sessions(anchored):
     assert any(r.startswith("fixed-models: the judge model is 'gpt-4o'") for r in alias["rows"][0]["reasons"])
 
 
+@pytest.mark.slow
 def test_a_failed_anchor_says_which_values_fall_outside_and_ranks_nothing(anchored):
     entry = board(anchored[0], "coser", version="coser-head")
     assert entry["anchor"]["status"] == "failed" and entry["anchor"]["run"] == "head-gpt4o"
@@ -193,6 +203,7 @@ def test_the_coser_anchor_is_decided_by_seed_004s_margins_not_by_the_interval(tm
     assert abs(entry["anchor"]["deltas"]["average"]) <= 1.0
 
 
+@pytest.mark.slow
 def test_an_imported_coser_result_is_listed_with_its_reasons_and_explorable(anchored):
     content, out = anchored
     [imported] = [r for b in content["boards"] if b["benchmark"] == "coser" for r in b["rows"] if r["run"] == "imported"]
@@ -215,6 +226,7 @@ def _computations(detail):
     return {s["title"]: s["text"] for s in detail if s["kind"] == "computation"}
 
 
+@pytest.mark.slow
 def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_ranked_for_it(anchored):
     """An import of a ``-no_length_penalty`` file: its explorer works out that formula (S = 2, no
     n term: 90), and the board says it is not the protocol's score; the key names the formula."""
@@ -233,6 +245,7 @@ def test_an_ablation_import_shows_the_formula_it_was_scored_with_and_is_not_rank
     assert "<code>score-formula</code>" in index
 
 
+@pytest.mark.slow
 def test_ineligible_rows_show_score_interval_and_n_best_first_under_a_not_ranked_label(anchored):
     content, out = anchored
     entry = board(content, "coser")
@@ -246,6 +259,7 @@ def test_ineligible_rows_show_score_interval_and_n_best_first_under_a_not_ranked
     assert f'<td>{long["score"]:.3f}</td><td>[{long["ci"][0]:.3f}, {long["ci"][1]:.3f}]</td><td>{long["n"]}</td>' in section
 
 
+@pytest.mark.slow
 def test_any_two_runs_of_a_board_have_a_paired_comparison_linked_from_it(runs_dir, anchored):
     content, out = anchored
     entry = board(content, "coser")
@@ -276,6 +290,7 @@ def test_a_charactereval_judge_board_compares_by_its_judge():
                               "--out", "comparison-a-vs-b"]
 
 
+@pytest.mark.slow
 def test_a_test_checkpoint_board_says_so_in_its_title(runs_dir, tmp_path):
     import shutil
 
@@ -292,6 +307,7 @@ def test_a_test_checkpoint_board_says_so_in_its_title(runs_dir, tmp_path):
     assert entry["rows"][0]["reasons"] == ["official-rm: scored by a test checkpoint (tiny-random), not BaichuanCharRM"]
 
 
+@pytest.mark.slow
 def test_two_copies_of_one_run_are_flagged_as_duplicates(runs_dir, tmp_path):
     import shutil
 
@@ -306,6 +322,7 @@ def test_two_copies_of_one_run_are_flagged_as_duplicates(runs_dir, tmp_path):
     assert not original["reasons"] and original["eligible"]
 
 
+@pytest.mark.slow
 def test_a_site_built_inside_an_input_folder_is_passed_over_by_the_next_build(runs_dir, tmp_path):
     import shutil
 
@@ -321,6 +338,7 @@ def test_a_site_built_inside_an_input_folder_is_passed_over_by_the_next_build(ru
         build([tmp_path / "runs" / "site"], tmp_path / "other", context={})
 
 
+@pytest.mark.slow
 def test_every_coser_board_shows_the_papers_published_rows_beside_its_runs_never_ranked(anchored):
     content, out = anchored
     for version in ("coser-paper", "coser-head"):
@@ -341,6 +359,7 @@ def test_every_coser_board_shows_the_papers_published_rows_beside_its_runs_never
     assert index.count('<tr class="published"><td>CoSER-70B <span class="fine-tune"') == coser_boards
 
 
+@pytest.mark.slow
 def test_json_csv_and_site_files_say_the_same(anchored):
     content, out = anchored
     on_disk = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
@@ -361,6 +380,7 @@ def test_json_csv_and_site_files_say_the_same(anchored):
     assert "window.LBTables = {" in (out / "assets" / "dt_bundle.js").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leaves_the_old_site(runs_dir, tmp_path,
                                                                                                   monkeypatch):
     root, data = runs_dir
@@ -391,6 +411,7 @@ def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leave
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_path, capsys):
     root, _ = runs_dir
     assert cli.main(["leaderboard", str(root / "runs" / "coser" / "sample"), "--out", str(tmp_path / "site")]) == 0
@@ -461,6 +482,7 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
         "all-rows-scored: the official data is not available to count the rows of the failed samples"]
 
 
+@pytest.mark.slow
 def test_a_charactereval_row_says_how_its_replies_were_decoded(anchored):
     # Seed 001 row 9 / U1: the paper gives no decoding settings, so each row shows them.
     from charactereval_lib.charactereval.eligibility import decoding_text
