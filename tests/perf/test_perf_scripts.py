@@ -38,6 +38,8 @@ SMOKE = {
     "bench_judge.py": (["--requests", "40", "--concurrency", "8", "--latency", "0.01"], r"ours / raw = [\d.]+ ", False),
     "bench_leaderboard.py": (["--ce-runs", "1", "--coser-runs", "1", "--out", "{tmp}/leaderboard.json"],
                              r'"build_over_baseline": [\d.]+', False),
+    "bench_report_figures.py": (["--samples", "200", "--repeat", "1", "--no-write"],
+                                r"\([\d.]+x; PNG byte-identical\)\nreport imports: .*\([\d.]+x\)", False),
     "bench_scoring.py": (["--rows", "10", "--repeat", "1", "--subset-only", "--layers", "1", "--hidden", "32", "--heads", "2",
                           "--vocab", "4000", "--rss-mb", "16"],
                          r"fast [\d.]+ rows/s \([\d.]+x\).*\n.*: [\d.]+x, equal .*\n(loading .*\n){3}", False),
