@@ -148,11 +148,14 @@ class CharacterEvalRun(RunDir):
             records = [r for r in records if r.get("judge_model") == chosen]
         return artifacts.latest_by_key(records, "id", "metric_en")
 
-    def scored_rows(self, scorer: str = REWARD_MODEL, judge_model: str | None = None
+    def scored_rows(self, scorer: str = REWARD_MODEL, judge_model: str | None = None, *,
+                    latest: dict[tuple, dict[str, Any]] | None = None
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(all rows, the rows that have a score of ``scorer``, each joined with its latest score record)."""
+        """(all rows, the rows that have a score of ``scorer``, each joined with its latest score
+        record); ``latest``: those records when the caller has read them already."""
         rows = self.read_rows()
-        latest = self.latest_scores(scorer=scorer, judge_model=judge_model)
+        if latest is None:
+            latest = self.latest_scores(scorer=scorer, judge_model=judge_model)
         scored = []
         for row in rows:
             score = latest.get((row["id"], row["metric_en"]))
@@ -160,10 +163,13 @@ class CharacterEvalRun(RunDir):
                 scored.append({**row, **score})
         return rows, scored
 
-    def scorer_identities(self, scorer: str = REWARD_MODEL, judge_model: str | None = None) -> Counter:
-        """How many of the latest score records each scorer configuration made."""
-        return Counter(scorer_identity(record)
-                       for record in self.latest_scores(scorer=scorer, judge_model=judge_model).values())
+    def scorer_identities(self, scorer: str = REWARD_MODEL, judge_model: str | None = None, *,
+                          latest: dict[tuple, dict[str, Any]] | None = None) -> Counter:
+        """How many of the latest score records (``latest`` when read already) each scorer
+        configuration made."""
+        if latest is None:
+            latest = self.latest_scores(scorer=scorer, judge_model=judge_model)
+        return Counter(scorer_identity(record) for record in latest.values())
 
     def consistency_problems(self, scorer: str = REWARD_MODEL, judge_model: str | None = None) -> list[str]:
         """Why this run's numbers must not be published as one set: scores from several scorer

@@ -35,7 +35,9 @@ def load_run_scores(run: layout.CharacterEvalRun, scorer: str = layout.REWARD_MO
     counted there too."""
     run = layout.CharacterEvalRun.resolve(run)
     judge_model = run.select_judge(judge_model) if scorer == layout.JUDGE else None
-    rows, scored = run.scored_rows(scorer, judge_model)
+    # The score file is read once: a full run's holds 8,032 records or more.
+    latest = run.latest_scores(scorer=scorer, judge_model=judge_model)
+    rows, scored = run.scored_rows(scorer, judge_model, latest=latest)
     if not rows:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
     invalid = Counter(s["metric_en"] for s in scored if s.get("invalid"))
@@ -45,7 +47,7 @@ def load_run_scores(run: layout.CharacterEvalRun, scorer: str = layout.REWARD_MO
     # breakdowns of an unscored run are empty rather than errors.
     frame = scores_frame(scored) if scored else pd.DataFrame(columns=list(dict.fromkeys([*rows[0], *SCORE_COLUMNS])))
     modes = dict(Counter(str(layout.scorer_identity(s).mode) for s in scored))
-    scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer, judge_model).items()}
+    scorers = {identity.label(): count for identity, count in run.scorer_identities(scorer, judge_model, latest=latest).items()}
     counts = {"rows": len(rows), "scored_rows": len(scored), "unscored_rows": len(rows) - len(scored),
               "scorer_modes": modes, "scorers": scorers, "scorer": scorer}
     if scorer == layout.JUDGE:
