@@ -21,6 +21,7 @@ import hashlib
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine.generation.base import (
@@ -51,6 +52,16 @@ def hf_identity(model: str, params: DecodingParams, dtype: str) -> dict[str, Any
             "unset_decoding": UNSET_DECODING}
 
 
+def check_model_path(model: str) -> None:
+    """A model named by a path (absolute, or starting with ``./``, ``../`` or ``~``) that is not
+    there is one line here, before transformers' import (seconds) and its Hub lookup, which
+    would call the path an invalid repo id."""
+    path = Path(model).expanduser()
+    if (path.is_absolute() or model.startswith(("./", "../", "~"))) and not path.exists():
+        raise ConfigError(f"{model}: no such model directory (a path; a Hugging Face Hub model is named "
+                          "NAME or ORG/NAME)")
+
+
 class HFPrompts:
     """The driver's side of local generation: the tokenizer's chat template on each request's
     messages, the context check, and the batches (sorted by prompt length, longest first).
@@ -59,6 +70,7 @@ class HFPrompts:
 
     def __init__(self, model: str, params: DecodingParams, *, batch_size: int, trust_remote_code: bool,
                  max_context: int | None) -> None:
+        check_model_path(model)
         from transformers import AutoConfig, AutoTokenizer
 
         if batch_size < 1:
@@ -114,6 +126,7 @@ class HFBackend:
         trust_remote_code: bool = False,
         max_context: int | None = None,
     ) -> None:
+        check_model_path(model)
         import torch
         from transformers import AutoModelForCausalLM
 

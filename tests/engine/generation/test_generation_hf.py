@@ -188,3 +188,20 @@ def test_without_settings_the_models_own_generation_config_decides_and_the_value
     assert generation["decoding_used"]["max_new_tokens"] == MAX_TOKENS
     assert generation["decoding"] == ("sampling" if used["do_sample"] else "greedy")
     assert generation["identity"]["unset_decoding"] == "the model's generation_config"
+
+
+@pytest.mark.parametrize("name", ["{tmp}/no-such-model", "./no-such-model", "../no-such-model", "~/no-such-model-here"])
+def test_a_model_path_that_is_not_there_is_one_line_before_anything_is_loaded(name, tmp_path, monkeypatch, capsys):
+    """Not transformers' "Repo id must be in the form ..." after seconds of imports; and a Hub id
+    (NAME or ORG/NAME) is left to the Hub."""
+    from charactereval_lib.cli import main
+    from charactereval_lib.engine.generation.hf import check_model_path
+
+    monkeypatch.chdir(tmp_path)
+    model = name.format(tmp=tmp_path)
+    assert main(["generate", str(tmp_path / "run"), "--backend", "hf", "--model", model, "--limit", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {model}: no such model directory (a path; a Hugging Face Hub model is named NAME or "
+                   "ORG/NAME)"]
+    assert not (tmp_path / "run").exists()
+    check_model_path("some-org/some-model")
