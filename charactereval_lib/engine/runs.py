@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import os
 import subprocess
 import sys
@@ -83,8 +84,11 @@ def utc_now() -> str:
 # --- manifest -------------------------------------------------------------------------------
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The workbench's own git commit when it runs from a checkout, else None."""
+    """The workbench's own git commit when it runs from a checkout, else None. Asked once per
+    process: the code running is the code imported then, and a manifest is written at every
+    step (a test session asked git 623 times)."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
