@@ -12,11 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_judge import make_run
 
 from charactereval_lib.charactereval import judge
 from charactereval_lib.engine import artifacts
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
+from tests.charactereval.test_judge import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
