@@ -27,6 +27,7 @@ import pandas as pd
 from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -61,8 +62,6 @@ def color_palette(palette: str | Sequence[str], n_colors: int | None = None) -> 
     """``n_colors`` RGB colours of ``palette`` (a sequence of colours, or the name of a qualitative
     matplotlib colormap such as ``BASELINE_PALETTE``), cycling when it has fewer; all of them
     when ``n_colors`` is None."""
-    from matplotlib.colors import to_rgb
-
     colors = list(matplotlib.colormaps[palette].colors) if isinstance(palette, str) else list(palette)
     count = len(colors) if n_colors is None else n_colors
     return [to_rgb(colors[i % len(colors)]) for i in range(count)]

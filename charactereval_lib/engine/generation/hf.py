@@ -126,14 +126,14 @@ class HFBackend:
         trust_remote_code: bool = False,
         max_context: int | None = None,
     ) -> None:
-        check_model_path(model)
+        if dtype not in DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        # The prompts first: they check the model's path before transformers and torch are imported.
+        self.prompts = HFPrompts(model, params, batch_size=batch_size, trust_remote_code=trust_remote_code,
+                                 max_context=max_context)
         import torch
         from transformers import AutoModelForCausalLM
 
-        if dtype not in DTYPES:
-            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        self.prompts = HFPrompts(model, params, batch_size=batch_size, trust_remote_code=trust_remote_code,
-                                 max_context=max_context)
         self.model_name = model
         self.params = params
         self.device = device
