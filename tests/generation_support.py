@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -59,6 +60,22 @@ def end_session(sid: int) -> None:
                 process.kill()
         except (ProcessLookupError, psutil.Error):
             pass
+
+
+def slow_writes(seconds: float) -> str:
+    """Lines of a child script that make it wait ``seconds`` after each record it writes: they
+    widen the window in which ``kill_mid_run`` kills it mid-run."""
+    return textwrap.dedent(
+        f"""
+        import time
+        from charactereval_lib.engine import artifacts
+        _write = artifacts.JsonlAppender.write
+        def _slow_write(self, record):
+            _write(self, record)
+            time.sleep({seconds})
+        artifacts.JsonlAppender.write = _slow_write
+        """
+    )
 
 
 def kill_mid_run(request, script: str, args: list[str], records: Path, cwd: Path,

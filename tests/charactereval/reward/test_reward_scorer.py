@@ -20,7 +20,7 @@ from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
 from charactereval_lib.engine import artifacts, runs
-from tests.generation_support import kill_mid_run
+from tests.generation_support import kill_mid_run, slow_writes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -190,16 +190,10 @@ def test_shard_parsing_and_balance():
     assert min(counts) > 900 and [scorer.shard_of(i, 4) for i in range(50)] == [scorer.shard_of(i, 4) for i in range(50)]
 
 
-CHILD = textwrap.dedent(
+CHILD = slow_writes(0.05) + textwrap.dedent(
     """
-    import sys, time
+    import sys
     from pathlib import Path
-    from charactereval_lib.engine import artifacts
-    write = artifacts.JsonlAppender.write
-    def slow_write(self, record):
-        write(self, record)
-        time.sleep(0.05)  # widen the window in which the parent kills us
-    artifacts.JsonlAppender.write = slow_write
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
     data = load_official_data(sys.argv[1], verify=False)

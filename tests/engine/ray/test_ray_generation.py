@@ -21,7 +21,7 @@ from charactereval_lib.charactereval.requests import generation_task, make_reque
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
-from tests.generation_support import kill_mid_run, synthetic_data
+from tests.generation_support import kill_mid_run, slow_writes, synthetic_data
 
 SAMPLES = 12
 # Timings differ between any two runs; everything else of a record must not.
@@ -103,17 +103,11 @@ def test_two_workers_generate_the_records_of_one_process_when_one_is_killed_mid_
     assert generation["identity"] == runs.load_manifest(reference_run)["generation"]["identity"]
 
 
-DRIVER = textwrap.dedent(
+DRIVER = slow_writes(0.3) + textwrap.dedent(
     """
-    import sys, time
+    import sys
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import artifacts
     from tests.generation_support import synthetic_data
-    write = artifacts.JsonlAppender.write
-    def slow_write(self, record):
-        write(self, record)
-        time.sleep(0.3)  # widen the window in which the parent kills us
-    artifacts.JsonlAppender.write = slow_write
     settings = pipeline.GenerateSettings(backend="hf", model=sys.argv[2], max_tokens=6, batch_size=2, dtype="float32",
                                          engine="ray", workers=2, address=sys.argv[4])
     pipeline.generate(sys.argv[1], settings, data=synthetic_data(int(sys.argv[3])))

@@ -18,7 +18,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
-from tests.generation_support import kill_mid_run
+from tests.generation_support import kill_mid_run, slow_writes
 
 pytestmark = pytest.mark.usefixtures("private_digest_cache")
 
@@ -65,16 +65,10 @@ def test_two_workers_score_bitwise_like_one_process_when_one_is_killed_mid_run(c
     check_ray_section(scoring["ray"], lost=1)
 
 
-DRIVER = textwrap.dedent(
+DRIVER = slow_writes(0.05) + textwrap.dedent(
     """
-    import sys, time
+    import sys
     from pathlib import Path
-    from charactereval_lib.engine import artifacts
-    write = artifacts.JsonlAppender.write
-    def slow_write(self, record):
-        write(self, record)
-        time.sleep(0.05)  # widen the window in which the parent kills us
-    artifacts.JsonlAppender.write = slow_write
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.scorer import ScorerSettings, score_run
