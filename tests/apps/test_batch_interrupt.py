@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,17 +17,19 @@ from charactereval_lib.engine import artifacts, runs
 from tests.generation_support import interruptible
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_whole_batch(signum, official_dir, tiny_rm, tmp_path):
-    rm = tiny_rm
+def start_slow_batch(tmp_path: Path, data_dir: Path, rm: Path, *, limit: int, engine: str = "",
+                     new_session: bool = False) -> tuple[subprocess.Popen, Path]:
+    """``charactereval batch`` as a child process over two offline models whose replies take
+    0.25 s each, two at a time: a batch still generating when the test signals it. ``engine``:
+    config lines choosing the engine; returns the process and the batch's output directory."""
     out = tmp_path / "out"
     config = tmp_path / "batch.yaml"
     config.write_text(
         f"""
 output_dir: {out}
-data_dir: {official_dir}
-defaults: {{backend: offline, rm: {rm}, device: cpu, limit: 40,
+data_dir: {data_dir}
+{engine}
+defaults: {{backend: offline, rm: {rm}, device: cpu, limit: {limit},
             generate: {{offline_latency: 0.25, concurrency: 2}}}}
 models:
   - {{name: first, model: offline-a}}
@@ -37,12 +40,24 @@ models:
     env = {**os.environ, "TQDM_DISABLE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               preexec_fn=interruptible)
-    generations = out / "first" / runs.GENERATIONS
-    deadline = time.monotonic() + 60
-    while not (generations.exists() and len(artifacts.read_jsonl(generations).records) >= 4):
+                               start_new_session=new_session, preexec_fn=interruptible)
+    return process, out
+
+
+def wait_for_records(process: subprocess.Popen, paths: list[Path], at_least: int, timeout: float) -> None:
+    """Until each of ``paths`` holds ``at_least`` records; fails if the batch ends first."""
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() and len(artifacts.read_jsonl(p).records) >= at_least for p in paths):
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
         time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_whole_batch(signum, official_dir, tiny_rm, tmp_path):
+    process, out = start_slow_batch(tmp_path, official_dir, tiny_rm, limit=40)
+    generations = out / "first" / runs.GENERATIONS
+    wait_for_records(process, [generations], 4, timeout=60)
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, (stdout, stderr)

@@ -9,17 +9,15 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from test_batch_interrupt import start_slow_batch, wait_for_records
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.cli import main
 from charactereval_lib.engine import artifacts, runs
-from tests.generation_support import interruptible
 
 # Without importing it: collection (on every xdist worker) should not pay for Ray's import.
 if importlib.util.find_spec("ray") is None:
@@ -133,31 +131,10 @@ def test_ray_settings_are_checked_with_the_config(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_stops_a_ray_batch(ray_address, official_dir, tiny_rm, tmp_path):
-    out = tmp_path / "out"
-    config = tmp_path / "batch.yaml"
-    config.write_text(
-        f"""
-output_dir: {out}
-data_dir: {official_dir}
-engine: ray
-ray: {{address: "{ray_address}"}}
-defaults: {{backend: offline, rm: {tiny_rm}, device: cpu, limit: 400,
-            generate: {{offline_latency: 0.25, concurrency: 2}}}}
-models:
-  - {{name: first, model: offline-a}}
-  - {{name: second, model: offline-b}}
-""",
-        encoding="utf-8",
-    )
-    env = {**os.environ, "TQDM_DISABLE": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "charactereval_lib.cli", "batch", str(config)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True, preexec_fn=interruptible)
+    process, out = start_slow_batch(tmp_path, official_dir, tiny_rm, limit=400,
+                                    engine=f'engine: ray\nray: {{address: "{ray_address}"}}', new_session=True)
     generations = [out / name / runs.GENERATIONS for name in ("first", "second")]
-    deadline = time.monotonic() + 120
-    while not all(g.exists() and len(artifacts.read_jsonl(g).records) >= 4 for g in generations):
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.1)
+    wait_for_records(process, generations, 4, timeout=120)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=90)
     assert process.returncode == 130, (stdout, stderr)
