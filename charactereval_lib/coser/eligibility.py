@@ -21,14 +21,15 @@ from charactereval_lib.coser.benchmark import (
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
-from charactereval_lib.coser.report import load_anchor
+from charactereval_lib.coser.report import load_anchor, served_roles
 from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
+from charactereval_lib.coser.versions import FIXED_ROLES, PAPER_ROLE_MODELS, VERSIONS, names_snapshot
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.served import ALIASES, caveats, mismatches
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
             "Storyline Quality), the paper's Average column; each dimension scored "
@@ -103,16 +104,30 @@ def _models(view: RunView) -> list[str]:
     return reasons
 
 
+def _served(view: RunView) -> list[str]:
+    return mismatches(view.facts["served_roles"].values())
+
+
+def routed_pin(manifest: Mapping[str, Any], role: str) -> tuple[str | None, str | None]:
+    """The router host a role's endpoint goes through (None: its own host) and the one provider
+    its requests pin there (``simulation.provider_pin``; None: no single pin)."""
+    coser = manifest.get("coser") or {}
+    endpoint = (coser.get("endpoints") or {}).get(role) or {}
+    host = urlparse(str(endpoint.get("base_url") or "")).hostname or ""
+    if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+        return None, None
+    request_params = (((coser.get("identity") or {}).get("roles") or {}).get(role) or {}).get("request_params")
+    return host, provider_pin(request_params)
+
+
 def _one_host(view: RunView) -> list[str]:
     coser = view.manifest.get("coser") or {}
-    roles = (coser.get("identity") or {}).get("roles") or {}
     fixed = VERSIONS[view.protocol_version].models if view.protocol_version in VERSIONS else None
     reasons = []
-    for role, endpoint in sorted((coser.get("endpoints") or {}).items()):
-        host = urlparse(str((endpoint or {}).get("base_url") or "")).hostname or ""
-        if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+    for role in sorted(coser.get("endpoints") or {}):
+        host, pin = routed_pin(view.manifest, role)
+        if host is None:
             continue
-        pin = provider_pin((roles.get(role) or {}).get("request_params"))
         if pin is None:
             reasons.append(f"the {role} role goes through the router {host}, which may serve one model from "
                            "several providers, and its requests pin none (request parameter provider: "
@@ -157,6 +172,11 @@ RULES = (
     Rule("fixed-models", "Environment, next-speaker and judge are the models the run's protocol version declares "
          "(dated snapshots named exactly, not a moving alias; "
          f"{_declared()}); no role uses the offline placeholder backend (seed 004 F03-F05, H03).", _models),
+    Rule("served-models", "Every role was answered by the model it declares, as the server reported it in each reply "
+         "(its `model` field, recorded with the system fingerprint per call): a router's provider prefix "
+         "(openai/gpt-4o-2024-08-06 for gpt-4o-2024-08-06) and a documented alias of the same dated snapshot ("
+         + ", ".join(f"{alias} for {snapshot}" for alias, snapshot in ALIASES.items()) + ") are no difference; a "
+         "server that names no model is a caveat on the row (served model not reported), not a reason.", _served),
     Rule("one-host", "Each role is served by one provider: its own host, or a router (openrouter.ai) only when each "
          "request of the role pins one provider with no fallbacks (provider: {\"only\": [ONE], \"allow_fallbacks\": "
          "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
@@ -167,7 +187,8 @@ RULES = (
          "penalty) is shown, not ranked.", _formula),
 )
 
-ANCHOR_TEXT = (f"a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose four dimension "
+ANCHOR_TEXT = (f"a run of the paper's GPT-4o (gpt-4o-2024-08-06, or openai/gpt-4o-2024-08-06 through a router "
+               f"pinned to OpenAI, seed 004 L01) as actor on this board whose four dimension "
                f"scores each lie within {DIMENSION_MARGIN:g} points of the paper's and whose average lies within "
                f"{AVERAGE_MARGIN:g} (seed 004 L15); whether the run's 95% scene-bootstrap interval contains the "
                "paper's value is shown beside, as information")
@@ -191,11 +212,13 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
              "unjudged": summary.sessions_unjudged, "summary": summary}
     average = summary.overall.get("average") or Interval()
     actor = (coser.identity.get("roles") or {}).get("actor") or {}
+    facts["served_roles"] = served_roles(manifest, summary.served)
     view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
                    model_label(str(coser.models.get("actor") or path.name),
                                {"request_params": actor.get("request_params")}), manifest,
                    score=average.mean, ci=(average.low, average.high),
-                   n=summary.counts.sessions, failures=failures, facts=facts)
+                   n=summary.counts.sessions, failures=failures, facts=facts,
+                   caveats=caveats(facts["served_roles"].values()))
     if not frame.empty:
         view.clusters = frame.groupby("scene")["score"].mean().to_dict()
     return [view]
@@ -232,8 +255,7 @@ def anchor(view: RunView) -> AnchorCheck | None:
     and its average within ``AVERAGE_MARGIN`` (``engine.anchor.compare_within_margin``, seed 004
     L15); the 95% interval check is in each reason, as information."""
     paper = load_anchor()
-    actor = ((view.manifest.get("coser") or {}).get("models") or {}).get("actor")
-    if actor != paper["actor_model"]:
+    if not is_anchor_actor(view.manifest, paper["actor_model"]):
         return None
     overall = view.facts["summary"].overall
     results = {}
@@ -249,6 +271,17 @@ def anchor(view: RunView) -> AnchorCheck | None:
     if outside:
         return AnchorCheck(FAILED, outside, deltas)
     return AnchorCheck(REPRODUCED, [f"{name}: {r.reason}" for name, r in results.items()], deltas)
+
+
+def is_anchor_actor(manifest: Mapping[str, Any], snapshot: str) -> bool:
+    """Whether the run's actor is the paper's: the dated ``snapshot``, bare or as its vendor's
+    router spelling (``versions.names_snapshot``), and on a router pinned to that vendor (seed
+    004 L01: ``openai/gpt-4o-2024-08-06`` through a router pinned to OpenAI). Whether its replies
+    were served by it is the served-models rule's to say."""
+    vendor = PAPER_ROLE_MODELS.vendor
+    actor = ((manifest.get("coser") or {}).get("models") or {}).get("actor")
+    host, pin = routed_pin(manifest, "actor")
+    return names_snapshot(snapshot, vendor, actor) and (host is None or pin == vendor)
 
 
 def compare(views: Sequence[RunView]) -> list[str]:
