@@ -177,6 +177,11 @@ def served_by_role(turns: Iterable[dict[str, Any]], judgements: Iterable[dict[st
     return {role: counts for role, counts in served.items() if counts.calls}
 
 
+def run_served(run_dir: RunDir) -> dict[str, ServedCounts]:
+    """``served_by_role`` of a run's latest turns and dimension judgements."""
+    return served_by_role(latest_turns(run_dir), _latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records))
+
+
 def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """The CoSER statistics of a run, computed from its artifacts without writing anything: the
     four dimensions and their average (version variant) with scene-cluster bootstrap intervals,

@@ -33,6 +33,9 @@ from typing import Any
 from aiohttp import web
 
 SERVED_MODEL = "mock-served-model"
+# ``MockServer.served_model`` that reports the model each request names (as a server that serves
+# what it is asked does).
+AS_REQUESTED = "<as requested>"
 SYSTEM_FINGERPRINT = "fp_mock"
 # Reasoning tokens an answer reports (usage.completion_tokens_details, as OpenAI and OpenRouter do)
 # when its request asks for reasoning (a ``reasoning_effort`` or ``reasoning`` key).
@@ -121,8 +124,8 @@ class MockServer:
     reply: Callable[[dict[str, Any]], str] | None = None
     # The action of a request the plan does not name ("judge" makes a deterministic judge).
     default_action: str = "ok"
-    # The model every completion says served it (``model``); None: the model each request named,
-    # as a server that serves what it is asked reports it.
+    # The model every completion says served it (``model``): ``AS_REQUESTED`` reports the model
+    # each request named; None leaves the field out (a server that reports no model).
     served_model: str | None = SERVED_MODEL
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
@@ -187,7 +190,7 @@ class MockServer:
     async def respond(self, request: web.Request, action: str, key: str, messages: list,
                       payload: dict[str, Any] | None = None) -> web.StreamResponse:
         name, _, argument = action.partition(":")
-        served = self.served_model or str((payload or {}).get("model") or SERVED_MODEL)
+        served = (payload or {}).get("model") if self.served_model == AS_REQUESTED else self.served_model
         if name in ("ok", "multiline", "empty", "slow", "thinking"):
             if name == "slow":
                 await asyncio.sleep(float(argument or 1.0))
@@ -300,7 +303,7 @@ class MockServer:
         self.stop()
 
 
-def _completion(content: str | None, messages: list, finish_reason: str, model: str, refusal: str | None = None,
+def _completion(content: str | None, messages: list, finish_reason: str, model: str | None, refusal: str | None = None,
                 reasoning_tokens: int | None = None) -> web.Response:
     prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
     completion_chars = len(content or refusal or "")
@@ -323,6 +326,8 @@ def _completion(content: str | None, messages: list, finish_reason: str, model: 
             "total_tokens": prompt_chars + completion_chars,
         },
     }
+    if model is None:
+        del body["model"]
     if reasoning_tokens is not None:
         body["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
@@ -354,7 +359,7 @@ def main() -> None:
     if args.coser_script:
         from charactereval_lib.testing.coser_script import scripted_reply as reply
     server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False, reply=reply,
-                        default_action=args.default_action, served_model=None if args.echo_model else SERVED_MODEL)
+                        default_action=args.default_action, served_model=AS_REQUESTED if args.echo_model else SERVED_MODEL)
     try:
         asyncio.run(_serve_forever(server))
     except KeyboardInterrupt:
