@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from charactereval_lib.coser.benchmark import (
     JUDGEMENTS,
@@ -21,11 +20,10 @@ from charactereval_lib.coser.benchmark import (
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
-from charactereval_lib.coser.report import load_anchor, served_roles
-from charactereval_lib.coser.simulation import provider_pin
+from charactereval_lib.coser.report import is_anchor_actor, load_anchor, routed_pin, served_roles
 from charactereval_lib.coser.statistics import judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import FIXED_ROLES, PAPER_ROLE_MODELS, VERSIONS, names_snapshot
+from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
@@ -41,8 +39,6 @@ FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continu
 # Failed sessions (a scene whose simulation gave up, or a dimension the judge never answered
 # validly, H19) leave every mean; the cap keeps that selection small and the count is shown.
 MAX_FAILED_SHARE = 0.01
-# Hosts that route one model name to several providers: a row would mix providers (H27).
-ROUTERS = ("openrouter.ai",)
 # The paper prints two decimals: half a unit of the second widens the run's interval in the
 # interval check shown beside the margin verdict (engine.anchor).
 ANCHOR_TOLERANCE = rounding_tolerance(2)
@@ -106,18 +102,6 @@ def _models(view: RunView) -> list[str]:
 
 def _served(view: RunView) -> list[str]:
     return mismatches(view.facts["served_roles"].values())
-
-
-def routed_pin(manifest: Mapping[str, Any], role: str) -> tuple[str | None, str | None]:
-    """The router host a role's endpoint goes through (None: its own host) and the one provider
-    its requests pin there (``simulation.provider_pin``; None: no single pin)."""
-    coser = manifest.get("coser") or {}
-    endpoint = (coser.get("endpoints") or {}).get(role) or {}
-    host = urlparse(str(endpoint.get("base_url") or "")).hostname or ""
-    if not any(host == r or host.endswith("." + r) for r in ROUTERS):
-        return None, None
-    request_params = (((coser.get("identity") or {}).get("roles") or {}).get(role) or {}).get("request_params")
-    return host, provider_pin(request_params)
 
 
 def _one_host(view: RunView) -> list[str]:
@@ -271,17 +255,6 @@ def anchor(view: RunView) -> AnchorCheck | None:
     if outside:
         return AnchorCheck(FAILED, outside, deltas)
     return AnchorCheck(REPRODUCED, [f"{name}: {r.reason}" for name, r in results.items()], deltas)
-
-
-def is_anchor_actor(manifest: Mapping[str, Any], snapshot: str) -> bool:
-    """Whether the run's actor is the paper's: the dated ``snapshot``, bare or as its vendor's
-    router spelling (``versions.names_snapshot``), and on a router pinned to that vendor (seed
-    004 L01: ``openai/gpt-4o-2024-08-06`` through a router pinned to OpenAI). Whether its replies
-    were served by it is the served-models rule's to say."""
-    vendor = PAPER_ROLE_MODELS.vendor
-    actor = ((manifest.get("coser") or {}).get("models") or {}).get("actor")
-    host, pin = routed_pin(manifest, "actor")
-    return names_snapshot(snapshot, vendor, actor) and (host is None or pin == vendor)
 
 
 def compare(views: Sequence[RunView]) -> list[str]:

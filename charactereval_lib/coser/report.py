@@ -22,13 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pandas as pd
 
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
+from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import get_version, names_snapshot
+from charactereval_lib.coser.versions import PAPER_ROLE_MODELS, get_version, names_snapshot
 from charactereval_lib.engine import reportkit, runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
@@ -38,6 +40,8 @@ from charactereval_lib.engine.validation import validate
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
 NOT_COMPARABLE = "not comparable with the paper"
+# Hosts that route one model name to several providers: a row would mix providers (H27).
+ROUTERS = ("openrouter.ai",)
 AVERAGE = "average"
 SCORES = (*DIMENSIONS, AVERAGE)
 DISPLAY_DIGITS = 2  # the paper prints two decimals
@@ -89,6 +93,29 @@ def served_caveats(manifest: dict[str, Any], served: Mapping[str, Any] | None) -
              and (line := served_role.mismatch())]
     lines += [line for served_role in roles.values() if (line := served_role.caveat())]
     return [as_sentence(line) for line in lines]
+
+
+def routed_pin(manifest: Mapping[str, Any], role: str) -> tuple[str | None, str | None]:
+    """The router host a role's endpoint goes through (None: its own host) and the one provider
+    its requests pin there (``simulation.provider_pin``; None: no single pin)."""
+    coser = manifest.get("coser") or {}
+    endpoint = (coser.get("endpoints") or {}).get(role) or {}
+    host = urlparse(str(endpoint.get("base_url") or "")).hostname or ""
+    if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+        return None, None
+    request_params = (((coser.get("identity") or {}).get("roles") or {}).get(role) or {}).get("request_params")
+    return host, provider_pin(request_params)
+
+
+def is_anchor_actor(manifest: Mapping[str, Any], snapshot: str) -> bool:
+    """Whether the run's actor is the paper's: the dated ``snapshot``, bare or as its vendor's
+    router spelling (``versions.names_snapshot``), and on a router pinned to that vendor (seed
+    004 L01: ``openai/gpt-4o-2024-08-06`` through a router pinned to OpenAI). Whether its replies
+    were served by it is the served-models rule's to say."""
+    vendor = PAPER_ROLE_MODELS.vendor
+    actor = ((manifest.get("coser") or {}).get("models") or {}).get("actor")
+    host, pin = routed_pin(manifest, "actor")
+    return names_snapshot(snapshot, vendor, actor) and (host is None or pin == vendor)
 
 
 def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None,
@@ -154,7 +181,7 @@ def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, A
                       if deviation is not None and fixed.accepts("nsp", models.get("nsp")) else "")
         notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {paper_nsp}."
                      + registered)
-    if not names_snapshot(anchor["actor_model"], fixed.vendor, models.get("actor")):
+    if not is_anchor_actor(manifest, anchor["actor_model"]):
         notes.append(f"The anchor is the paper's GPT-4o ({anchor['actor_model']}) as actor; this run's actor is "
                      f"{models.get('actor')!r}, so differences from it include the actor's.")
     notes += served_caveats(manifest, summary.served)

@@ -13,12 +13,12 @@ from charactereval_lib import cli
 from charactereval_lib.apps.leaderboard import boards, read_runs
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SUMMARY, TURNS
 from charactereval_lib.coser.documents import computed_summary
-from charactereval_lib.coser.eligibility import is_anchor_actor
 from charactereval_lib.coser.report import (
     NOT_COMPARABLE,
     caveats,
     comparability,
     comparable_sentence,
+    is_anchor_actor,
     load_anchor,
     served_caveats,
     served_confirmed,
@@ -125,6 +125,21 @@ def test_the_seeds_anchor_actor_through_a_router_pinned_to_openai_opens_the_boar
     assert is_anchor_actor(manifest, "gpt-4o-2024-08-06")
     manifest["coser"]["identity"]["roles"]["actor"]["request_params"]["provider"]["only"] = ["azure"]
     assert not is_anchor_actor(manifest, "gpt-4o-2024-08-06")
+
+
+def test_a_server_that_names_no_model_is_a_caveat_on_the_board_row_its_csv_and_page(tmp_path):
+    from charactereval_lib.engine.board import boards_csv
+    from charactereval_lib.engine.site import index_html
+
+    synthetic_run(tmp_path / "runs" / "silent", actor="a", scenes=4, repeats=1, served={"judge": None})
+    views, _ = read_runs([tmp_path / "runs"], {})
+    content = boards(views)
+    [row] = content["boards"][0]["rows"]
+    caveat = ("served model not reported: 16 of 16 replies of the judge came from a server that named no model, so "
+              "nothing shows they came from 'gpt-4o-2024-08-06'")
+    assert row["caveats"] == [caveat] and not any(r.startswith("served-models") for r in row["reasons"])
+    assert caveat in boards_csv(content)
+    assert f'<small class="caveat">{caveat}</small>'.replace("'", "&#x27;") in index_html({**content, "runs": 1}, {}, "now")
 
 
 @pytest.mark.parametrize(("value", "message"), [
