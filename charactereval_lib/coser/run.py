@@ -406,25 +406,3 @@ def dry_run(scenes: Sequence[Scene], settings: SimulationSettings, preset: Prese
                  f"declined replies, {version.max_attempts} judge answers per dimension, each repaired): at most "
                  f"${ceiling:,.2f}")
     return lines
-    lines.append(f"  estimated cost: ~${expected:,.2f} (no retries)")
-    lines.append(f"  upper bound: ${bound:,.2f} if every scene runs all {settings.max_rounds} rounds with every "
-                 f"reply at its token cap ({settings.max_tokens}; judge and repair {version.judge_max_tokens}) and "
-                 "one repair per judge answer")
-    lines.append(f"  counting every retry the protocol allows ({version.max_attempts} calls per turn after empty or "
-                 f"declined replies, {version.max_attempts} judge answers per dimension, each repaired): at most "
-                 f"${ceiling:,.2f}")
-    return lines
-    bound, _ = cost(_dry_run_totals(scenes, settings, critic, first_answers, prices))
-    ceiling, unpriced = cost(_dry_run_totals(scenes, settings, critic, every_retry, prices))
-    lines.append(f"  estimated cost: ~${expected:,.2f} (no retries)")
-    lines.append(f"  upper bound: ${bound:,.2f} if every scene runs all {settings.max_rounds} rounds with every "
-                 f"reply at its token cap ({settings.max_tokens}; judge and repair {version.judge_max_tokens}) and "
-                 "one repair per judge answer")
-    if unpriced:
-        lines.append(f"  with every retry: pass --price {unpriced[0]}=IN:OUT ({settings.role(unpriced[0]).model}) "
-                     "for the bound that counts retries")
-    else:
-        lines.append(f"  with every retry the protocol allows ({version.max_attempts} calls per turn after empty or "
-                     f"declined replies, {version.max_attempts} judge answers and repairs per dimension): at most "
-                     f"${ceiling:,.2f}")
-    return lines
