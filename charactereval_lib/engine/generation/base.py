@@ -30,7 +30,7 @@ PRESET_SOURCES: dict[str, dict[str, Any]] = {
         "repository": "THUDM/chatglm3-6b", "revision": "b098244a71", "revision_date": "2023-12-29",
         "file": "modeling_chatglm.py", "function": "ChatGLMForConditionalGeneration.chat",
         "defaults": {"do_sample": True, "temperature": 0.8, "top_p": 0.8, "max_length": 8192, "num_beams": 1},
-        "called_by": "morecry/CharacterEval get_response.py: model.chat(tokenizer, query, messages), "
+        "called_by": "the official generation script, get_response.py: model.chat(tokenizer, query, messages), "
                      "no decoding arguments",
     },
 }
