@@ -154,7 +154,7 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     rule = thinking.recorded(generation.identity)
     scored = (lambda i: str(i) in data.id2metric) if data else (lambda i: i not in no_metric)
     common = {
-        "thinking": rule, "keep_thinking": (generation.identity or {}).get(thinking.KEY) == thinking.KEPT,
+        "keep_thinking": (generation.identity or {}).get(thinking.KEY) == thinking.KEPT,
         # Under the default rule S5 removed them; under the upstream rule S5 scored their first line.
         "thinking_blocks_scored": 0 if rule == thinking.REMOVED else sum(
             1 for i, g in generations.items() if i not in failed and scored(i)
