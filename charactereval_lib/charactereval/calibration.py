@@ -5,12 +5,12 @@ openai/evals asks a model-graded eval's metascore (the exact agreement of the ju
 with human labels) to be "close to 1.0" before its scores are trusted. The workbench makes that
 a threshold (``METASCORE_THRESHOLD`` unless told otherwise): ``score RUN --scorer judge
 --calibration METAEVAL_DIR`` records the overall metascore of that meta-evaluation of the same
-judge model in ``run.json`` (``judge_scoring.judges[M].calibration``), with the threshold and
-whether the meta-evaluation used the same judge specs and answer formats as the run's scores.
-Every place that shows or compares the judge's scores (its report, a reward-model report that
-shows it beside, a comparison, ``summarize``) then warns first when the judge has no
-calibration, when its calibration was made with other specs, or when its metascore is below the
-threshold.
+judge model in ``run.json`` (``judge_scoring.judges[M].calibration``), with the threshold and the
+specs and answer formats the meta-evaluation used. Every place that shows or compares the
+judge's scores (its report, a reward-model report that shows it beside, a comparison,
+``summarize``) then warns first when the judge has no calibration, when its calibration was made
+with other specs or answer formats than the judge's latest session used, or when its metascore
+is below the threshold.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from charactereval_lib import pipeline
 from charactereval_lib.cli.options import (
@@ -24,14 +26,35 @@ from charactereval_lib.engine.texttable import fmt
 
 def cmd_battle(args: argparse.Namespace) -> int:
     """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
-    from charactereval_lib.charactereval.battle import battle_lines
+    from charactereval_lib.charactereval.battle import SUMMARY, battle_lines
+
+    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    names = Path(args.run_a).name, Path(args.run_b).name
+    return _comparison(lambda: pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot,
+                                               seed=args.seed, data_dir=args.data_dir,
+                                               progress=bars_wanted(args.quiet)),
+                       lambda summary: battle_lines(summary, *names), SUMMARY)
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    """best RUN RUN...: prints how often each run's reply and each position was chosen."""
+    from charactereval_lib.charactereval.best import SUMMARY, best_lines
+
+    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    return _comparison(lambda: pipeline.best(args.runs, args.out, settings, orders=args.orders, n_boot=args.n_boot,
+                                             seed=args.seed, data_dir=args.data_dir,
+                                             progress=bars_wanted(args.quiet)),
+                       best_lines, SUMMARY)
+
+
+def _comparison(judged: Callable[[], Any], lines: Callable[[dict], list[str]], summary_file: str) -> int:
+    """A battle's or a best-of-n's judge session (``judged``) and what it prints: the session
+    line, the summary's ``lines``, its warnings and where it was written."""
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
-    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
-        outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                  data_dir=args.data_dir, progress=bars_wanted(args.quiet))
+        outcome = judged()
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -40,10 +63,9 @@ def cmd_battle(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(outcome.session.line())
-    summary = outcome.summary
-    print("\n".join(battle_lines(summary, Path(args.run_a).name, Path(args.run_b).name)))
-    warn(summary["warnings"])
-    print(f"wrote {outcome.out.artifact('battle_summary.json')}")
+    print("\n".join(lines(outcome.summary)))
+    warn(outcome.summary["warnings"])
+    print(f"wrote {outcome.out.artifact(summary_file)}")
     return 1 if outcome.session.errors else 0
 
 
@@ -100,30 +122,6 @@ def _metaeval_eval_types(args: argparse.Namespace, settings: pipeline.JudgeSetti
               f"{undefined(row['krippendorff_alpha']) if row['krippendorff_alpha'] else '-':>10}")
     warn(summary["warnings"])
     return 1 if any(one.scoring.summary.errors for one in outcome.outcomes.values()) else 0
-
-
-def cmd_best(args: argparse.Namespace) -> int:
-    """best RUN RUN...: prints how often each run's reply and each position was chosen."""
-    from charactereval_lib.charactereval.best import best_lines
-    from charactereval_lib.engine.generation.base import RunAborted
-    from charactereval_lib.engine.grading.judging import JudgeInterrupted
-
-    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
-    try:
-        outcome = pipeline.best(args.runs, args.out, settings, orders=args.orders, n_boot=args.n_boot,
-                                seed=args.seed, data_dir=args.data_dir, progress=bars_wanted(args.quiet))
-    except JudgeInterrupted as exc:
-        print(exc.summary.line())
-        print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
-        return 130
-    except RunAborted as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(outcome.session.line())
-    print("\n".join(best_lines(outcome.summary)))
-    warn(outcome.summary["warnings"])
-    print(f"wrote {outcome.out.artifact('best_summary.json')}")
-    return 1 if outcome.session.errors else 0
 
 
 def cmd_panel(args: argparse.Namespace) -> int:

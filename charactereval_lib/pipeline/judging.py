@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,9 +156,6 @@ def battle(
     consistency with intervals in ``OUT/battle_summary.json``."""
     from charactereval_lib.charactereval import battle as battles
     from charactereval_lib.charactereval.judge_specs import load_battle_spec
-    from charactereval_lib.engine.generation.backends import make_backend
-    from charactereval_lib.engine.grading.judging import run_judging
-    from charactereval_lib.engine.grading.spec import load_spec
 
     positive("n_boot", n_boot)
     _no_calibration(settings, "battle")
@@ -167,19 +164,36 @@ def battle(
     faults.check_writable(out_dir.path, "battle directory")
     pair = battles.check_pair(out_dir, run_a, run_b)
     data = _data(data_dir, data)
-    spec = load_spec(settings.spec) if settings.spec else load_battle_spec()
-    if settings.eval_type is not None:
-        spec = dataclasses.replace(spec, eval_type=settings.eval_type)
+    spec = _comparison_spec(settings, load_battle_spec)
     items = battles.battle_items(run_a, run_b, data, spec)
+    session = _judge_into(out_dir, battles, items, settings, {**pair, "spec": spec.source}, progress)
+    summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
+    return BattleOutcome(out_dir, session, summary)
+
+
+def _comparison_spec(settings: JudgeSettings, shipped: Callable[[], Any]) -> Any:
+    """The spec of a battle or a best-of-n: ``settings.spec``, else the ``shipped`` one, with
+    ``settings.eval_type`` as its answer format when given."""
+    from charactereval_lib.engine.grading.spec import load_spec
+
+    spec = load_spec(settings.spec) if settings.spec else shipped()
+    return spec if settings.eval_type is None else dataclasses.replace(spec, eval_type=settings.eval_type)
+
+
+def _judge_into(out_dir: layout.CharacterEvalRun, module: Any, items: Sequence[Any], settings: JudgeSettings,
+                describe: Mapping[str, Any], progress: bool) -> Any:
+    """One judge session of a comparison's ``items`` into ``OUT/<module.JUDGEMENTS>``, keyed by
+    ``module.KEY_FIELDS`` and recorded under ``module.MANIFEST_SECTION`` with ``describe``."""
+    from charactereval_lib.engine.generation.backends import make_backend
+    from charactereval_lib.engine.grading.judging import run_judging
+
     params = settings.decoding()
     faults.check_endpoints([settings.base_url], "judge")
     backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
-    describe = {**backend.describe(), **pair, "judge_model": settings.judge_model, "spec": spec.source}
-    session = run_judging(out_dir, out_dir.artifact(battles.JUDGEMENTS), items, backend,
-                          judge_model=settings.judge_model, params=params, key_fields=battles.KEY_FIELDS,
-                          manifest_section=battles.MANIFEST_SECTION, describe=describe, progress=progress)
-    summary = battles.summarize_battle(out_dir, spec, n_boot=n_boot, seed=seed)
-    return BattleOutcome(out_dir, session, summary)
+    return run_judging(out_dir, out_dir.artifact(module.JUDGEMENTS), items, backend,
+                       judge_model=settings.judge_model, params=params, key_fields=module.KEY_FIELDS,
+                       manifest_section=module.MANIFEST_SECTION, progress=progress,
+                       describe={**backend.describe(), "judge_model": settings.judge_model, **describe})
 
 
 def best(
@@ -201,10 +215,7 @@ def best(
     each run and each position was chosen, with intervals, in ``OUT/best_summary.json``."""
     from charactereval_lib.charactereval import best as bests
     from charactereval_lib.charactereval.judge_specs import load_best_spec
-    from charactereval_lib.engine.generation.backends import make_backend
-    from charactereval_lib.engine.grading.judging import run_judging
     from charactereval_lib.engine.grading.multicomp import ORDERS
-    from charactereval_lib.engine.grading.spec import load_spec
 
     positive("n_boot", n_boot)
     _no_calibration(settings, "best")
@@ -212,21 +223,13 @@ def best(
         raise SettingsError(f"orders {orders!r}: expected one of {', '.join(ORDERS)}")
     resolved = [benchmarks.require(layout.CharacterEvalRun.resolve(r), "charactereval") for r in run_list]
     out_dir = layout.CharacterEvalRun(Path(out))
-    spec = load_spec(settings.spec) if settings.spec else load_best_spec()
-    if settings.eval_type is not None:
-        spec = dataclasses.replace(spec, eval_type=settings.eval_type)
+    spec = _comparison_spec(settings, load_best_spec)
     faults.check_writable(out_dir.path, "best directory")
     chosen = bests.check_runs(out_dir, resolved, spec, orders)
     data = _data(data_dir, data)
     items = bests.best_items(resolved, data, spec, orders)
-    params = settings.decoding()
-    faults.check_endpoints([settings.base_url], "judge")
-    backend = make_backend("openai", settings.judge_model, params, settings.backend_options())
-    describe = {**backend.describe(), **chosen, "judge_model": settings.judge_model, "spec": spec.source,
-                "eval_type": spec.eval_type}
-    session = run_judging(out_dir, out_dir.artifact(bests.JUDGEMENTS), items, backend,
-                          judge_model=settings.judge_model, params=params, key_fields=bests.KEY_FIELDS,
-                          manifest_section=bests.MANIFEST_SECTION, describe=describe, progress=progress)
+    session = _judge_into(out_dir, bests, items, settings,
+                          {**chosen, "spec": spec.source, "eval_type": spec.eval_type}, progress)
     summary = bests.summarize_best(out_dir, spec, [r.name for r in resolved], n_boot=n_boot, seed=seed)
     return BestOutcome(out_dir, session, summary)
 
