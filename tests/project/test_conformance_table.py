@@ -14,9 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "conformance.md"
 STATUSES = ("tested", "differs", "n/a")
-# The seeds and how many items they hold between them (issue 43).
+# The seeds and how many items they hold between them: issue 43 counted 217; enumerated row by row
+# in seed order (000: 56, 001: 34, 002: 31, 004: 99) they are 220, with every id the issue names on
+# the item it names. A row lost or added by mistake changes this sum.
 SEEDS = ("000", "001", "002", "004")
-ALL_ITEMS = 217
+ALL_ITEMS = 220
 COUNTS = re.compile(r"^(\d+) items: (\d+) tested, (\d+) differs, (\d+) n/a\.$")
 SECTION = re.compile(r"^## Seed (\d{3}) — \S.*$")
 ROW_ID = re.compile(r"^(\d{3})-(\d{2,})$")
