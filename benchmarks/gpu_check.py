@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py                      # on a CUDA machine (< 8 minutes on one H200)
     python benchmarks/gpu_check.py --tiny --device cpu  # the same code path, tiny shape (CI)
     python benchmarks/gpu_check.py --make-lengths --data-dir DIR   # rebuild the length table
+    python benchmarks/gpu_check.py --anchor models/BaichuanCharRM [--data-dir DIR]  # the anchor, real weights
 
 Nothing is downloaded and no data is needed on the GPU machine:
 
@@ -27,6 +28,18 @@ Nothing is downloaded and no data is needed on the GPU machine:
    minutes for all rows of the table, and the achieved fraction of the bf16 peak.
 5. Finally the CUDA test of the hf generation backend runs in a subprocess
    (``pytest tests/engine/generation/test_generation_hf.py -k cuda``), with what time is left.
+
+``--anchor RM_DIR`` runs the CharacterEval anchor instead, end to end, where the real weights
+and the five released generations are (``charactereval rm download``, ``charactereval data
+fetch --with-results``): each released file imported, scored by the checkpoint in faithful mode
+on ``--device`` (default cuda), summarised, and its 12 metric means set beside Table 4 by the
+board's rule (within 0.0005, no interval; ``reproduce.anchor_verdict``). It prints one line per
+released generation (its SHA-256, rows, metric means within the tolerance, the largest delta, and
+each mean outside it), then ``anchor REPRODUCED`` or ``anchor NOT REPRODUCED`` with the count of
+the 60 means within the tolerance, writes ``benchmarks/results/gpu_check_anchor_<device>.json``
+and exits 0 only when reproduced. Scoring the 40,160 rows takes the time
+``gpu_check`` projects for 8,032 rows, five times; a test checkpoint (``rm make-tiny``) runs the
+same path and never reproduces it (its scores are meaningless).
 
 ``--max-minutes`` (default 7.5) bounds the whole run: batches stop starting once the deadline
 nears, a batch in progress is cut at the deadline, and what was measured is still printed and
@@ -428,6 +441,58 @@ def print_summary(result: dict[str, Any]) -> None:
     print(f"total {result['total_seconds']:.0f} s")
 
 
+# --- the anchor (real weights) ------------------------------------------------------------------
+
+
+def anchor_check(rm: Path, device: str, *, data_dir: Path | None = None, n_boot: int = 200,
+                 data: Any = None, files: dict[str, Path] | None = None) -> tuple[dict[str, Any], int]:
+    """The five released generations scored by the checkpoint ``rm`` and set beside Table 4 by the
+    board's anchor rule (``data``/``files`` replace the official ones, e.g. synthetic ones)."""
+    import torch
+
+    from charactereval_lib.charactereval.reproduce import anchor_verdict
+    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.pipeline.charactereval import reproduction
+
+    if not Path(rm, "config.json").is_file():
+        raise SystemExit(f"gpu_check: --anchor {rm}: not a checkpoint directory (no config.json); "
+                         "`charactereval rm download --dir DIR` fetches BaichuanCharRM")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"gpu_check: --device {device}: CUDA is not available (--device cpu runs the same path)")
+    start = clock()
+    try:
+        make = reproduction(data_dir=data_dir, rm=str(rm), device=device, n_boot=n_boot, data=data, files=files)
+    except DataError as exc:
+        raise SystemExit(f"gpu_check: {exc}") from None
+    with tempfile.TemporaryDirectory() as staging:
+        document = make(Path(staging))
+    verdict = anchor_verdict(document)
+    result = {"what": "the CharacterEval anchor: the five released generations scored by the checkpoint, each "
+                      "metric mean against Table 4 (the board's rule)",
+              "machine": device_info(device), "rm": str(rm), "meaningless": document["meaningless"],
+              "files": document["files"], "verdict": verdict, "total_seconds": clock() - start}
+    return result, 0 if verdict["reproduced"] else 1
+
+
+def print_anchor(result: dict[str, Any]) -> None:
+    verdict = result["verdict"]
+    print(f"anchor: checkpoint {result['rm']} on {result['machine'].get('name', result['machine']['device'])}"
+          + (f"  MEANINGLESS: {result['meaningless']}" if result["meaningless"] else ""))
+    files = {f["model"]: f for f in result["files"]}
+    for model, m in verdict["models"].items():
+        f = files.get(model, {})
+        largest = m["largest"]
+        worst = f", largest |delta| {abs(largest['delta']):.4f} ({largest['metric']})" if largest else ""
+        print(f"  {model}: {f.get('file')} sha256 {f.get('sha256')}, {f.get('rows')} rows, {m['within']}/{m['metrics']} "
+              f"metric means within {verdict['tolerance']:g} of Table 4{worst}")
+        for out in m["outside"]:
+            got = "not scored" if out["recomputed"] is None else f"{out['recomputed']:.4f} ({out['delta']:+.4f})"
+            print(f"    {out['metric']}: paper {out['paper']:.3f}, ours {got}")
+    word = "REPRODUCED" if verdict["reproduced"] else "NOT REPRODUCED"
+    print(f"anchor {word}: {verdict['within']}/{verdict['metrics']} metric means within {verdict['tolerance']:g} of "
+          f"Table 4 ({result['total_seconds']:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shape (2 layers, hidden 64): the CPU path CI tests")
@@ -444,7 +509,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default benchmarks/results/gpu_check_<device>.json)")
     parser.add_argument("--make-lengths", action="store_true", help="rebuild --lengths from the official data and exit")
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--anchor", type=Path, metavar="RM_DIR", default=None,
+                        help="run the CharacterEval anchor with this checkpoint instead (module docstring)")
+    parser.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of the anchor's summaries")
     args = parser.parse_args(argv)
+    if args.anchor:
+        device = args.device or "cuda"
+        result, status = anchor_check(args.anchor, device, data_dir=args.data_dir, n_boot=args.n_boot)
+        out = args.out or RESULTS / f"gpu_check_anchor_{device.replace(':', '')}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print_anchor(result)
+        print(f"wrote {out}")
+        return status
     if args.make_lengths:
         from charactereval_lib.charactereval.data import locate_data_dir
 

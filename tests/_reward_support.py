@@ -147,6 +147,24 @@ def write_data_dir(path: Path, n_samples: int) -> Path:
     return path
 
 
+def released_generations(tmp_path: Path, samples: int = 6) -> tuple[Any, dict[str, Path]]:
+    """(data, files): a synthetic data directory and, for each of the five released models, a
+    ``generation_trans_<key>.jsonl`` in the official transformed format with invented replies."""
+    from charactereval_lib.charactereval.data import load_official_data
+    from charactereval_lib.charactereval.reproduce import RELEASED_MODELS, released_file
+
+    data = write_data_dir(tmp_path / "data", samples)
+    records = json.loads((data / "test_data.jsonl").read_text(encoding="utf-8"))
+    id2metric = json.loads((data / "id2metric.jsonl").read_text(encoding="utf-8"))
+    files = {}
+    for i, key in enumerate(RELEASED_MODELS):
+        rows = [{**s, "model_output": f"{s['role']}：第{i}个回答{s['id']}", "metric_en": en, "metric_zh": zh}
+                for s in records for en, zh in id2metric.get(str(s["id"]), [])]
+        files[key] = tmp_path / released_file(key)
+        files[key].write_text(json.dumps(rows, ensure_ascii=False, indent=4), encoding="utf-8")
+    return load_official_data(data, verify=False), files
+
+
 def write_rows(run_dir: Path, data_dir: Path, reply: str = "：嗯，好的。") -> list[dict[str, Any]]:
     """``rows.jsonl`` for every (sample, metric) of a synthetic data directory."""
     samples = json.loads((data_dir / "test_data.jsonl").read_text(encoding="utf-8"))

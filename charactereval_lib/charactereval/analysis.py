@@ -18,6 +18,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from charactereval_lib.charactereval import layout
+from charactereval_lib.charactereval.calibration import calibration_caveat
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.diagnostics import (
     NOT_ESTIMABLE,
@@ -187,7 +188,8 @@ def run_caveats(
     """Plain warnings a reader must see before any number: demo backends, unknown or mixed
     scorers, incomplete runs, metrics too small for an interval. ``scorer_modes`` counts scored
     rows per scorer mode; ``metric_n`` counts scored rows per metric; ``judge_model``: the scores
-    are that judge's grades, not the reward model's, with ``invalid`` answers (all, unscored).
+    are that judge's grades, not the reward model's, with ``invalid`` answers (all, unscored), and
+    its calibration against human labels is said (``calibration.calibration_caveat``).
     ``mix_said``: the caller already warns of a scorer mix (the CLI's MIXED SCORERS line, which
     names checkpoints too), so a mode mix is not said twice."""
     caveats = []
@@ -198,6 +200,9 @@ def run_caveats(
         caveats.append(OFFLINE_CAVEAT)
     if judge_model is not None:
         caveats.append(JUDGE_CAVEAT.format(judge_model=judge_model))
+        calibration = calibration_caveat(manifest, judge_model)
+        if calibration:
+            caveats.append(calibration)
         if invalid[0]:
             caveats.append(f"The judge gave {invalid[0]} invalid answer(s) (no grade could be read); "
                            f"{invalid[1]} of them are left out of the means, as their spec says.")

@@ -15,7 +15,7 @@ from typing import Any
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
-from charactereval_lib.charactereval.prompts import profile_text
+from charactereval_lib.charactereval.judge import sample_fields
 from charactereval_lib.charactereval.summary import nan_to_none
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.battles import (
@@ -52,7 +52,7 @@ def battle_items(run_a: layout.CharacterEvalRun, run_b: layout.CharacterEvalRun,
     for sample in data.samples:
         if sample.id not in replies_a or sample.id not in replies_b:
             continue
-        fields = {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context}
+        fields = sample_fields(data, sample)
         for request in battle_requests(spec, fields, replies_a[sample.id], replies_b[sample.id]):
             items.append(JudgeItem({"id": sample.id, "order": request.order}, spec, request.messages))
     if not items:

@@ -11,6 +11,7 @@ records are the engine's (``engine.grading.judging``); the judge in the reports 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,24 +36,34 @@ MANIFEST_SECTION = JUDGE_SECTION
 JUDGE_REQUESTS = "judge_requests.jsonl"
 
 
-def load_specs(spec: str | Path | None = None) -> dict[str, ModelGradedSpec]:
+def load_specs(spec: str | Path | None = None, eval_type: str | None = None) -> dict[str, ModelGradedSpec]:
     """The spec of every metric: the shipped defaults; a FILE used for every metric; or a DIR
-    holding ``<metric_en>.yaml`` for every metric (a missing one is an error naming it)."""
+    holding ``<metric_en>.yaml`` for every metric (a missing one is an error naming it).
+    ``eval_type`` replaces every spec's answer format (evals' eval-level ``eval_type``: the
+    answer suffix and the parse order follow it)."""
     if spec is None:
-        return load_default_specs()
-    path = Path(spec)
-    if path.is_dir():
+        specs = load_default_specs()
+    elif (path := Path(spec)).is_dir():
         missing = [m for m in METRIC_ORDER if not (path / f"{m}.yaml").is_file()]
         if missing:
             raise runs.RunError(f"{path}: no spec for metric(s) {', '.join(missing)} (expected <metric_en>.yaml each)")
-        return {m: load_spec(path / f"{m}.yaml") for m in METRIC_ORDER}
-    one = load_spec(path)
-    return dict.fromkeys(METRIC_ORDER, one)
+        specs = {m: load_spec(path / f"{m}.yaml") for m in METRIC_ORDER}
+    else:
+        specs = dict.fromkeys(METRIC_ORDER, load_spec(path))
+    if eval_type is None:
+        return specs
+    return {metric: dataclasses.replace(one, eval_type=eval_type) for metric, one in specs.items()}
 
 
 def specs_digest(specs: Mapping[str, ModelGradedSpec]) -> dict[str, str]:
     """SHA-256 of each spec file used (by metric), recorded in run.json."""
     return {metric: hashlib.sha256(Path(spec.source).read_bytes()).hexdigest() for metric, spec in specs.items()}
+
+
+def sample_fields(data: OfficialData, sample: Any) -> dict[str, str]:
+    """What every judge prompt of a sample may use: ``role``, ``profile`` (S7's profile text,
+    as the reward model sees it) and ``context`` (the raw dialogue)."""
+    return {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context}
 
 
 def judge_items(run: layout.CharacterEvalRun, data: OfficialData, specs: Mapping[str, ModelGradedSpec]) -> list[JudgeItem]:
@@ -63,9 +74,8 @@ def judge_items(run: layout.CharacterEvalRun, data: OfficialData, specs: Mapping
     samples = data.by_id()
     items = []
     for row in rows:
-        sample = samples[row["id"]]
-        fields = {"role": sample.role, "profile": profile_text(data.profiles[sample.role]), "context": sample.context,
-                  "response": row["model_output"], "metric_en": row["metric_en"], "metric_zh": row["metric_zh"]}
+        fields = {**sample_fields(data, samples[row["id"]]), "response": row["model_output"],
+                  "metric_en": row["metric_en"], "metric_zh": row["metric_zh"]}
         items.append(make_item({"id": row["id"], "metric_en": row["metric_en"]}, specs[row["metric_en"]], fields))
     return items
 

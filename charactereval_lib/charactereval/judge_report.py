@@ -18,6 +18,7 @@ import pandas as pd
 from charactereval_lib.charactereval import judge_figures, layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.analysis import interval_text, show
+from charactereval_lib.charactereval.calibration import calibration_caveat
 from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
 from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
 from charactereval_lib.charactereval.statistics import Statistics, metric_statistics
@@ -76,21 +77,37 @@ def common_judge(judges_per_run: Sequence[Sequence[str]], judge_model: str | Non
 
 
 def side_caveats(run: str | layout.CharacterEvalRun, scorer: str, shown: Sequence[str]) -> list[str]:
-    """The warnings of the reward model shown beside a judge's grades (a judge report of a run
-    the reward model also scored; a tiny reward model, for one), each once."""
+    """The warnings of the scorer shown beside the main one: in a judge report, the reward
+    model's (a tiny reward model, for one; each once); in a reward-model report, the
+    calibration of each judge ``shown`` beside it (``calibration.calibration_caveat``)."""
     from charactereval_lib.charactereval.analysis import run_warnings
 
     run = layout.CharacterEvalRun.resolve(run)
-    if scorer != layout.JUDGE or not shown or not run.latest_scores():
+    if scorer == layout.REWARD_MODEL:
+        manifest = run.manifest()
+        caveats = [(model, calibration_caveat(manifest, model)) for model in shown]
+        return [f"Judge {model} (shown beside the reward model): {text}" for model, text in caveats if text]
+    if not shown or not run.latest_scores():
         return []
     main = set(run_warnings(run.path, layout.JUDGE, shown[0]))
     return [f"Reward model (shown beside the judge): {w}" for w in run_warnings(run.path) if w not in main]
 
 
+def comparison_caveats(run_dirs: Sequence[str | layout.CharacterEvalRun], scorer: str,
+                       judge_model: str | None) -> list[str]:
+    """What a comparison warns of the judge it shows beside the reward model: each run's
+    calibration of that judge (a comparison of the judge's own scores says it in every run's
+    warnings already)."""
+    if scorer != layout.REWARD_MODEL or judge_model is None:
+        return []
+    return [f"{layout.CharacterEvalRun.resolve(r).name}: {caveat}" for r in run_dirs
+            for caveat in side_caveats(r, scorer, [judge_model])]
+
+
 def side_warnings(run: layout.CharacterEvalRun, scorer: str, judge_model: str, allow_mixed: bool) -> list[str]:
     """What the CLI says of the scorer shown beside ``scorer``'s scores: its mixed
-    configurations (refused unless ``allow_mixed``) and, in a judge report, the reward model's
-    caveats (``side_caveats``)."""
+    configurations (refused unless ``allow_mixed``) and its caveats (``side_caveats``: the
+    reward model's in a judge report, the judge's calibration in a reward-model report)."""
     other = layout.JUDGE if scorer == layout.REWARD_MODEL else layout.REWARD_MODEL
     notes = []
     if run.latest_scores(scorer=other, judge_model=judge_model):

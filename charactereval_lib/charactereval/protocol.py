@@ -1,7 +1,11 @@
 """The CharacterEval protocol as constants: version, metrics, dimensions and fixed strings.
 
 Every string here is a fact of the official protocol (the generation script's prompts, S3, and
-the reward model's input template, S6) and must be reproduced byte for byte. A change that can move a score bumps PROTOCOL_VERSION.
+the reward model's input template, S6) and must be reproduced byte for byte. A change to a protocol
+step that can move a score bumps PROTOCOL_VERSION. What the seeds leave to the platform (decoding,
+retries, and whether S5 removes a reasoning model's leading ``<think>`` block, seed 001 row 10
+and U11) is no step of the protocol: each run records its own choice beside the version, resumes
+only under it, and the board separates runs by it (docs/platform-rules.md#thinking-blocks).
 """
 
 from __future__ import annotations

@@ -54,7 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "(a judge's report: RUN/report-judge-MODEL.html)"),
     "compare": ("reports", "execute the comparison notebook -> OUT/comparison.ipynb + OUT/comparison.html"),
     "battle": ("judging", "judge two runs' replies pairwise in both orders: win/tie/loss, position consistency"),
-    "metaeval": ("judging", "a scorer against human labels: metascore, kappa, alpha, confusion matrix"),
+    "best": ("judging", "the best of n runs' replies in one judge prompt (openai/evals' multicomp), in every "
+                        "cyclic order: how often each run and each position is chosen"),
+    "metaeval": ("judging", "a scorer against human labels: metascore, kappa, alpha, confusion matrix "
+                            "(--eval-types: several answer formats side by side)"),
     "panel": ("judging", "several judges' scores of a run combined: verdicts, means, Krippendorff's alpha"),
     "notebook": ("notebook", "copy a parameterised notebook into RUN with its parameters filled, to open in "
                              "Jupyter Lab (its outputs stay in that copy)"),

@@ -28,9 +28,11 @@ def _coser_price(value: str) -> tuple[str, tuple[float, float]]:
         prices = (float(price_in), float(price_out))
     except ValueError:
         prices = None
-    if role not in pipeline.COSER_ROLES or prices is None or min(prices) < 0:
+    # The judge's JSON repair calls have a price of their own where the repair model is not the judge's.
+    roles = (*pipeline.COSER_ROLES, "repair")
+    if role not in roles or prices is None or min(prices) < 0:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: expected ROLE=IN:OUT with ROLE one of {', '.join(pipeline.COSER_ROLES)} "
+            f"{value!r}: expected ROLE=IN:OUT with ROLE one of {', '.join(roles)} "
             "and two prices (at least 0) in USD per million tokens")
     return role, prices
 
@@ -41,8 +43,14 @@ def cmd_coser_data(args: argparse.Namespace) -> int:
                                              with_results=args.with_results)
     else:
         problems = pipeline.coser_data_verify(args.data_dir, with_results=args.with_results)
-    return report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
-                                      "digests")
+    status = report_problems(problems, f"{pipeline.coser_data_dir(args.data_dir)}: all CoSER files match the pinned "
+                                       "digests")
+    if status:
+        return status
+    facts, wrong = pipeline.coser_data_facts(args.data_dir)
+    print("test-set facts (data/reference/coser_paper_facts.json):")
+    print("\n".join(f"  {line}" for line in facts))
+    return report_problems(wrong, "  all as recorded")
 
 
 def cmd_coser_data_use(args: argparse.Namespace) -> int:
@@ -181,7 +189,8 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-base-delay", type=float, default=C.default("retry_base_delay"),
                    help="first transport back-off in seconds")
     add_quiet_option(p, legacy_no_progress=True)
-    p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per role; send nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print calls, tokens, the estimated cost per role and its upper bound; send nothing")
     p.add_argument("--price", action="append", type=_coser_price, metavar="ROLE=IN:OUT",
                    help="--dry-run: USD per million input:output tokens of ROLE (repeatable)")
     _coser_data_dir_option(p)

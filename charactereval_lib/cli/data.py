@@ -53,7 +53,7 @@ def cmd_data_subset(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     try:
-        outcome = pipeline.doctor(args.data_dir)
+        outcome = pipeline.doctor(args.data_dir, paper_latex=args.paper_latex)
     except DataError as exc:
         # Missing or altered data fails the self-check (exit 1), as `data verify` reports it.
         print(f"error: {exc}", file=sys.stderr)
@@ -111,6 +111,9 @@ def _data_parser(p: argparse.ArgumentParser) -> None:
 
 def _doctor_parser(p: argparse.ArgumentParser) -> None:
     data_dir_option(p)
+    p.add_argument("--paper-latex", metavar="FILE",
+                   help="also check a copy of the paper's acl_latex.tex (arXiv 2401.01275v2 e-print) against the "
+                        "digest that Table 4's provenance records")
     p.set_defaults(func=cmd_doctor)
 
 

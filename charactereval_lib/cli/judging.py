@@ -1,10 +1,12 @@
-"""Judges beyond ``score --scorer judge``: ``battle``, ``metaeval`` and ``panel``."""
+"""Judges beyond ``score --scorer judge``: ``battle``, ``best``, ``metaeval`` and ``panel``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from charactereval_lib import pipeline
 from charactereval_lib.cli.options import (
@@ -13,6 +15,7 @@ from charactereval_lib.cli.options import (
     bootstrap_options,
     data_dir_option,
     judge_options,
+    metascore_threshold_option,
     settings_from_args,
     undefined,
     warn,
@@ -23,14 +26,35 @@ from charactereval_lib.engine.texttable import fmt
 
 def cmd_battle(args: argparse.Namespace) -> int:
     """battle RUN_A RUN_B: prints win / tie / loss and position consistency."""
-    from charactereval_lib.charactereval.battle import battle_lines
+    from charactereval_lib.charactereval.battle import SUMMARY, battle_lines
+
+    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    names = Path(args.run_a).name, Path(args.run_b).name
+    return _comparison(lambda: pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot,
+                                               seed=args.seed, data_dir=args.data_dir,
+                                               progress=bars_wanted(args.quiet)),
+                       lambda summary: battle_lines(summary, *names), SUMMARY)
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    """best RUN RUN...: prints how often each run's reply and each position was chosen."""
+    from charactereval_lib.charactereval.best import SUMMARY, best_lines
+
+    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
+    return _comparison(lambda: pipeline.best(args.runs, args.out, settings, orders=args.orders, n_boot=args.n_boot,
+                                             seed=args.seed, data_dir=args.data_dir,
+                                             progress=bars_wanted(args.quiet)),
+                       best_lines, SUMMARY)
+
+
+def _comparison(judged: Callable[[], Any], lines: Callable[[dict], list[str]], summary_file: str) -> int:
+    """A battle's or a best-of-n's judge session (``judged``) and what it prints: the session
+    line, the summary's ``lines``, its warnings and where it was written."""
     from charactereval_lib.engine.generation.base import RunAborted
     from charactereval_lib.engine.grading.judging import JudgeInterrupted
 
-    settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     try:
-        outcome = pipeline.battle(args.run_a, args.run_b, args.out, settings, n_boot=args.n_boot, seed=args.seed,
-                                  data_dir=args.data_dir, progress=bars_wanted(args.quiet))
+        outcome = judged()
     except JudgeInterrupted as exc:
         print(exc.summary.line())
         print("interrupted: every answer received is saved; re-run the same command to resume", file=sys.stderr)
@@ -39,25 +63,29 @@ def cmd_battle(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(outcome.session.line())
-    summary = outcome.summary
-    print("\n".join(battle_lines(summary, Path(args.run_a).name, Path(args.run_b).name)))
-    warn(summary["warnings"])
-    print(f"wrote {outcome.out.artifact('battle_summary.json')}")
+    print("\n".join(lines(outcome.summary)))
+    warn(outcome.summary["warnings"])
+    print(f"wrote {outcome.out.artifact(summary_file)}")
     return 1 if outcome.session.errors else 0
 
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
-    """metaeval LABELS: prints the agreement of the scorer with the labels per group."""
+    """metaeval LABELS: prints the agreement of the scorer with the labels per group, or with
+    --eval-types each answer format's agreement side by side."""
     if args.scorer == "judge":
         if args.rm:
             raise pipeline.SettingsError("--rm belongs to --scorer reward-model")
         settings = settings_from_args(pipeline.JudgeSettings, args, api_key_env="" if args.no_api_key else args.api_key_env)
     else:
-        if args.judge_model:
-            raise pipeline.SettingsError("--judge-model needs --scorer judge")
+        if (args.judge_model or args.eval_type or args.eval_types
+                or args.metascore_threshold != pipeline.JudgeSettings.default("metascore_threshold")):
+            raise pipeline.SettingsError("--judge-model, --eval-type, --eval-types and --metascore-threshold need "
+                                         "--scorer judge")
         if not args.rm:
             raise pipeline.SettingsError("--scorer reward-model needs --rm DIR")
         settings = settings_from_args(pipeline.ScoreSettings, args)
+    if args.eval_types:
+        return _metaeval_eval_types(args, settings)
     outcome = pipeline.metaeval(args.labels, args.out, settings, n_boot=args.n_boot, seed=args.seed,
                                 data_dir=args.data_dir, progress=bars_wanted(args.quiet))
     scoring = outcome.scoring
@@ -71,7 +99,29 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for name, group in summary["groups"].items():
         print(f"{name:<22}{group['metascore']['n']:>6}{group['invalid']:>9}{fmt(group['metascore']['value'], missing='-'):>11}"
               f"{undefined(group['cohen_kappa']):>10}{undefined(group['krippendorff_alpha']):>10}")
+    warn(summary["warnings"])
     return 1 if args.scorer == "judge" and scoring.summary.errors else 0
+
+
+def _metaeval_eval_types(args: argparse.Namespace, settings: pipeline.JudgeSettings) -> int:
+    """metaeval --eval-types: one line per answer format (its judge session line first)."""
+    eval_types = pipeline.COMPARED_EVAL_TYPES if args.eval_types == "all" else tuple(
+        t.strip() for t in args.eval_types.split(","))
+    outcome = pipeline.metaeval_eval_types(args.labels, args.out, settings, eval_types, n_boot=args.n_boot,
+                                           seed=args.seed, data_dir=args.data_dir, progress=bars_wanted(args.quiet))
+    for eval_type, one in outcome.outcomes.items():
+        print(f"{eval_type}: {one.scoring.summary.line()}")
+    summary = outcome.summary
+    print(f"judge {summary['judge_model']} on {summary['labels']}, each answer format side by side "
+          f"(95% CI in {outcome.out / pipeline.EVAL_TYPES_SUMMARY}):")
+    print(f"{'eval_type':<16}{'n':>6}{'invalid':>9}{'metascore':>11}{'kappa':>10}{'alpha':>10}")
+    for row in summary["eval_types"]:
+        print(f"{row['eval_type']:<16}{row['n']:>6}{row['invalid'] if row['invalid'] is not None else '-':>9}"
+              f"{fmt((row['metascore'] or {}).get('value'), missing='-'):>11}"
+              f"{undefined(row['cohen_kappa']) if row['cohen_kappa'] else '-':>10}"
+              f"{undefined(row['krippendorff_alpha']) if row['krippendorff_alpha'] else '-':>10}")
+    warn(summary["warnings"])
+    return 1 if any(one.scoring.summary.errors for one in outcome.outcomes.values()) else 0
 
 
 def cmd_panel(args: argparse.Namespace) -> int:
@@ -105,6 +155,20 @@ def _battle_parser(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_battle)
 
 
+def _best_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN", help="two or more runs (bare names mean outputs/NAME), "
+                                                          "in the order shown to the judge first")
+    p.add_argument("--out", required=True, metavar="DIR", help="best-of-n directory (judgements, summary, run.json)")
+    p.add_argument("--orders", choices=["rotations", "given"], default="rotations",
+                   help="rotations (default): each sample judged once per cyclic order, every run once in every "
+                        "position; given: once, in the order named (openai/evals' own)")
+    judge_options(p, required=True)
+    bootstrap_options(p, pipeline.SummarizeSettings)
+    add_quiet_option(p)
+    data_dir_option(p)
+    p.set_defaults(func=cmd_best)
+
+
 def _metaeval_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("labels", metavar="LABELS", help="JSON Lines: id, metric_en, reply, human_score or human_choice")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the rows, scores and summary")
@@ -112,6 +176,10 @@ def _metaeval_parser(p: argparse.ArgumentParser) -> None:
                    help="whose predictions meet the labels: judge (an LLM through an OpenAI-compatible API: "
                         "--judge-model, --base-url) or reward-model (--rm DIR)")
     judge_options(p, required=False)
+    p.add_argument("--eval-types", metavar="T,T...|all",
+                   help="--scorer judge: the same labels under several answer formats side by side (all: "
+                        f"{', '.join(pipeline.COMPARED_EVAL_TYPES)}), each in DIR/<eval_type>/")
+    metascore_threshold_option(p)
     g = p.add_argument_group("--scorer reward-model")
     g.add_argument("--rm", metavar="DIR", help="reward-model checkpoint directory")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
@@ -138,6 +206,7 @@ def _panel_parser(p: argparse.ArgumentParser) -> None:
 # The arguments of each command of this module (its help line is in ``cli.COMMANDS``).
 PARSERS = {
     "battle": _battle_parser,
+    "best": _best_parser,
     "metaeval": _metaeval_parser,
     "panel": _panel_parser,
 }

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from charactereval_lib import pipeline
+from charactereval_lib.engine.grading.choices import EVAL_TYPES
 
 RUN_HELP = "run directory (a bare name means outputs/NAME)"
 
@@ -65,13 +66,17 @@ def judge_choice_option(parser: argparse.ArgumentParser) -> None:
 
 
 def judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``)."""
+    """The judge's endpoint, spec and call settings (``score --scorer judge``, ``battle``, ``best``,
+    ``metaeval``)."""
     g = parser.add_argument_group("judge")
     g.add_argument("--judge-model", required=required, help="the judge's model id")
     g.add_argument("--base-url", help="OpenAI-compatible endpoint of the judge")
     g.add_argument("--spec", metavar="FILE|DIR",
                    help="score: a judge spec for every metric, or a directory of <metric_en>.yaml; "
-                        "battle: a pairwise spec (default: the shipped specs)")
+                        "battle: a pairwise spec; best: a multicomp spec (default: the shipped specs)")
+    g.add_argument("--eval-type", choices=list(EVAL_TYPES),
+                   help="the answer format of every spec, replacing its own eval_type (openai/evals' eval-level "
+                        "eval_type: the answer instruction and the parse order follow it)")
     J = pipeline.JudgeSettings
     g.add_argument("--api-key-env", default=J.default("api_key_env"), metavar="NAME",
                    help="environment variable holding the API key (default %(default)s); the key is never stored")
@@ -86,6 +91,14 @@ def judge_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
                    help="attempts per call, first one included (default %(default)s)")
     g.add_argument("--timeout", type=float, default=J.default("timeout"), metavar="S",
                    help="seconds per attempt (default %(default)g)")
+
+
+def metascore_threshold_option(parser: Any) -> None:
+    """``--metascore-threshold`` (``score --scorer judge``, ``metaeval``)."""
+    parser.add_argument("--metascore-threshold", type=float,
+                        default=pipeline.JudgeSettings.default("metascore_threshold"), metavar="X",
+                        help="--scorer judge: the agreement with human labels (metascore) below which the judge's "
+                             "scores are warned about (default %(default)g; openai/evals: close to 1.0)")
 
 
 def engine_options(group: Any, settings: Any, local_and_ray: str, loads: str) -> None:

@@ -16,6 +16,7 @@ from charactereval_lib.cli.options import (
     engine_options,
     judge_choice_option,
     judge_options,
+    metascore_threshold_option,
     request_param_option,
     settings_from_args,
     warn,
@@ -131,14 +132,17 @@ def cmd_judge_score(args: argparse.Namespace) -> int:
     summary = outcome.summary
     print(summary.line())
     print(f"{run.judge_scores}: judge {outcome.judge_model}")
+    warn([outcome.calibration] if outcome.calibration else [])
     return 1 if summary.errors else 0
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     if args.scorer == "judge":
         return cmd_judge_score(args)
-    if args.judge_model or args.spec or args.base_url:
-        raise pipeline.SettingsError("--judge-model, --spec and --base-url need --scorer judge")
+    if (args.judge_model or args.spec or args.base_url or args.eval_type or args.calibration
+            or args.metascore_threshold != pipeline.JudgeSettings.default("metascore_threshold")):
+        raise pipeline.SettingsError("--judge-model, --spec, --base-url, --eval-type, --calibration and "
+                                     "--metascore-threshold need --scorer judge")
     outcome = pipeline.score(args.run, settings_from_args(pipeline.ScoreSettings, args), data_dir=args.data_dir,
                              dry_run=args.dry_run, progress=bars_wanted(args.quiet))
     run, settings = outcome.run, outcome.settings
@@ -272,6 +276,10 @@ def _score_parser(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--engine ray (needs the ray extra: pip install 'charactereval-workbench[ray]')")
     engine_options(g, S, "score in this process; ray: on the workers of a Ray cluster", "the checkpoint")
     judge_options(p, required=False)
+    p.add_argument("--calibration", metavar="METAEVAL_DIR",
+                   help="--scorer judge: a `metaeval` directory of the same judge model; its agreement with human "
+                        "labels is recorded in run.json and warned about wherever the judge's scores are shown")
+    metascore_threshold_option(p)
     g = p.add_argument_group("--scorer judge --dry-run")
     g.add_argument("--price-in", type=float, metavar="USD", help="--dry-run: USD per million input tokens")
     g.add_argument("--price-out", type=float, metavar="USD", help="--dry-run: USD per million output tokens")

@@ -18,6 +18,7 @@ from charactereval_lib.coser.benchmark import (
     recognises,  # noqa: F401 - the board's recogniser
 )
 from charactereval_lib.coser.benchmark import NAME as BENCHMARK
+from charactereval_lib.coser.disclosures import BOARD_SELF_PREFERENCE, agreement_line
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
 from charactereval_lib.coser.report import is_anchor_actor, load_anchor, routed_pin, served_roles
@@ -267,7 +268,8 @@ SPEC = BoardSpec(
     benchmark=BENCHMARK,
     title="CoSER GCA",
     current_versions=tuple(VERSIONS),
-    headline=HEADLINE,
+    # Judge scores are shown with the judge's agreement with people and the self-preference note.
+    headline=f"{HEADLINE}. {agreement_line()} {BOARD_SELF_PREFERENCE}",
     cluster="scene",
     rules=RULES,
     anchor_text=ANCHOR_TEXT,

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
+from charactereval_lib.coser.disclosures import agreement_line, run_disclosures, self_preference
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
 from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
@@ -198,7 +199,7 @@ def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, A
         notes.append(f"{summary.sessions_unjudged} finished scene run(s) are not judged yet.")
     if summary.bleu_unavailable:
         notes.append(summary.bleu_unavailable)
-    return notes
+    return notes + run_disclosures(manifest)
 
 
 def compare_problems(run_dirs: Sequence[runs.RunDir]) -> list[str]:
@@ -274,8 +275,9 @@ class CoserAnalysis:
         return caveats(self.manifest, self.summary, self.anchor)
 
     def warnings_html(self, extra: Sequence[str] = ()) -> str:
-        """The label and caveats box; ``extra``: more caveats (e.g. ``plots.font_warnings()``)."""
-        return warnings_html(self.not_comparable(), [*self.caveats(), *extra],
+        """The label and caveats box (the judge's agreement with people last); ``extra``: more
+        caveats (e.g. ``plots.font_warnings()``)."""
+        return warnings_html(self.not_comparable(), [*self.caveats(), *extra, agreement_line()],
                              comparable_sentence(served_confirmed(self.manifest, self.summary.served)))
 
     def header_markdown(self) -> str:
@@ -432,7 +434,7 @@ def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[
     reasons += [f"{a.name}: {r.removeprefix(f'{NOT_COMPARABLE}: ')}" for a in analyses for r in a.not_comparable()]
     notes = [f"{a.name}: {n}" for a in analyses for n in a.caveats()]
     confirmed = all(served_confirmed(a.manifest, a.summary.served) for a in analyses)
-    return warnings_html(reasons, [*notes, *extra], comparable_sentence(confirmed))
+    return warnings_html(reasons, [*notes, *extra, agreement_line()], comparable_sentence(confirmed))
 
 
 def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) -> pd.DataFrame:
@@ -515,5 +517,7 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
                     if typed.reasoning_tokens else ""))
     if (typed.repeats or 0) > 1:
         lines.append(REPEATS_NOTE)
+    models = typed.models or {}
+    lines += [line for line in (self_preference(models.get("actor"), models.get("judge")), agreement_line()) if line]
     lines.append(f"wrote {path} (every statistic: per book, per repeat, rounds, BLEU/ROUGE-L)")
     return lines

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR, locate_data_dir, read_verified
+from charactereval_lib.coser.disclosures import PARTIAL, agreement_line
 from charactereval_lib.coser.judge import (
     SCORE_FORMULAS,
     actor_rounds,
@@ -273,6 +274,7 @@ def notes(document: dict[str, Any]) -> list[str]:
                          f"(scores block {'reproduced' if f['scores_block_reproduced'] else 'NOT reproduced'})")
     if not document.get("metrics"):
         found.append("BLEU/ROUGE-L were not recomputed (--no-metrics).")
+    found += [PARTIAL, agreement_line()]
     found.append("Each released file is one run on the 100 in-domain scenes; the paper's numbers are means of 3 runs "
                  "(Table 13: in-domain half; Table 2, for BLEU/ROUGE-L: all 200 scenes). Deltas of a few points are "
                  "expected from that alone; every row gives its reasons.")

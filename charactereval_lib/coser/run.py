@@ -275,55 +275,153 @@ def start_run(run_dir: RunDir, settings: SimulationSettings, preset: Preset, sce
 # Assumed shape of a simulation for the estimate (no model is called): rounds per scene, reply
 # tokens per role, judge calls per dimension (retries and repairs included).
 EST_ROUNDS = 12
-EST_ENV_SHARE = 0.25
 EST_REPLY_TOKENS = {"actor": 90, "env": 60, "nsp": 10, "judge": 450}
 EST_JUDGE_CALLS_PER_DIMENSION = 1.15
+DRY_RUN_ROLES = ("actor", "env", "nsp", "judge", "repair")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How a scene's simulation and judgement are assumed to go: ``rounds`` speaker turns, each
+    followed by an NSP call; each turn's call made ``attempts`` times (an empty reply is asked
+    again); replies of ``reply_tokens`` per role; per dimension ``judge_calls`` judge calls and
+    ``repair_calls`` repairs. ``worst_speaker``: each round is spoken by whichever of actor and
+    environment costs more (a bound), else every fourth round by the environment."""
+
+    rounds: int
+    reply_tokens: dict[str, int]
+    attempts: int
+    judge_calls: float
+    repair_calls: float
+    worst_speaker: bool
+
+
+@dataclass(frozen=True)
+class _SceneSizes:
+    """A scene's prompt sizes in estimated tokens: the actors' system prompts (mean and largest),
+    the environment's, the NSP's, and the four judge prompts without the dialogue."""
+
+    actor_mean: float
+    actor_max: float
+    env: float
+    nsp: float
+    judge: tuple[float, ...]
+
+
+def _scene_sizes(scene: Scene, settings: SimulationSettings, critic: CriticPrompts) -> _SceneSizes:
+    agents = build_scene_agents(scene, settings.version, scene_rng(scene.key), actor_model=settings.actor.model,
+                                env_model=settings.env.model, nsp_model=settings.nsp.model,
+                                thoughtless=settings.thoughtless, rules=settings.rules())
+    system = {a.kind: estimate_request_tokens(a.initial_messages) for a in agents}
+    actors = [estimate_request_tokens(a.initial_messages) for a in agents if a.kind == "actor"] or [0]
+    prompts, *_ = judge_inputs([], scene, {}, critic, settings.version)
+    return _SceneSizes(sum(actors) / len(actors), max(actors), system["env"], system["nsp"],
+                       tuple(estimate_tokens(prompts[dim]) for dim in DIMENSIONS))
+
+
+def _dry_run_totals(sizes: Sequence[_SceneSizes], shape: _Shape,
+                    prices: dict[str, tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Calls and input/output tokens per role of one repeat of the scenes under ``shape``."""
+    totals = {role: {"calls": 0.0, "input": 0.0, "output": 0.0} for role in DRY_RUN_ROLES}
+
+    def add(role: str, calls: float, prompt: float, reply: float) -> None:
+        totals[role]["calls"] += calls
+        totals[role]["input"] += calls * prompt
+        totals[role]["output"] += calls * reply
+
+    def call_cost(role: str, prompt: float) -> float:
+        price = prices.get(role, (1.0, 1.0))
+        return prompt * price[0] + shape.reply_tokens[role] * price[1]
+
+    for scene in sizes:
+        actor_system = scene.actor_max if shape.worst_speaker else scene.actor_mean
+        # ``history``: the dialogue every agent has received; the NSP also keeps its own answers.
+        history = nsp_own = 0.0
+        for i in range(shape.rounds):
+            prompts = {"actor": actor_system + history, "env": scene.env + history}
+            if shape.worst_speaker:
+                kind = max(("actor", "env"), key=lambda role: call_cost(role, prompts[role]))
+            else:
+                kind = "env" if (i % 4) == 3 else "actor"
+            add(kind, shape.attempts, prompts[kind], shape.reply_tokens[kind])
+            history += shape.reply_tokens[kind]
+            add("nsp", shape.attempts, scene.nsp + history + nsp_own, shape.reply_tokens["nsp"])
+            if shape.worst_speaker:
+                nsp_own += shape.reply_tokens["nsp"]
+        for judge_prompt in scene.judge:
+            add("judge", shape.judge_calls, judge_prompt + history, shape.reply_tokens["judge"])
+            # A repair asks to fix the judge's answer: at most that answer and the instruction.
+            add("repair", shape.repair_calls, shape.reply_tokens["judge"] + 200, shape.reply_tokens["repair"])
+    return totals
 
 
 def dry_run(scenes: Sequence[Scene], settings: SimulationSettings, preset: Preset, critic: CriticPrompts,
             prices: dict[str, tuple[float, float]]) -> list[str]:
-    """Calls, tokens and cost per role, estimated from the real system prompts and an assumed
-    simulation shape (``EST_*``: ~12 rounds, each a speaker call and an NSP call, plus 4 judge
-    calls; about 25 calls per scene). Character-based token counts, about +-50%."""
-    totals = {role: {"calls": 0.0, "input": 0.0, "output": 0.0} for role in ("actor", "env", "nsp", "judge")}
-    for scene in scenes:
-        agents = build_scene_agents(scene, settings.version, scene_rng(scene.key), actor_model=settings.actor.model,
-                                    env_model=settings.env.model, nsp_model=settings.nsp.model,
-                                    thoughtless=settings.thoughtless, rules=settings.rules())
-        system = {a.kind: estimate_request_tokens(a.initial_messages) for a in agents}
-        actor_system = sum(estimate_request_tokens(a.initial_messages) for a in agents if a.kind == "actor") / max(
-            1, sum(a.kind == "actor" for a in agents))
-        history = 0.0
-        for i in range(EST_ROUNDS):
-            kind = "env" if (i % 4) == 3 else "actor"
-            base = system["env"] if kind == "env" else actor_system
-            for role, prompt in ((kind, base), ("nsp", system["nsp"])):
-                totals[role]["calls"] += 1
-                totals[role]["input"] += prompt + history
-                totals[role]["output"] += EST_REPLY_TOKENS[role]
-            history += EST_REPLY_TOKENS[kind]
-        prompts, *_ = judge_inputs([], scene, {}, critic, settings.version)
-        for dim in DIMENSIONS:
-            totals["judge"]["calls"] += EST_JUDGE_CALLS_PER_DIMENSION
-            totals["judge"]["input"] += EST_JUDGE_CALLS_PER_DIMENSION * (estimate_tokens(prompts[dim]) + history)
-            totals["judge"]["output"] += EST_JUDGE_CALLS_PER_DIMENSION * EST_REPLY_TOKENS["judge"]
+    """Calls, tokens and cost per role, from the real system prompts: an estimate under an
+    assumed simulation shape (``EST_*``: ~12 rounds, each a speaker call and an NSP call, plus 4
+    judge calls; about 29 calls per scene), then an upper bound: every scene runs all its
+    rounds, every reply is as long as its token cap allows, and every call is asked the
+    version's ``max_attempts`` times (the simulation asks again after an empty or declined
+    reply, the judge after an unusable answer, each with a repair). Token counts are estimated
+    from characters (about +-50%), so the bound holds only as far as they do; calls that fail
+    in transport and are retried by the engine are not counted (they are not answered)."""
+    version = settings.version
+    estimate = _Shape(EST_ROUNDS, {**EST_REPLY_TOKENS, "repair": 0}, 1, EST_JUDGE_CALLS_PER_DIMENSION, 0, False)
+    capped = {"actor": settings.max_tokens, "env": settings.max_tokens, "nsp": settings.max_tokens,
+              "judge": version.judge_max_tokens, "repair": version.judge_max_tokens}
+    first_answers = _Shape(settings.max_rounds, capped, 1, 1, 1, True)
+    every_retry = _Shape(settings.max_rounds, capped, version.max_attempts, version.max_attempts,
+                         version.max_attempts, True)
     lines = [f"dry run: preset {preset.name}, {len(scenes)} scene(s) x {preset.repeats} repeat(s), protocol "
-             f"{settings.version.name}; estimate (assumed {EST_ROUNDS} rounds per scene, character-based tokens, "
+             f"{version.name}; estimate (assumed {EST_ROUNDS} rounds per scene, character-based tokens, "
              "about +-50%), nothing sent"]
-    total_cost, all_priced = 0.0, True
+
+    def cost(totals: dict[str, dict[str, float]]) -> tuple[float, list[str]]:
+        """USD over the preset's repeats, and the roles with calls but no price (a role on the
+        judge's model takes the judge's price)."""
+        total, unpriced = 0.0, []
+        for role, t in totals.items():
+            if not t["calls"]:
+                continue
+            price = prices.get(role) or (prices.get("judge") if settings.role(role).model == settings.judge.model
+                                         else None)
+            if price is None:
+                unpriced.append(role)
+                continue
+            total += preset.repeats * (t["input"] * price[0] + t["output"] * price[1]) / 1e6
+        return total, unpriced
+
+    def ask_prices(roles: list[str], what: str) -> str:
+        return ("  pass --price ROLE=IN:OUT (USD per million tokens) for "
+                + ", ".join(f"{role} ({settings.role(role).model})" for role in roles) + f" for {what}")
+
+    sizes = [_scene_sizes(scene, settings, critic) for scene in scenes]
+    totals = _dry_run_totals(sizes, estimate, prices)
     for role, t in totals.items():
+        if not t["calls"]:
+            continue
         calls, tin, tout = (t[k] * preset.repeats for k in ("calls", "input", "output"))
         model = settings.role(role).model
         line = f"  {role:<6} {model:<28} {calls:>9,.0f} calls {tin:>13,.0f} input {tout:>11,.0f} output tokens"
         if role in prices:
-            cost = (tin * prices[role][0] + tout * prices[role][1]) / 1e6
-            total_cost += cost
-            line += f"  ~${cost:,.2f}"
-        else:
-            all_priced = False
+            line += f"  ~${preset.repeats * (t['input'] * prices[role][0] + t['output'] * prices[role][1]) / 1e6:,.2f}"
         lines.append(line)
     per_scene = sum(t["calls"] for t in totals.values()) / max(1, len(scenes))
     lines.append(f"  about {per_scene:.0f} model calls per scene")
-    lines.append(f"  estimated cost: ~${total_cost:,.2f}" if all_priced else
-                 "  pass --price ROLE=IN:OUT (USD per million tokens, per role) for a cost estimate")
+    expected, unpriced = cost(totals)
+    if unpriced:
+        lines.append(ask_prices(unpriced, "a cost estimate and its upper bound"))
+        return lines
+    lines.append(f"  estimated cost: ~${expected:,.2f} (no retries)")
+    bound, unpriced = cost(_dry_run_totals(sizes, first_answers, prices))
+    if unpriced:
+        lines.append(ask_prices(unpriced, "the upper bound"))
+        return lines
+    ceiling, _ = cost(_dry_run_totals(sizes, every_retry, prices))
+    lines.append(f"  upper bound: ${bound:,.2f} if every scene runs all {settings.max_rounds} rounds with every "
+                 f"reply at its token cap ({settings.max_tokens}; judge and repair {version.judge_max_tokens}) and "
+                 "one repair per judge answer")
+    lines.append(f"  counting every retry the protocol allows ({version.max_attempts} calls per turn after empty or "
+                 f"declined replies, {version.max_attempts} judge answers per dimension, each repaired): at most "
+                 f"${ceiling:,.2f}")
     return lines

@@ -61,7 +61,7 @@ class RoleModels:
 
 # The paper's environment and judge: GPT-4o, snapshot 2024-08-06 (the paper's version footnote;
 # upstream's README asks for it as the judge). Its next-speaker model was the CoSER-70B fine-tune
-# (paper-era experiment name `llama3-1210-8epc`); both versions run gpt-4o-mini instead, as the
+# (by inference the paper-era experiment name `llama3-1210-8epc`, docs/coser-versions.md); both versions run gpt-4o-mini instead, as the
 # earlier platform did (seed 004 F03-F05, G01, H03).
 NSP_DEVIATION = Deviation(
     role="nsp", paper="CoSER-70B", runs="gpt-4o-mini-2024-07-18",

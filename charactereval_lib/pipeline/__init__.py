@@ -16,7 +16,7 @@ here prints; nothing here parses a command line.
 
 One module per concern: ``settings`` (the typed settings), ``outcomes`` (what stages return),
 ``charactereval`` (its stages), ``data`` (the official data, the doctor, the reward-model
-checkpoint), ``judging`` (LLM judges, battles, meta-evaluation, panels), ``coser`` (CoSER's
+checkpoint), ``judging`` (LLM judges, battles, best of n, meta-evaluation, panels), ``coser`` (CoSER's
 settings and stages), ``board`` (the leaderboard) and ``apps`` (``batch`` and ``reproduce``, the
 applications of ``charactereval_lib.apps``); every public name is re-exported here.
 ``charactereval_batch`` (CharacterEval's batch plan) is not: ``batch`` finds it through the
@@ -60,6 +60,7 @@ from charactereval_lib.pipeline.coser import (
                                                  coser_analysis,
                                                  coser_compare,
                                                  coser_data_dir,
+                                                 coser_data_facts,
                                                  coser_data_fetch,
                                                  coser_data_use,
                                                  coser_data_verify,
@@ -84,15 +85,21 @@ from charactereval_lib.pipeline.data import (
                                                  rm_make_tiny,
 )
 from charactereval_lib.pipeline.judging import (
+                                                 COMPARED_EVAL_TYPES,
+                                                 EVAL_TYPES_SUMMARY,
                                                  BattleOutcome,
+                                                 BestOutcome,
+                                                 EvalTypesOutcome,
                                                  JudgeOutcome,
                                                  MetaevalOutcome,
                                                  PanelOutcome,
                                                  RmTrainOutcome,
                                                  battle,
+                                                 best,
                                                  convert_rm_train,
                                                  judge_score,
                                                  metaeval,
+                                                 metaeval_eval_types,
                                                  panel,
 )
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
@@ -108,17 +115,17 @@ from charactereval_lib.pipeline.settings import (
 )
 
 __all__ = [
-    "BattleOutcome", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
+    "BattleOutcome", "BestOutcome", "COMPARED_EVAL_TYPES", "COMPARISON_HTML", "COMPARISON_NOTEBOOK",
     "COSER_BACKENDS", "COSER_ROLES",
     "COSER_RULES", "CoserReportSettings", "CoserRunOutcome", "CoserRunSettings", "CoserSummarizeSettings",
-    "DEFAULT_BASELINES", "DataCheck", "DataUse", "DoctorOutcome", "ENGINES", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
-    "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
+    "DEFAULT_BASELINES", "DataCheck", "DataUse", "DoctorOutcome", "ENGINES", "EVAL_TYPES_SUMMARY", "FIGURES_DIR", "GenerateResult", "GenerateSettings",
+    "EvalTypesOutcome", "ImportOutcome", "JudgeOutcome", "JudgeSettings", "LeaderboardOutcome", "MetaevalOutcome", "PanelOutcome",
     "PanelSettings", "REPORT_HTML", "REPORT_NOTEBOOK", "ReportOutcome", "ReportSettings", "RmTrainOutcome",
     "ScoreOutcome", "ScoreSettings", "SettingsError", "SummarizeSettings", "SummaryOutcome",
-    "TransformOutcome", "batch", "batch_config", "batch_preflight", "batch_summary_lines", "battle",
+    "TransformOutcome", "batch", "batch_config", "batch_preflight", "batch_summary_lines", "battle", "best",
     "compare", "compare_problems", "convert_rm_train", "coser_analysis", "coser_compare",
-    "coser_data_dir", "coser_data_fetch", "coser_data_use", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",
+    "coser_data_dir", "coser_data_facts", "coser_data_fetch", "coser_data_use", "coser_data_verify", "coser_dry_run", "coser_import", "coser_report",
     "coser_run", "coser_summarize", "data_fetch", "data_groups", "data_subset", "data_use", "data_verify", "doctor",
-    "export_official", "generate", "import_official", "judge_score", "leaderboard", "metaeval", "overview", "panel",
+    "export_official", "generate", "import_official", "judge_score", "leaderboard", "metaeval", "metaeval_eval_types", "overview", "panel",
     "report", "reproduce", "rm_check", "rm_download", "rm_make_tiny", "run_warnings", "runs", "score", "summarize", "transform",
 ]

@@ -218,6 +218,15 @@ def coser_data_verify(data_dir: str | os.PathLike[str] | None = None, *, with_re
     return verify(data_dir, with_results=with_results)
 
 
+def coser_data_facts(data_dir: str | os.PathLike[str] | None = None) -> tuple[list[str], list[str]]:
+    """CoSER data step "data facts": the test set's recorded facts as recounted from the verified
+    data (``coser.facts.check``): one line per fact, and one problem line per fact that differs."""
+    from charactereval_lib.coser.data import load_test_set
+    from charactereval_lib.coser.facts import check
+
+    return check(load_test_set(data_dir))
+
+
 def coser_data_use(directory: str | os.PathLike[str]) -> DataUse:
     """Make ``directory`` the CoSER data directory of the workspace, unless a flag or
     $COSER_DATA_DIR says otherwise."""

@@ -108,13 +108,15 @@ class DoctorOutcome:
         return [check for check in self.checks if not check.ok]
 
 
-def doctor(data_dir: str | os.PathLike[str] | None = None) -> DoctorOutcome:
+def doctor(data_dir: str | os.PathLike[str] | None = None, *,
+           paper_latex: str | os.PathLike[str] | None = None) -> DoctorOutcome:
     """Every protocol fact recomputed on the full official data (raises ``DataError`` when the
-    data is missing or altered)."""
-    from charactereval_lib.charactereval.doctor import run_checks
+    data is missing or altered), and with ``paper_latex`` a copy of the paper's LaTeX source
+    checked against the digest Table 4's provenance records."""
+    from charactereval_lib.charactereval.doctor import paper_latex_check, run_checks
 
     data = load_official_data(data_dir)
-    return DoctorOutcome(data, run_checks(data))
+    return DoctorOutcome(data, run_checks(data) + ([paper_latex_check(paper_latex)] if paper_latex else []))
 
 
 def rm_download(target: str | os.PathLike[str], *, endpoint: str | None = None) -> Path:

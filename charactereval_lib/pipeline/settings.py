@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from charactereval_lib.charactereval import layout
+from charactereval_lib.charactereval.calibration import METASCORE_THRESHOLD
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
 from charactereval_lib.engine.settings import Names, Number, Settings, SettingsError, not_negative, positive
@@ -189,11 +190,18 @@ class ScoreSettings(Settings):
 class JudgeSettings(Settings):
     """How rows are scored by an LLM judge (``score --scorer judge``) through an
     OpenAI-compatible endpoint. ``spec`` is a spec FILE for every metric or a DIR of
-    ``<metric_en>.yaml`` (default: the shipped specs). Decoding defaults to temperature 0."""
+    ``<metric_en>.yaml`` (default: the shipped specs); ``eval_type`` replaces every spec's
+    answer format (evals' eval-level ``eval_type``). Decoding defaults to temperature 0.
+    ``calibration``: a ``metaeval`` directory of the same judge model whose agreement with human
+    labels ``score`` records beside the scores; ``metascore_threshold``: the metascore below
+    which that agreement is warned about (``charactereval.calibration``)."""
 
     judge_model: str
     base_url: str | None = None
     spec: str | None = None
+    eval_type: str | None = None
+    calibration: str | None = None
+    metascore_threshold: Number = METASCORE_THRESHOLD
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 32
     temperature: Number | None = 0.0
@@ -207,8 +215,14 @@ class JudgeSettings(Settings):
     price_out: Number | None = None
 
     def model_post_init(self, context: Any) -> None:
+        from charactereval_lib.engine.grading.choices import EVAL_TYPES
+
         if not self.judge_model:
             raise SettingsError("judge_model is required (--judge-model)")
+        if self.eval_type is not None and self.eval_type not in EVAL_TYPES:
+            raise SettingsError(f"eval_type {self.eval_type!r}: expected one of {', '.join(EVAL_TYPES)}")
+        if not 0 <= self.metascore_threshold <= 1:
+            raise SettingsError(f"metascore_threshold must be between 0 and 1, got {self.metascore_threshold}")
         for name in ("concurrency", "max_tokens", "max_attempts", "timeout", "same_answer_limit"):
             positive(name, getattr(self, name))
         for name in ("price_in", "price_out", "retry_base_delay", "retry_max_delay"):

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from _reward_support import tiny_checkpoint, write_data_dir
+from _reward_support import released_generations, tiny_checkpoint
 from charactereval_lib.apps import reproduction
-from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.charactereval.reproduce import MISSING_RM, RELEASED_MODELS, released_file
+from charactereval_lib.charactereval.reproduce import MISSING_RM
 from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
@@ -130,19 +129,6 @@ def test_released_files_are_the_twelve_pinned_ones():
 
 
 # --- CharacterEval: end to end on synthetic files and the tiny random checkpoint -------------------
-
-
-def released_generations(tmp_path):
-    data = write_data_dir(tmp_path / "data", 6)
-    samples = json.loads((data / "test_data.jsonl").read_text(encoding="utf-8"))
-    id2metric = json.loads((data / "id2metric.jsonl").read_text(encoding="utf-8"))
-    files = {}
-    for i, key in enumerate(RELEASED_MODELS):
-        records = [{**s, "model_output": f"{s['role']}：第{i}个回答{s['id']}", "metric_en": en, "metric_zh": zh}
-                   for s in samples for en, zh in id2metric.get(str(s["id"]), [])]
-        files[key] = tmp_path / released_file(key)
-        files[key].write_text(json.dumps(records, ensure_ascii=False, indent=4), encoding="utf-8")
-    return load_official_data(data, verify=False), files
 
 
 @pytest.mark.slow

@@ -76,6 +76,9 @@ def test_report_shows_both_scorers_and_their_agreement(judged):
     # The main sections stay the reward model's: its figures are all still there.
     assert {"radars.png", "score_grid.png", "failures.png"} <= {p.name for p in (a / "figures").iterdir()}
     assert "not of CharacterEval's reward model" not in html
+    # The judge shown beside the reward model has no calibration: said before its scores.
+    assert "Judge judge-x (shown beside the reward model): The judge judge-x has no recorded agreement" in \
+        html.split("<h2", 1)[0]
 
 
 @pytest.mark.slow
@@ -93,6 +96,7 @@ def test_a_run_scored_only_by_the_judge_is_reported_with_scorer_judge(judged, ca
     assert "scores of the LLM judge <strong>judge-x</strong>" in head and "not of CharacterEval's reward model" in head
     rows = len(layout.CharacterEvalRun(only).read_rows())
     assert f"{rows} scored rows of {rows}" in head and "Scoring is incomplete" not in head
+    assert "The judge judge-x has no recorded agreement with human labels" in head
     parts = sections(html)
     assert "judge judge-x mean" in parts["Reward model and LLM judge"]
     assert "No agreement can be shown: the reward model has not scored this run." in parts["Reward model and LLM judge"]
@@ -166,7 +170,12 @@ def test_compare_shows_the_judge_beside_the_reward_model(judged, tmp_path):
     settings = pipeline.ReportSettings(verify_data=False, baselines=("GPT-4",), n_boot=50, judge_model="judge-x")
     outcome = pipeline.compare([a, b], tmp_path / "cmp", settings, data_dir=str(data_dir))
     assert cell_problems(outcome.notebook) == []
-    parts = sections(outcome.html.read_text(encoding="utf-8"))
+    html = outcome.html.read_text(encoding="utf-8")
+    head = html.split("<h2", 1)[0]
+    # Before the judge's scores are compared: each run's judge has no calibration.
+    for name in ("model-a", "model-b"):
+        assert f"{name}: Judge judge-x (shown beside the reward model): The judge judge-x has no recorded" in head
+    parts = sections(html)
     both = parts["Reward model and LLM judge"]
     assert "the LLM judge judge-x" in both
     assert re.findall(r"<th[^>]*>([^<]*)</th>", both)[:3] == ["cell", "model-a", "model-b"]

@@ -21,6 +21,7 @@ from charactereval_lib import cli, pipeline
 from charactereval_lib.apps import reproduction
 from charactereval_lib.apps.leaderboard import build
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
+from charactereval_lib.coser.disclosures import agreement_line
 from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
 from charactereval_lib.coser.statistics import compute_summary
@@ -250,6 +251,17 @@ def test_comparison_shows_both_runs_and_why_they_differ(rendered):
 
 
 @pytest.mark.slow
+def test_judge_scores_are_shown_with_the_judges_agreement_and_the_de_repetition_rule(rendered):
+    """Seed 004 I03 and T06 (issue 43, 004-80 and 004-94): the report and the comparison say how
+    often the paper's judge agreed with people, and which side of upstream's de-repetition rule
+    the actor was on (mock-actor is neither GPT nor Claude)."""
+    for name in ("alias", "paper", "compare"):
+        text = html.unescape(rendered[name][1])
+        assert agreement_line() in text, name
+        assert "Asymmetric rule: upstream removes repeated passages" in text and "were passed through it" in text
+
+
+@pytest.mark.slow
 def test_compare_refuses_mixed_runs_without_allow_mixed(rendered, tmp_path, capsys):
     root = rendered["root"]
     assert cli.main(["coser", "compare", str(root / "alias"), str(root / "paper"), "--out", str(tmp_path)]) == 2
@@ -287,7 +299,7 @@ def test_coser_summarize_prints_a_table_and_says_what_it_wrote(hand_run, capsys)
     out = capsys.readouterr().out
     lines = out.splitlines()
     summary = json.loads((hand_run.path / SUMMARY).read_text())
-    assert "{" not in out and len(lines) == 1 + 5 + 4
+    assert "{" not in out and len(lines) == 1 + 5 + 5
     assert lines[0].split() == ["score", "mean", "95%", "interval", "id", "books", "ood", "books"]
     average = summary["overall"]["average"]
     assert lines[5].startswith("average") and f"{average['mean']:.2f}" in lines[5]
@@ -295,7 +307,9 @@ def test_coser_summarize_prints_a_table_and_says_what_it_wrote(hand_run, capsys)
     assert lines[1].split()[-1] == "–"  # the ood split's only scene failed: no score
     assert "not clipped, so a dimension can exceed 100" in lines[6]
     # Two repeats: the summary says they share prompts and a temperature-0 first call (seed 004 H30).
-    assert lines[-2] == REPEATS_NOTE and "understates the variance between independent runs" in REPEATS_NOTE
+    assert lines[-3] == REPEATS_NOTE and "understates the variance between independent runs" in REPEATS_NOTE
+    # The judge's agreement with people is shown with its scores (seed 004 I03, issue 43 004-80).
+    assert lines[-2] == agreement_line()
     assert lines[-1].startswith(f"wrote {hand_run.path / SUMMARY}")
 
 

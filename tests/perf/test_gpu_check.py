@@ -5,6 +5,7 @@ CPU with the tiny shape."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -89,3 +90,26 @@ def test_cuda_requested_without_cuda_is_one_clear_error(gpu_check, tmp_path):
         pytest.skip("this machine has CUDA")
     with pytest.raises(SystemExit, match="CUDA is not available"):
         gpu_check.main(["--tiny", "--device", "cuda", "--no-hf-test", "--out", str(tmp_path / "r.json")])
+
+
+def test_the_anchor_runs_the_five_released_generations_end_to_end(gpu_check, tmp_path, capsys):
+    # Seed 000 §4 item 2 / seed 001 row 23 on synthetic released files and the tiny random
+    # checkpoint: the path the real weights take, which must never call its scores an anchor.
+    from _reward_support import released_generations, tiny_checkpoint
+
+    # Two samples, a short context window: every step runs, in seconds.
+    data, files = released_generations(tmp_path, samples=2)
+    result, status = gpu_check.anchor_check(tiny_checkpoint(max_len=256), "cpu", n_boot=20, data=data, files=files)
+    assert status == 1 and result["meaningless"]
+    verdict = result["verdict"]
+    assert not verdict["reproduced"] and verdict["tolerance"] == 0.0005
+    assert list(verdict["models"]) == ["ChatGLM3-6B", "Baichuan2-7B", "Qwen-7B", "InternLM-7B", "XVERSE-7B"]
+    assert verdict["metrics"] == 60 and all(m["metrics"] == 12 for m in verdict["models"].values())
+    assert [f["sha256"] for f in result["files"]] == [
+        hashlib.sha256(files[key].read_bytes()).hexdigest() for key in files]
+    gpu_check.print_anchor(result)
+    printed = capsys.readouterr().out
+    assert "MEANINGLESS" in printed and "ChatGLM3-6B: generation_trans_chatglm3_6b.jsonl sha256 " in printed
+    assert f"anchor NOT REPRODUCED: {verdict['within']}/60 metric means within 0.0005 of Table 4" in printed
+    with pytest.raises(SystemExit, match="not a checkpoint directory"):
+        gpu_check.main(["--anchor", str(tmp_path / "no-weights"), "--device", "cpu"])

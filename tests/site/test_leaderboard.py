@@ -443,6 +443,19 @@ def test_a_row_label_names_every_setting_that_changes_a_reply():
     assert model_label("m", {"max_tokens": 256}) == "m (max_tokens=256)"
 
 
+def test_the_decoding_column_shows_every_key_that_went_out():
+    # Issue 39 item 9: keys sent with --request-param are decoding too; a provider pin is routing.
+    from charactereval_lib.charactereval.eligibility import decoding_text
+    from charactereval_lib.engine.manifest import GenerationSection
+
+    api = GenerationSection(backend="openai", parameters={
+        "max_tokens": 1024, "temperature": 0.8, "top_p": None, "seed": 3,
+        "request_params": {"top_k": 40, "frequency_penalty": 0.5, "chat_template_kwargs": {"enable_thinking": False},
+                           "provider": {"only": ["openai"], "allow_fallbacks": False}}})
+    assert decoding_text(api) == ('temperature 0.8, top_p provider default, at most 1024 tokens, seed 3, '
+                                  'chat_template_kwargs {"enable_thinking": false}, frequency_penalty 0.5, top_k 40')
+
+
 def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
     """A run made by `coser run` against the local mock server (its real run.json and artifacts),
     with a rendered report beside it: listed with its reasons, the report copied and linked."""

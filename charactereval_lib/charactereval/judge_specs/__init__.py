@@ -7,6 +7,8 @@ for this project from the paper's metric definitions and the annotation guide.
 
 `battles/role_play.yaml` is the pairwise spec for battles (`engine.grading.battles`): it needs
 `role`, `profile` and `context`; the battle functions add the two replies in both orders.
+`best/role_play.yaml` picks the best of n replies in one prompt (`engine.grading.multicomp`,
+evals' `best`): the same fields, the numbered replies in `response`, choices `from_n`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from charactereval_lib.engine.grading.spec import ModelGradedSpec, load_spec
 
 SPEC_DIR = Path(__file__).resolve().parent
 BATTLE_SPEC = SPEC_DIR / "battles" / "role_play.yaml"
+BEST_SPEC = SPEC_DIR / "best" / "role_play.yaml"
 JUDGE_FIELDS = ("role", "profile", "context", "response")
 BATTLE_FIELDS = ("role", "profile", "context")
 
@@ -38,3 +41,8 @@ def load_default_specs() -> dict[str, ModelGradedSpec]:
 def load_battle_spec() -> ModelGradedSpec:
     """The shipped pairwise spec (choices 1 / 2 / 0 = first / second / tie)."""
     return load_spec(BATTLE_SPEC)
+
+
+def load_best_spec() -> ModelGradedSpec:
+    """The shipped multicomp spec (choices 1..n: the position of the best reply)."""
+    return load_spec(BEST_SPEC)

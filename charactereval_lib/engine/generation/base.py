@@ -20,6 +20,20 @@ STATUS_ERROR = "error"
 # ChatGLM3's chat() defaults, which the official generation script used implicitly (it calls the
 # model's chat() without decoding arguments): sampling with temperature 0.8 and top_p 0.8.
 PRESETS: dict[str, dict[str, float]] = {"chatglm3": {"temperature": 0.8, "top_p": 0.8}}
+# Where each preset's values were read, recorded in run.json beside them (``preset_source``).
+# ChatGLM3's: seed 001 §0 and row 9, the model code at that revision (its chat() and
+# process_response are the same on the main branch). Of chat()'s other defaults, max_length=8192
+# (prompt and reply together) and num_beams=1 have no request counterpart, and process_response's
+# strip() is the model wrapper's, not the protocol's (S5 does not strip).
+PRESET_SOURCES: dict[str, dict[str, Any]] = {
+    "chatglm3": {
+        "repository": "THUDM/chatglm3-6b", "revision": "b098244a71", "revision_date": "2023-12-29",
+        "file": "modeling_chatglm.py", "function": "ChatGLMForConditionalGeneration.chat",
+        "defaults": {"do_sample": True, "temperature": 0.8, "top_p": 0.8, "max_length": 8192, "num_beams": 1},
+        "called_by": "the official generation script, get_response.py: model.chat(tokenizer, query, messages), "
+                     "no decoding arguments",
+    },
+}
 DEFAULT_MAX_TOKENS = 1024
 # Body keys a request parameter (``--request-param``) may not set: the request's own fields, the
 # decoding settings that have their own option, and streaming (replies are read whole).
@@ -133,6 +147,12 @@ class DecodingParams:
             # Runs made before request parameters existed keep their recorded identity.
             del values["request_params"]
         return values
+
+
+def preset_source(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"preset_source": ...}`` for a run's recorded parameters that name a preset, else ``{}``."""
+    preset = (parameters or {}).get("preset")
+    return {"preset_source": PRESET_SOURCES[preset]} if preset in PRESET_SOURCES else {}
 
 
 def check_request_params(params: Mapping[str, Any] | None, fixed: Sequence[str] = RESERVED_REQUEST_PARAMS,

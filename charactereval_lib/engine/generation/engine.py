@@ -32,6 +32,7 @@ from charactereval_lib.engine.generation.base import (
     GenerationRequest,
     GenerationResult,
     RunAborted,
+    preset_source,
     reasoning_tokens,
 )
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
@@ -276,7 +277,8 @@ async def generate_async(
         started_at = runs.utc_now()
         run.update_manifest(
             protocol_version=task.protocol_version,
-            generation={**backend.describe(), "identity": identity, "protocol_version": task.protocol_version,
+            generation={**backend.describe(), **preset_source(identity.get("parameters")), "identity": identity,
+                        "protocol_version": task.protocol_version,
                         "data_sha256": task.data_sha256, "status": "running", "started_at": started_at},
         )
         started = time.monotonic()
@@ -470,6 +472,7 @@ def dry_run(
             "model": model,
             "base_url": base_url,
             "parameters": params.as_dict(),
+            **preset_source(params.as_dict()),
             "sent_parameters": params.sent(),
             "requests": written,
             "pending": len(plan.pending),

@@ -127,8 +127,29 @@ def battle_summary(
     indicators = {name: np.array([o == name for o in outcomes], dtype=float) for name in OUTCOMES}
     indicators["position_consistency"] = np.array([c is True for c in consistent], dtype=float)
     n_valid = int(valid.sum())
+    summary: dict[str, Estimate | int] = dict(rate_estimates(indicators, valid, clusters, n_boot=n_boot,
+                                                             confidence=confidence, seed=seed))
+    summary["invalid"] = n - n_valid
+    summary["n"] = n
+    return summary
+
+
+def rate_estimates(
+    indicators: Mapping[str, np.ndarray],
+    valid: np.ndarray,
+    clusters: Sequence[Hashable],
+    *,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Estimate]:
+    """Each indicator's rate over the ``valid`` rows (0/1 arrays, one entry per judgement) with
+    a percentile cluster-bootstrap interval by ``clusters`` (the same resamples for every rate);
+    NaN where no row is valid."""
+    n = len(valid)
+    n_valid = int(np.sum(valid))
     n_clusters = len(set(clusters))
-    replicates = cluster_weights(clusters, n_boot, seed)
+    replicates = cluster_weights(list(clusters), n_boot, seed)
     ones = np.ones(n)
 
     def rate(indicator: np.ndarray):
@@ -139,16 +160,8 @@ def battle_summary(
 
         return of
 
-    summary: dict[str, Estimate | int] = {
-        name: percentile_estimate(
-            rate(indicator)(ones)[0] if n else float("nan"),
-            over_replicates(rate(indicator), replicates),
-            confidence,
-            n_valid,
-            n_clusters,
-        )  # fmt: skip
+    return {
+        name: percentile_estimate(rate(indicator)(ones)[0] if n else float("nan"),
+                                  over_replicates(rate(indicator), replicates), confidence, n_valid, n_clusters)
         for name, indicator in indicators.items()
     }
-    summary["invalid"] = n - n_valid
-    summary["n"] = n
-    return summary

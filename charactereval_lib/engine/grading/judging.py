@@ -60,17 +60,25 @@ class JudgeItem:
     messages: list[dict[str, str]]
     # Why the sample cannot be filled into the spec's prompt (nothing is sent), else None.
     refused: str | None = None
+    # The fill arguments grading depends on: the eval-level eval type (the parse type of a spec
+    # without its own) and the number of replies shown (the choices of a from_n spec).
+    grading: Mapping[str, Any] = field(default_factory=dict)
+
+    def grade(self, reply: str) -> dict[str, Any]:
+        """``grade_reply`` of a reply to this item's messages."""
+        return grade_reply(self.spec, reply, **self.grading)
 
 
 def make_item(key: Mapping[str, Any], spec: ModelGradedSpec, sample: Mapping[str, Any], **fill: Any) -> JudgeItem:
     """The item of one sample: its judge messages (``build_judge_messages`` with ``fill``), or,
     when evals would refuse the sample, no messages and the one-line reason naming the sample
     (``key``) and the field."""
+    grading = {name: fill[name] for name in ("eval_type", "multicomp_n") if name in fill}
     try:
-        return JudgeItem(key, spec, build_judge_messages(spec, sample, **fill))
+        return JudgeItem(key, spec, build_judge_messages(spec, sample, **fill), grading=grading)
     except SampleRefusedError as error:
         where = ", ".join(f"{name} {value}" for name, value in key.items())
-        return JudgeItem(key, spec, [], f"sample ({where}): {error}")
+        return JudgeItem(key, spec, [], f"sample ({where}): {error}", grading=grading)
 
 
 class JudgeInterrupted(jobs.JobInterrupted):
@@ -118,7 +126,7 @@ def plan_judging(
                           classify, select=lambda r: r.get("judge_model", model) == model)
     regraded = []
     for item, record in plan.finished:
-        grade = grade_reply(item.spec, record.get("reply") or "")
+        grade = item.grade(record.get("reply") or "")
         if any(record.get(name) != value for name, value in grade.items()):
             regraded.append({**record, **grade})
     return JudgePlan(**vars(plan), regraded=regraded)
@@ -134,7 +142,7 @@ def judge_record(item: JudgeItem, result: GenerationResult, judge_model: str) ->
     grade: dict[str, Any] = {"choice": None, "score": None, "invalid": None, "spec": item.spec.name,
                              "parser": item.spec.parser}
     if result.status == STATUS_OK:
-        grade = grade_reply(item.spec, reply or "")
+        grade = item.grade(reply or "")
     grade["reply"] = reply
     return {**item.key, "scorer": SCORER, "judge_model": judge_model, **grade, **record}
 

@@ -10,7 +10,7 @@ import json
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,12 +59,25 @@ class JsonMatchResult:
     accuracy: float
 
 
-def match(sampled: str, ideal: str | Sequence[str]) -> MatchResult:
+Separator = Callable[[str], bool] | str
+
+
+def match(sampled: str, ideal: str | Sequence[str], separator: Separator | None = None) -> MatchResult:
     """evals `Match`: correct when the raw sample *starts with* an ideal; ideals are tried in
-    list order and the first hit is `picked`. No trimming, case-sensitive; '' always matches."""
+    list order and the first hit is `picked`. No trimming, case-sensitive; '' always matches.
+
+    ``separator`` is evals' option that none of its templates passes (so there the ideal `4`
+    matches the sample `42`): when given, an ideal counts only if the sample ends right after it
+    or the character after it is a separator. It is a predicate on that one character (evals'
+    form, e.g. ``str.isspace``) or a string of the separator characters (e.g. ``" .,\n"``)."""
+    if isinstance(separator, str):
+        separator = separator.__contains__
     for candidate in _ideal_list(ideal):
-        if sampled.startswith(candidate):
-            return MatchResult(True, candidate)
+        if not sampled.startswith(candidate):
+            continue
+        if separator is not None and len(sampled) > len(candidate) and not separator(sampled[len(candidate)]):
+            continue
+        return MatchResult(True, candidate)
     return MatchResult(False, None)
 
 

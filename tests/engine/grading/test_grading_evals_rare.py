@@ -120,6 +120,17 @@ def test_includes_ignore_case_answers_with_the_last_occurrence():
     assert sm.includes("ab AB", ["AB", "zz"], ignore_case=True).per_ideal_get_answer == ["AB", None]
 
 
+def test_match_separator_option():
+    # Without a separator (every evals template) the ideal 4 matches 42, as the seed says.
+    assert sm.match("42", "4") == sm.MatchResult(True, "4")
+    assert sm.match("42", "4", separator=str.isspace) == sm.MatchResult(False, None)
+    assert sm.match("4 apples", "4", separator=str.isspace).picked == "4"
+    assert sm.match("4", "4", separator=" ").correct  # nothing after the ideal: it counts
+    assert sm.match("4.", ["4"], separator=" .,").correct and not sm.match("4;", ["4"], separator=" .,").correct
+    # Ideals failing the separator are skipped, the next one in list order may still match.
+    assert sm.match("42 is it", ["4", "42"], separator=" ") == sm.MatchResult(True, "42")
+
+
 def test_json_match_on_an_integer_over_the_digit_limit_is_no_match():
     huge = "9" * 5000
     assert sm.json_match(huge, "1") == sm.JsonMatchResult(False, 0.0)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from charactereval_lib.charactereval.judge_specs import BATTLE_FIELDS, JUDGE_FIELDS, SPEC_DIR, default_spec_path, load_battle_spec, load_default_specs
+from charactereval_lib.charactereval.judge_specs import (
+    BATTLE_FIELDS,
+    JUDGE_FIELDS,
+    SPEC_DIR,
+    default_spec_path,
+    load_battle_spec,
+    load_best_spec,
+    load_default_specs,
+)
 from charactereval_lib.engine.grading.battles import battle_requests, judge_battle
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.fill import prompt_fields
-from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply
+from charactereval_lib.engine.grading.judging import make_item
+from charactereval_lib.engine.grading.multicomp import multicomp_fill, orders
+from charactereval_lib.engine.grading.spec import build_judge_messages, grade_reply, spec_from_mapping
 
 # The paper's 12 metrics (English name as in the protocol, Chinese name as in id2metric).
 METRICS = {
@@ -52,3 +62,26 @@ def test_the_battle_spec_judges_both_orders():
     assert "on one aspect: empathy." in first.messages[0]["content"]
     record = judge_battle(spec, "Reply 1 is warmer.\n1", "Reply 2 is warmer.\n2")
     assert (record["outcome"], record["consistent"]) == ("win", True)
+
+
+def test_invalid_score_is_decided_per_spec():
+    # evals' rule (an invalid answer scores the map's minimum) stays the default of any spec...
+    spec = spec_from_mapping({"prompt": "{a}", "choice_strings": "12345", "choice_scores": "from_strings",
+                              "input_outputs": {"a": "b"}, "eval_type": "classify"})
+    assert spec.invalid_score == "min" and grade_reply(spec, "?")["score"] == 1.0
+    # ...the shipped 1-5 metric specs leave an invalid answer out of the means (it would score 1,
+    # the worst grade, for the judge's own format failure); the pairwise and best-of-n specs
+    # have no scores at all.
+    assert {s.invalid_score for s in load_default_specs().values()} == {None}
+    assert load_battle_spec().choice_scores is None and load_best_spec().choice_scores is None
+
+
+def test_the_best_spec_numbers_n_replies():
+    spec = load_best_spec()
+    fields = {key: SAMPLE[key] for key in BATTLE_FIELDS}
+    item = make_item({"id": 1}, spec, fields, **multicomp_fill(spec, ["R：A", "R：B", "R：C"], orders(3)[1]))
+    content = item.messages[0]["content"]
+    assert content.startswith("You are comparing 3 replies")
+    assert "[Reply 1]\nR：B\n\n[Reply 2]\nR：C\n\n[Reply 3]\nR：A\n\n[Aspect:" in content
+    assert '"1" or "2" or "3"' in content and content.endswith("Reasoning:")
+    assert item.grade("Reply 2 is best.\n2")["choice"] == "2"
