@@ -33,11 +33,12 @@ from typing import Any
 
 from charactereval_lib.engine.generation.base import STATUS_OK, RunAborted
 
-# A documented alias and the dated snapshot it stands for; kept small, each entry sourced.
-# - gpt-4o: the CoSER paper's GPT-4o, whose version footnote names snapshot 2024-08-06; OpenAI's
-#   model page lists gpt-4o as pointing to gpt-4o-2024-08-06.
-# - gpt-4o-mini: the snapshot 2024-07-18 (seed 004 G01; OpenAI's model page lists gpt-4o-mini as
-#   pointing to gpt-4o-mini-2024-07-18).
+# A documented alias and the dated snapshot it stands for; kept small, each entry sourced. OpenAI's
+# model pages list each model's snapshots and aliases; which snapshot an alias points to is stated
+# in OpenAI's developer forum ("Where can I check the model alias updates",
+# community.openai.com/t/1357643: gpt-4o -> gpt-4o-2024-08-06, gpt-4o-mini -> gpt-4o-mini-2024-07-18).
+# - gpt-4o: also the CoSER paper's GPT-4o, whose version footnote names snapshot 2024-08-06.
+# - gpt-4o-mini: also seed 004 G01 (upstream's default next-speaker model since 297ffff).
 ALIASES = {"gpt-4o": "gpt-4o-2024-08-06", "gpt-4o-mini": "gpt-4o-mini-2024-07-18"}
 NOT_REPORTED = "served model not reported"
 
