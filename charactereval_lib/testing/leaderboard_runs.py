@@ -96,12 +96,12 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
     fixed = version.models
     roles = {"actor": actor, "env": fixed.env, "nsp": fixed.nsp, "judge": fixed.judge,
              "repair": version.fix_json_model or fixed.judge, **(models or {})}
-    served_by = {**roles, **(served or {})}
-
-    def served_record(role: str) -> dict[str, Any]:
+    # One call per record, served by the declared model or by ``served[role]`` (None: not reported).
+    served_record = {}
+    for role, model in {**roles, **(served or {})}.items():
         counts = ServedCounts()
-        counts.add(served_by[role], "fp_synthetic" if served_by[role] else None)
-        return counts.as_dict()
+        counts.add(model, "fp_synthetic" if model else None)
+        served_record[role] = counts.as_dict()
 
     keys = [f"scene-{i:03d}" for i in range(scenes)]
     turns = []
@@ -118,7 +118,7 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
             n = sum(1 for m in dialogue if m["role"] not in ("Environment", "NSP"))
             turns += [{"repeat": repeat, "scene": key, "step": step, "kind": kind, "speaker": kind, "reply": "",
                        "temperatures": [0], "usage": None, "refused": False, "refusals": 0,
-                       "served": served_record(kind)} for step, kind in enumerate(("actor", "env", "nsp"))]
+                       "served": served_record[kind]} for step, kind in enumerate(("actor", "env", "nsp"))]
             scene_records.append({"repeat": repeat, "scene": key, "tag": tags[key], "book": books[key], "status": "done",
                                   "ended_by": "end_chat", "rounds": len(dialogue), "fallbacks": 0,
                                   "simulation": dialogue, "profiles": {}})
@@ -142,7 +142,7 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
                                    "critique": {"flaws": flaws}, "scores": {"score": score,
                                                                             "score_clipped": min(score, 100)},
                                    "attempts": [{"temperature": 0, "status": "ok"}],
-                                   "served": {"judge": served_record("judge")}})
+                                   "served": {"judge": served_record["judge"]}})
             session += 1
     artifacts.write_jsonl_atomic(run_dir / TURNS, turns)
     artifacts.write_jsonl_atomic(run_dir / SCENES, scene_records)
