@@ -30,6 +30,7 @@ from charactereval_lib.charactereval.diagnostics import (
     with_context_lengths,
 )
 from charactereval_lib.charactereval.documents import CharacterEvalManifest
+from charactereval_lib.charactereval.identity import served_caveats
 from charactereval_lib.charactereval.official import EVALUATION
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
@@ -87,11 +88,11 @@ class RunAnalysis:
         return self.run_dir.name
 
     def warnings(self) -> list[str]:
+        judge_model = self.judge_model if self.scorer == layout.JUDGE else None
         return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
                            scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
                                                                              self.stats.metrics["n"])),
-                           judge_model=self.judge_model if self.scorer == layout.JUDGE else None,
-                           invalid=self.invalid)
+                           judge_model=judge_model, invalid=self.invalid) + served_caveats(self.run_dir, judge_model)
 
     def failed_by_metric(self) -> dict[str, int] | None:
         """Rows each metric lost to failed generations (needs the official id2metric)."""
@@ -248,7 +249,8 @@ def run_warnings(run_dir: Path | str, scorer: str = layout.REWARD_MODEL, judge_m
     return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"] - invalid[1],
                        scorer_modes=counts["scorer_modes"],
                        metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS},
-                       judge_model=counts.get("judge_model"), invalid=invalid, mix_said=mix_said)
+                       judge_model=counts.get("judge_model"), invalid=invalid,
+                       mix_said=mix_said) + served_caveats(run_dir, counts.get("judge_model"))
 
 
 def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:

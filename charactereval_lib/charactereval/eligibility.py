@@ -19,14 +19,17 @@ from charactereval_lib.charactereval.benchmark import NAME as BENCHMARK
 from charactereval_lib.charactereval.benchmark import recognises  # noqa: F401 - the board's recogniser
 from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPECTED_ROWS, EXPECTED_SAMPLES
 from charactereval_lib.charactereval.documents import CharacterEvalManifest
+from charactereval_lib.charactereval.identity import generation_served, judge_served
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
 from charactereval_lib.charactereval.statistics import dimension_draws, metric_statistics
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.engine import thinking
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
-from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label, setting_text
+from charactereval_lib.engine.generation.base import ROUTING_PARAMS
 from charactereval_lib.engine.manifest import GenerationSection
+from charactereval_lib.engine.served import ALIASES, caveats, mismatches
 from charactereval_lib.engine.stats import percentile_interval
 
 HEADLINE = "overall: mean of the 3 dimension averages (a platform choice; the paper has no overall score)"
@@ -109,9 +112,18 @@ def _mode(view: RunView) -> list[str]:
     return reasons
 
 
+def _served(view: RunView) -> list[str]:
+    return mismatches(view.facts["served_roles"])
+
+
 RULES = (
     Rule("protocol", f"The run was made under the current protocol version ({PROTOCOL_VERSION}); runs of an older "
          "version go to the archive (seed 004 H01).", _protocol),
+    Rule("served-models", "The replies (and a judge board's grades) were served by the model the run declares, as "
+         "the server reported it in each reply (its `model` field, recorded with the system fingerprint): a router's "
+         "provider prefix and a documented alias of the same dated snapshot ("
+         + ", ".join(f"{alias} for {snapshot}" for alias, snapshot in ALIASES.items()) + ") are no difference; a "
+         "server that names no model is a caveat on the row (served model not reported), not a reason.", _served),
     Rule("all-samples", f"Every one of the {SCORED_IDS:,} scored test samples (those with metrics; the other "
          f"{EXPECTED_NO_METRIC_IDS} of the {EXPECTED_SAMPLES:,} are never scored, and the released generations leave "
          "them out) was generated, a failure counted as one; at most "
@@ -164,6 +176,8 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
         "failed_rows": sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None,
         "generations": generations,
     }
+    generated = generation_served(run, generations)
+    common["served_roles"] = [generated] if generated else []
     judges = run.judge_models()
     # A run scored only by judges has no reward-model board to be on.
     scorers = ([None] if run.scores.exists() or not judges else []) + judges
@@ -177,7 +191,9 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
     checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}
     verify = typed.rm_verify or {}
-    facts = {**common, "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
+    judged = judge_served(run, judge) if judge else None
+    facts = {**common, "served_roles": [*common["served_roles"], *([judged] if judged else [])],
+             "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
              "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
              "tiny_label": checkpoint.get("label"),
              "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
@@ -195,7 +211,8 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
     labelled = {**(generation.parameters or {}), **({"keep_thinking": True} if common["keep_thinking"] else {})}
     view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
                    model_label(str(generation.model or run.path.name), labelled), manifest,
-                   n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation))
+                   n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation),
+                   caveats=caveats(facts["served_roles"]))
     if len(frame):
         stats = metric_statistics(frame)
         overall = dimension_draws(stats.draws).mean(axis=1)
@@ -225,7 +242,10 @@ def decoding_text(generation: GenerationSection) -> str:
     sent = {k: parameters.get(k) for k in ("temperature", "top_p")}
     values = ", ".join(f"{k} {'provider default' if v is None else v}" for k, v in sent.items())
     seed = f", seed {parameters['seed']}" if parameters.get("seed") is not None else ""
-    return f"{values}, at most {parameters.get('max_tokens')} tokens{seed}"
+    # Every other key that went out (--request-param: top_k, penalties, reasoning, ...), routing aside.
+    extra = "".join(f", {k} {setting_text(v)}" for k, v in sorted((parameters.get("request_params") or {}).items())
+                    if k not in ROUTING_PARAMS)
+    return f"{values}, at most {parameters.get('max_tokens')} tokens{seed}{extra}"
 
 
 def anchor(view: RunView) -> AnchorCheck | None:

@@ -107,6 +107,9 @@ class CoserSummary(Section):
     refused_turns: dict[str, int]
     # Reasoning tokens per kind of call and in total, where the servers report them (else None).
     reasoning_tokens: dict[str, int] | None = None
+    # Per role, what the servers reported for its calls (``engine.served.ServedCounts.as_dict``);
+    # None in summaries written before it was recorded.
+    served: dict[str, dict[str, Any]] | None = None
     bleu_mean: float | None = None
     rouge_l_mean: float | None = None
     bleu_unavailable: str | None = None

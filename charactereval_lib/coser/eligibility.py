@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from charactereval_lib.coser.benchmark import (
     JUDGEMENTS,
@@ -22,14 +21,14 @@ from charactereval_lib.coser.benchmark import NAME as BENCHMARK
 from charactereval_lib.coser.disclosures import BOARD_SELF_PREFERENCE, agreement_line
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
-from charactereval_lib.coser.report import load_anchor
-from charactereval_lib.coser.simulation import provider_pin
+from charactereval_lib.coser.report import is_anchor_actor, load_anchor, routed_pin, served_roles
 from charactereval_lib.coser.statistics import judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
 from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.served import ALIASES, caveats, mismatches
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
             "Storyline Quality), the paper's Average column; each dimension scored "
@@ -41,8 +40,6 @@ FIXED = {"max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512, "continu
 # Failed sessions (a scene whose simulation gave up, or a dimension the judge never answered
 # validly, H19) leave every mean; the cap keeps that selection small and the count is shown.
 MAX_FAILED_SHARE = 0.01
-# Hosts that route one model name to several providers: a row would mix providers (H27).
-ROUTERS = ("openrouter.ai",)
 # The paper prints two decimals: half a unit of the second widens the run's interval in the
 # interval check shown beside the margin verdict (engine.anchor).
 ANCHOR_TOLERANCE = rounding_tolerance(2)
@@ -104,16 +101,18 @@ def _models(view: RunView) -> list[str]:
     return reasons
 
 
+def _served(view: RunView) -> list[str]:
+    return mismatches(view.facts["served_roles"].values())
+
+
 def _one_host(view: RunView) -> list[str]:
     coser = view.manifest.get("coser") or {}
-    roles = (coser.get("identity") or {}).get("roles") or {}
     fixed = VERSIONS[view.protocol_version].models if view.protocol_version in VERSIONS else None
     reasons = []
-    for role, endpoint in sorted((coser.get("endpoints") or {}).items()):
-        host = urlparse(str((endpoint or {}).get("base_url") or "")).hostname or ""
-        if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+    for role in sorted(coser.get("endpoints") or {}):
+        host, pin = routed_pin(view.manifest, role)
+        if host is None:
             continue
-        pin = provider_pin((roles.get(role) or {}).get("request_params"))
         if pin is None:
             reasons.append(f"the {role} role goes through the router {host}, which may serve one model from "
                            "several providers, and its requests pin none (request parameter provider: "
@@ -158,6 +157,11 @@ RULES = (
     Rule("fixed-models", "Environment, next-speaker and judge are the models the run's protocol version declares "
          "(dated snapshots named exactly, not a moving alias; "
          f"{_declared()}); no role uses the offline placeholder backend (seed 004 F03-F05, H03).", _models),
+    Rule("served-models", "Every role was answered by the model it declares, as the server reported it in each reply "
+         "(its `model` field, recorded with the system fingerprint per call): a router's provider prefix "
+         "(openai/gpt-4o-2024-08-06 for gpt-4o-2024-08-06) and a documented alias of the same dated snapshot ("
+         + ", ".join(f"{alias} for {snapshot}" for alias, snapshot in ALIASES.items()) + ") are no difference; a "
+         "server that names no model is a caveat on the row (served model not reported), not a reason.", _served),
     Rule("one-host", "Each role is served by one provider: its own host, or a router (openrouter.ai) only when each "
          "request of the role pins one provider with no fallbacks (provider: {\"only\": [ONE], \"allow_fallbacks\": "
          "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
@@ -168,7 +172,8 @@ RULES = (
          "penalty) is shown, not ranked.", _formula),
 )
 
-ANCHOR_TEXT = (f"a run of the paper's GPT-4o (gpt-4o-2024-08-06) as actor on this board whose four dimension "
+ANCHOR_TEXT = (f"a run of the paper's GPT-4o (gpt-4o-2024-08-06, or openai/gpt-4o-2024-08-06 through a router "
+               f"pinned to OpenAI, seed 004 L01) as actor on this board whose four dimension "
                f"scores each lie within {DIMENSION_MARGIN:g} points of the paper's and whose average lies within "
                f"{AVERAGE_MARGIN:g} (seed 004 L15); whether the run's 95% scene-bootstrap interval contains the "
                "paper's value is shown beside, as information")
@@ -192,11 +197,13 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
              "unjudged": summary.sessions_unjudged, "summary": summary}
     average = summary.overall.get("average") or Interval()
     actor = (coser.identity.get("roles") or {}).get("actor") or {}
+    facts["served_roles"] = served_roles(manifest, summary.served)
     view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
                    model_label(str(coser.models.get("actor") or path.name),
                                {"request_params": actor.get("request_params")}), manifest,
                    score=average.mean, ci=(average.low, average.high),
-                   n=summary.counts.sessions, failures=failures, facts=facts)
+                   n=summary.counts.sessions, failures=failures, facts=facts,
+                   caveats=caveats(facts["served_roles"].values()))
     if not frame.empty:
         view.clusters = frame.groupby("scene")["score"].mean().to_dict()
     return [view]
@@ -233,8 +240,7 @@ def anchor(view: RunView) -> AnchorCheck | None:
     and its average within ``AVERAGE_MARGIN`` (``engine.anchor.compare_within_margin``, seed 004
     L15); the 95% interval check is in each reason, as information."""
     paper = load_anchor()
-    actor = ((view.manifest.get("coser") or {}).get("models") or {}).get("actor")
-    if actor != paper["actor_model"]:
+    if not is_anchor_actor(view.manifest, paper["actor_model"]):
         return None
     overall = view.facts["summary"].overall
     results = {}

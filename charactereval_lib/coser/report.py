@@ -3,12 +3,14 @@ run is comparable with it, and the tables the notebooks show.
 
 Comparable with the paper means: the judge and the environment are exactly the models the paper's
 protocol version declares (``versions.RoleModels``: ``gpt-4o-2024-08-06``, also as
-``openai/gpt-4o-2024-08-06`` on a router; the moving alias ``gpt-4o`` does not count, since a run
-does not record which snapshot answered), protocol ``coser-paper``, no given lines (``continue_from``
-0) and inner thoughts kept. Any other run is labelled "not comparable with the paper", with
-every reason. Other differences (the NSP model, the registered deviation included, a subset of the scenes, one repeat instead of
-three) are caveats in the warning box: the numbers follow the same rules but vary more or
-differ in a known way.
+``openai/gpt-4o-2024-08-06`` on a router; the moving alias ``gpt-4o`` does not count as a
+declared name), and no reply of theirs was served by another model (``engine.served``: what the
+server reported in each reply); protocol ``coser-paper``, no given lines (``continue_from`` 0)
+and inner thoughts kept. Any other run is labelled "not comparable with the paper", with every
+reason. Other differences (the NSP model, the registered deviation included, a subset of the
+scenes, one repeat instead of three, a role served by another model than it declares or by a
+server that named no model) are caveats in the warning box: the numbers follow the same rules
+but vary more or differ in a known way.
 
 Nothing here writes to the run directory; tables round numbers for display only.
 """
@@ -16,26 +18,31 @@ Nothing here writes to the run directory; tables round numbers for display only.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pandas as pd
 
 from charactereval_lib.coser.disclosures import agreement_line, run_disclosures, self_preference
 from charactereval_lib.coser.documents import CoserSummary, Interval, computed_summary
+from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.coser.versions import get_version
+from charactereval_lib.coser.versions import PAPER_ROLE_MODELS, get_version, names_snapshot
 from charactereval_lib.engine import reportkit, runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence
 from charactereval_lib.engine.texttable import fmt
 from charactereval_lib.engine.validation import validate
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
 NOT_COMPARABLE = "not comparable with the paper"
+# Hosts that route one model name to several providers: a row would mix providers (H27).
+ROUTERS = ("openrouter.ai",)
 AVERAGE = "average"
 SCORES = (*DIMENSIONS, AVERAGE)
 DISPLAY_DIGITS = 2  # the paper prints two decimals
@@ -55,21 +62,83 @@ def load_anchor() -> dict[str, Any]:
     return json.loads(resource_path(ANCHOR_FILE).read_text(encoding="utf-8"))
 
 
-def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None) -> list[str]:
+# How a sentence names each role of a run.
+ROLE_NAMES = {"actor": "the actor", "env": "the environment", "nsp": "the next-speaker model", "judge": "the judge",
+              "repair": "the judge's JSON repair"}
+# The roles whose models make a run comparable with the paper (the rest are caveats).
+COMPARABLE_ROLES = ("judge", "env")
+
+
+def served_roles(manifest: dict[str, Any], served: Mapping[str, Any] | None) -> dict[str, RoleServed]:
+    """Each role with calls on record: the model it declares (run.json) and what its servers
+    reported (``served``: per role, ``ServedCounts`` or its dict, as ``statistics.served_by_role``
+    and the summary's ``served`` give it)."""
+    models = (manifest.get("coser") or {}).get("models") or {}
+    served = served or {}
+    roles = {}
+    for role, counts in sorted(served.items(), key=lambda item: list(ROLE_NAMES).index(item[0])
+                               if item[0] in ROLE_NAMES else len(ROLE_NAMES)):
+        counts = counts if isinstance(counts, ServedCounts) else ServedCounts.from_dict(counts)
+        if counts.calls:
+            roles[role] = RoleServed(ROLE_NAMES.get(role, role), models.get(role), counts)
+    return roles
+
+
+def served_caveats(manifest: dict[str, Any], served: Mapping[str, Any] | None) -> list[str]:
+    """The served-identity caveats of a run (``engine.served``): a role other than judge and
+    environment answered by another model than it declares (those two make the run not
+    comparable instead, see ``comparability``), and every role some of whose replies came from
+    a server that named no model ("served model not reported")."""
+    roles = served_roles(manifest, served)
+    lines = [line for role, served_role in roles.items() if role not in COMPARABLE_ROLES
+             and (line := served_role.mismatch())]
+    lines += [line for served_role in roles.values() if (line := served_role.caveat())]
+    return [as_sentence(line) for line in lines]
+
+
+def routed_pin(manifest: Mapping[str, Any], role: str) -> tuple[str | None, str | None]:
+    """The router host a role's endpoint goes through (None: its own host) and the one provider
+    its requests pin there (``simulation.provider_pin``; None: no single pin)."""
+    coser = manifest.get("coser") or {}
+    endpoint = (coser.get("endpoints") or {}).get(role) or {}
+    host = urlparse(str(endpoint.get("base_url") or "")).hostname or ""
+    if not any(host == r or host.endswith("." + r) for r in ROUTERS):
+        return None, None
+    request_params = (((coser.get("identity") or {}).get("roles") or {}).get(role) or {}).get("request_params")
+    return host, provider_pin(request_params)
+
+
+def is_anchor_actor(manifest: Mapping[str, Any], snapshot: str) -> bool:
+    """Whether the run's actor is the paper's: the dated ``snapshot``, bare or as its vendor's
+    router spelling (``versions.names_snapshot``), and on a router pinned to that vendor (seed
+    004 L01: ``openai/gpt-4o-2024-08-06`` through a router pinned to OpenAI). Whether its replies
+    were served by it is the served-models rule's to say."""
+    vendor = PAPER_ROLE_MODELS.vendor
+    actor = ((manifest.get("coser") or {}).get("models") or {}).get("actor")
+    host, pin = routed_pin(manifest, "actor")
+    return names_snapshot(snapshot, vendor, actor) and (host is None or pin == vendor)
+
+
+def comparability(manifest: dict[str, Any], anchor: dict[str, Any] | None = None,
+                  served: Mapping[str, Any] | None = None) -> list[str]:
     """Why a run is not comparable with the paper's anchor (empty: it is). The environment and
     judge must be the fixed models the paper's protocol version declares (``RoleModels``), as
-    requested and recorded in run.json."""
+    requested and recorded in run.json, and as their servers reported them (``served``, see
+    ``served_roles``)."""
     anchor = anchor or load_anchor()
     coser = manifest.get("coser") or {}
     models = coser.get("models") or {}
     identity = coser.get("identity") or {}
     fixed = get_version(anchor["protocol_version"]).models
+    roles = served_roles(manifest, served)
     reasons = []
     for role, label in (("judge", "judge"), ("env", "environment")):
         model, wanted = models.get(role), fixed.of(role)
         if not fixed.accepts(role, model):
             reasons.append(f"{NOT_COMPARABLE}: the {label} model is {model!r}, not the paper's {wanted!r} "
                            "(names must match exactly; the moving alias 'gpt-4o' does not)")
+        elif role in roles and roles[role].others():
+            reasons.append(f"{NOT_COMPARABLE}: {roles[role].mismatch()}, not the paper's {wanted!r}")
     version = manifest.get("protocol_version")
     if version != anchor["protocol_version"]:
         reasons.append(f"{NOT_COMPARABLE}: protocol {version}, not {anchor['protocol_version']} (the version of the "
@@ -113,9 +182,10 @@ def caveats(manifest: dict[str, Any], summary: CoserSummary, anchor: dict[str, A
                       if deviation is not None and fixed.accepts("nsp", models.get("nsp")) else "")
         notes.append(f"The next-speaker model is {models.get('nsp')!r}; the paper's table used {paper_nsp}."
                      + registered)
-    if models.get("actor") != anchor["actor_model"]:
+    if not is_anchor_actor(manifest, anchor["actor_model"]):
         notes.append(f"The anchor is the paper's GPT-4o ({anchor['actor_model']}) as actor; this run's actor is "
                      f"{models.get('actor')!r}, so differences from it include the actor's.")
+    notes += served_caveats(manifest, summary.served)
     if (summary.repeats or 0) > 1:
         notes.append(REPEATS_NOTE)
     ended = summary.ended_by
@@ -154,15 +224,30 @@ def interval(cell: Interval | None) -> str:
     return NO_INTERVAL if cell.low is None else f"[{fmt(cell.low, DISPLAY_DIGITS)}, {fmt(cell.high, DISPLAY_DIGITS)}]"
 
 
-def warnings_html(reasons: Sequence[str], notes: Sequence[str]) -> str:
+def served_confirmed(manifest: dict[str, Any], served: Mapping[str, Any] | None) -> bool:
+    """Whether the servers of the judge and the environment named the declared model in every reply."""
+    roles = served_roles(manifest, served)
+    return all(role in roles and roles[role].served_as_declared() and not roles[role].counts.not_reported
+               for role in COMPARABLE_ROLES)
+
+
+def comparable_sentence(confirmed: bool) -> str:
+    """What the report says of a comparable run: whether the servers of its judge and
+    environment confirmed their model (``served_confirmed``)."""
+    how = ("as declared and as their servers reported in every reply" if confirmed else
+           "as declared; their servers did not report the model of every reply")
+    return (f"Comparable with the paper's anchor: judge and environment are the paper's model ({how}), protocol "
+            "coser-paper, no given lines, inner thoughts kept.")
+
+
+def warnings_html(reasons: Sequence[str], notes: Sequence[str], comparable: str | None = None) -> str:
     """The boxes under the heading: the "NOT COMPARABLE WITH THE PAPER" label with every reason
-    (a quiet line saying the run is comparable instead), then the caveats, if any."""
+    (a quiet line saying the run is comparable instead, ``comparable``), then the caveats, if any."""
     # The box's heading says "not comparable" once; its bullets give only the reasons.
     label = warnings_box([r.removeprefix(f"{NOT_COMPARABLE}: ") for r in reasons], NOT_COMPARABLE.upper(),
                          counted=False, intro=": settings that change the scores differ from the paper's, so its "
                          "anchor is shown for orientation only.",
-                         empty="Comparable with the paper's anchor: judge and environment are the paper's model, "
-                         "protocol coser-paper, no given lines, inner thoughts kept.")
+                         empty=comparable or comparable_sentence(False))
     return label + warnings_box(notes, "Caveats")
 
 
@@ -184,7 +269,7 @@ class CoserAnalysis:
         return self.summary.models or {}
 
     def not_comparable(self) -> list[str]:
-        return comparability(self.manifest, self.anchor)
+        return comparability(self.manifest, self.anchor, self.summary.served)
 
     def caveats(self) -> list[str]:
         return caveats(self.manifest, self.summary, self.anchor)
@@ -192,7 +277,8 @@ class CoserAnalysis:
     def warnings_html(self, extra: Sequence[str] = ()) -> str:
         """The label and caveats box (the judge's agreement with people last); ``extra``: more
         caveats (e.g. ``plots.font_warnings()``)."""
-        return warnings_html(self.not_comparable(), [*self.caveats(), *extra, agreement_line()])
+        return warnings_html(self.not_comparable(), [*self.caveats(), *extra, agreement_line()],
+                             comparable_sentence(served_confirmed(self.manifest, self.summary.served)))
 
     def header_markdown(self) -> str:
         """Report heading: protocol version, the roles' models, preset and n."""
@@ -347,7 +433,8 @@ def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[
     reasons = [f"runs not comparable with each other: {p}" for p in problems]
     reasons += [f"{a.name}: {r.removeprefix(f'{NOT_COMPARABLE}: ')}" for a in analyses for r in a.not_comparable()]
     notes = [f"{a.name}: {n}" for a in analyses for n in a.caveats()]
-    return warnings_html(reasons, [*notes, *extra, agreement_line()])
+    confirmed = all(served_confirmed(a.manifest, a.summary.served) for a in analyses)
+    return warnings_html(reasons, [*notes, *extra, agreement_line()], comparable_sentence(confirmed))
 
 
 def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from charactereval_lib.coser.judge import reference_str, simulation_str
 from charactereval_lib.coser.metrics_worker import metrics_worker
 from charactereval_lib.coser.prompts import build_scene_agents, scene_rng
 from charactereval_lib.coser.simulation import (
+    ROLES,
     CallFailed,
     RoleClients,
     SimulationSettings,
@@ -40,9 +41,11 @@ from charactereval_lib.coser.simulation import (
     reply_with_retries,
     simulate_scene,
 )
+from charactereval_lib.coser.statistics import served_by_role
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
 from charactereval_lib.engine import jobs, thinking
 from charactereval_lib.engine.artifacts import latest_by_key
+from charactereval_lib.engine.generation.base import RunAborted
 from charactereval_lib.engine.generation.engine import cancel_on_sigterm
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
 from charactereval_lib.engine.runs import RunDir
@@ -122,6 +125,8 @@ class CoserRun:
         self.judged = latest_by_key((r for r in judgements if r.get("dimension") and r["status"] in ("ok", "failed")),
                                     "repeat", "scene", "dimension")
         self.metrics = latest_by_key((r for r in judgements if r.get("kind") == "metrics"), "repeat", "scene")
+        # Every recorded call's served model, per role: the run's replies come from one (engine.served).
+        self.served = served_by_role(turns.values(), (r for r in judgements if r.get("kind") == "dimension"))
 
 
 def check_identity(run_dir: RunDir, settings: SimulationSettings, preset: Preset) -> None:
@@ -149,10 +154,12 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
 
     job = coser_job(run_dir)
     state = CoserRun(job, run_dir)
+    clients.establish(state.served)
     work = [(r, s) for r in range(preset.repeats) for s in scenes]
     errors: list[str] = []
     session = CoserSession(len(work))
     interrupted = False
+    aborted: RunAborted | None = None
     limit = asyncio.Semaphore(scene_concurrency)
     with job.appender(run_dir.artifact(TURNS), background=True) as turns, \
             job.appender(run_dir.artifact(SCENES), background=True) as scene_log, \
@@ -217,20 +224,32 @@ async def run_coser(run_dir: RunDir, scenes: Sequence[Scene], settings: Simulati
                 judge_log.write({**base, "kind": "dimension", **result})
 
         stop_on_sigterm = cancel_on_sigterm()
+        tasks = [asyncio.ensure_future(one(r, s)) for r, s in work]
         try:
             with tqdm(total=len(work), disable=not progress, unit="scene", desc="coser run", dynamic_ncols=True) as bar:
-                await asyncio.gather(*(one(r, s) for r, s in work))
+                await asyncio.gather(*tasks)
         except asyncio.CancelledError:
             # Every scene task has stopped by now (gather waits for their cancellation), so what
             # they received is queued and the appenders' close writes it.
             interrupted = True
+        except RunAborted as exc:
+            # The run cannot go on (an unreachable endpoint, another served model): the other
+            # scenes stop too, and what they received is written before the appenders close.
+            aborted = exc
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             stop_on_sigterm()
-    status = "interrupted" if interrupted else "partial" if errors else "complete"
-    run_dir.update_manifest(coser={"status": status, "session": {"done": session.done, "failed": session.failed,
-                                                                 "remaining": session.remaining}})
+    status = "interrupted" if interrupted else "aborted" if aborted else "partial" if errors else "complete"
+    run_dir.update_manifest(coser={"status": status, "session": {
+        "done": session.done, "failed": session.failed, "remaining": session.remaining,
+        **({"aborted": str(aborted)} if aborted else {}),
+        "served": {role: clients.served[role].as_dict() for role in ROLES}}})
     if interrupted:
         raise CoserInterrupted(session)
+    if aborted:
+        raise aborted
     return {"scenes": len(work), "errors": errors, "warnings": job.warnings, "calls": dict(clients.calls)}
 
 

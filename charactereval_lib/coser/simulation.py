@@ -34,6 +34,12 @@ Platform choices (recorded in run.json): each scene draws from its own random st
 (``prompts.scene_rng``), so scenes can run concurrently and a scene's prompts and fallbacks do
 not depend on the others; the NSP fallback draws from the sorted candidates.
 
+Served identity (``engine.served``): each turn record and each dimension judgement counts what
+the servers reported for its calls (``served``: model names, system fingerprints, calls that
+named no model; per role in a judgement, whose repairs go to another model), and a reply that
+names another served model than the role's earlier replies in the run stops the run
+(``ServedModelChanged``) before it is recorded.
+
 Crash safety: every model call of the loop is appended to ``coser_turns.jsonl`` as soon as it
 returns. A resumed scene replays its recorded turns through the same loop (the same draws, the
 same histories, no call sent) and continues live after the last one; a finished scene
@@ -88,6 +94,7 @@ from charactereval_lib.engine.generation.base import (
     check_request_params,
     reasoning_tokens,
 )
+from charactereval_lib.engine.served import ServedCounts, ServedGuard
 
 ROLES = ("actor", "env", "nsp", "judge", "repair")
 # Request-body keys the protocol fixes (seed 004 H26, J19): what upstream sends (model, messages,
@@ -262,11 +269,22 @@ class RoleClients:
                                          replace(options, base_url=role.base_url, api_key_env=role.api_key_env))
         self._ids = itertools.count()
         self.calls: dict[str, int] = {name: 0 for name in ROLES}
+        # This session's answered calls per role, as the servers reported them.
+        self.served = {name: ServedCounts() for name in ROLES}
+        self._guards = {name: ServedGuard(f"the {name} role") for name in ROLES}
+
+    def establish(self, earlier: Mapping[str, ServedCounts]) -> None:
+        """The models the run's recorded calls were served by, per role: a reply naming another
+        one stops the run (``engine.served.ServedGuard``)."""
+        self._guards = {name: ServedGuard(f"the {name} role", (earlier.get(name) or ServedCounts()).models)
+                        for name in ROLES}
 
     async def ask(self, role: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
                   ) -> dict[str, Any]:
         """One call: the reply text and its record fields; CallFailed when the backend gave up.
-        A declined call (see the module docstring) is no failure: an empty text, ``refused``."""
+        A declined call (see the module docstring) is no failure: an empty text, ``refused``.
+        ``served``: the model name and system fingerprint the server reported (None when it
+        answered nothing)."""
         params = DecodingParams(max_tokens=max_tokens, temperature=temperature, request_params=self._request_params[role])
         request = GenerationRequest(next(self._ids), role, messages, params)
         self.calls[role] += 1
@@ -274,8 +292,13 @@ class RoleClients:
         refused = result.refusal or result.content_filter
         if result.status != STATUS_OK and not refused:
             raise CallFailed(role, result.error)
+        served = None
+        if result.status == STATUS_OK:
+            self._guards[role].check(result.model)
+            served = (result.model, result.extra.get("system_fingerprint"))
+            self.served[role].add(*served)
         return {"text": "" if refused else result.model_output or "", "refused": refused, "usage": result.usage,
-                "attempts": result.attempts, "model": result.model}
+                "attempts": result.attempts, "model": result.model, "served": served}
 
     async def aclose(self) -> None:
         for backend in self._backends.values():
@@ -290,20 +313,28 @@ async def reply_with_retries(ask: Ask, role: str, messages: list[dict[str, str]]
     temperatures = []
     refusals = 0
     reasoning = []
+    served = ServedCounts()
     for attempt in range(max_attempts):
         temperature = 0 if attempt == 0 else 1
         temperatures.append(temperature)
         answer = await ask(role, messages, temperature, max_tokens)
         refusals += bool(answer.get("refused"))
         reasoning.append(reasoning_tokens(answer.get("usage")))
+        note_served(served, answer)
         if answer["text"]:
             break
     record = {"reply": answer["text"], "temperatures": temperatures, "usage": answer["usage"],
-              "refused": refusals > 0, "refusals": refusals}
+              "refused": refusals > 0, "refusals": refusals, "served": served.as_dict()}
     if any(n is not None for n in reasoning):
         # Every attempt's reasoning tokens (``usage`` is the kept reply's only).
         record["reasoning_tokens"] = sum(n or 0 for n in reasoning)
     return record
+
+
+def note_served(counts: ServedCounts, answer: Mapping[str, Any]) -> None:
+    """Count what the server reported for one answered call (``RoleClients.ask``'s ``served``)."""
+    if answer.get("served") is not None:
+        counts.add(*answer["served"])
 
 
 # --- agent histories ---------------------------------------------------------------------------------
@@ -425,16 +456,23 @@ async def judge_dimension(ask: Ask, critic_prompt: str, user_message: str, dimen
     version = settings.version
     messages = [{"role": "system", "content": critic_prompt}, {"role": "user", "content": user_message}]
 
+    served = {"judge": ServedCounts(), "repair": ServedCounts()}
+
     async def ask_judge(temperature: float) -> str:
-        return (await ask("judge", messages, temperature, version.judge_max_tokens))["text"]
+        answer = await ask("judge", messages, temperature, version.judge_max_tokens)
+        note_served(served["judge"], answer)
+        return answer["text"]
 
     async def ask_repair(prompt: str, model: str) -> str:
         # `model` is the version's repair model, which the "repair" role's endpoint serves.
-        return (await ask("repair", [{"role": "user", "content": prompt}], 0, version.judge_max_tokens))["text"]
+        answer = await ask("repair", [{"role": "user", "content": prompt}], 0, version.judge_max_tokens)
+        note_served(served["repair"], answer)
+        return answer["text"]
 
     result = await run_dimension_judgement_async(ask_judge, ask_repair, dimension, n, version, settings.judge.model)
     record = {"dimension": dimension, "status": "failed" if result.failed else "ok", "critique": result.critique,
-              "scores": result.scores, "attempts": result.attempts}
+              "scores": result.scores, "attempts": result.attempts,
+              "served": {role: counts.as_dict() for role, counts in served.items() if counts.calls}}
     if result.failed:
         # Upstream crashes the whole run here; the platform fails this scene's judgement and says why.
         statuses = Counter(a["status"] for a in result.attempts)

@@ -1,12 +1,14 @@
 """The statistics of a CoSER run, from its artifacts: ``coser_summary.json`` holds per-dimension
 means with cluster-bootstrap intervals by scene, per split (id/ood), per book, per repeat and the
-run-to-run spread, how scenes ended, judge failures, refused turns and BLEU/ROUGE-L beside them.
+run-to-run spread, how scenes ended, judge failures, refused turns, what the servers reported
+about each role's model (``served``) and BLEU/ROUGE-L beside them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # A run's files are named where the benchmark declares what its runs contain.
@@ -14,6 +16,7 @@ from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import read_jsonl, write_json_atomic
 from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.served import ServedCounts
 
 
 def judged_frame(latest: Sequence[dict[str, Any]], version_clip: bool) -> Any:
@@ -123,28 +126,60 @@ def scene_endings(run_dir: RunDir, expected: Sequence[tuple[int, str]]) -> tuple
     return counts, [r for r in latest.values() if r["status"] == "done"]
 
 
-def refused_turns(run_dir: RunDir) -> dict[str, int]:
+def refused_turns(latest_turns: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Turns whose record says ``refused: true`` (a missing field counts as not refused), per
-    kind of call (actor, env, nsp) and in total; a turn recorded twice counts once."""
-    latest = {(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}
+    kind of call (actor, env, nsp) and in total; ``latest_turns``: the latest record of each turn."""
     counts = {kind: 0 for kind in ("actor", "env", "nsp")}
-    for turn in latest.values():
+    for turn in latest_turns:
         if turn.get("refused") is True:
             counts[turn["kind"]] = counts.get(turn["kind"], 0) + 1
     return {**counts, "total": sum(counts.values())}
 
 
-def reasoning_totals(run_dir: RunDir) -> dict[str, int] | None:
+def reasoning_totals(latest_turns: Sequence[dict[str, Any]]) -> dict[str, int] | None:
     """Reasoning tokens the servers reported, summed over every attempt of every turn, per kind of
     call (actor, env, nsp) and in total; None when no turn reported any."""
-    latest = {(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}
-    reported = [t for t in latest.values() if isinstance(t.get("reasoning_tokens"), int)]
+    reported = [t for t in latest_turns if isinstance(t.get("reasoning_tokens"), int)]
     if not reported:
         return None
     counts = {kind: 0 for kind in ("actor", "env", "nsp")}
     for turn in reported:
         counts[turn["kind"]] = counts.get(turn["kind"], 0) + turn["reasoning_tokens"]
     return {**counts, "total": sum(counts.values())}
+
+
+def latest_turns(run_dir: RunDir) -> list[dict[str, Any]]:
+    """The latest record of each turn (a turn asked again on resume counts once)."""
+    return list({(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}.values())
+
+
+def served_by_role(turns: Iterable[dict[str, Any]], judgements: Iterable[dict[str, Any]]) -> dict[str, ServedCounts]:
+    """What the servers reported for the calls behind the given turn and dimension-judgement
+    records, per role (actor, env, nsp, judge, repair; ``engine.served``). A record made before
+    the workbench recorded it counts its calls as not reported; an imported record (no call made
+    here) counts nothing."""
+    served: dict[str, ServedCounts] = defaultdict(ServedCounts)
+    for turn in turns:
+        if "served" in turn:
+            served[turn["kind"]].merge(ServedCounts.from_dict(turn["served"]))
+        else:
+            served[turn["kind"]].not_reported += len(turn.get("temperatures") or [0])
+    for judgement in judgements:
+        if judgement.get("source"):
+            continue
+        if "served" in judgement:
+            for role, counts in judgement["served"].items():
+                served[role].merge(ServedCounts.from_dict(counts))
+        else:
+            attempts = judgement.get("attempts") or []
+            served["judge"].not_reported += len(attempts)
+            served["repair"].not_reported += sum(1 for a in attempts if "repair_model" in a)
+    return {role: counts for role, counts in served.items() if counts.calls}
+
+
+def run_served(run_dir: RunDir) -> dict[str, ServedCounts]:
+    """``served_by_role`` of a run's latest turns and dimension judgements."""
+    return served_by_role(latest_turns(run_dir), _latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records))
 
 
 def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -162,6 +197,7 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
     frame = judged_frame(latest, clip)
     expected = [(r, s) for r in range(coser.get("repeats", 0)) for s in coser.get("scenes", [])]
     ended_by, done = scene_endings(run_dir, expected)
+    turns = latest_turns(run_dir)
     failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in latest if r["status"] == "failed"}
     judged = {(r["repeat"], r["scene"]) for r in latest}
     metrics = [r for r in judgements if r.get("kind") == "metrics"]
@@ -192,8 +228,9 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
         "judge_failures": len({key[:2] for key in failed_dims}),
         "judge_failed_dimensions": {d: sum(1 for k in failed_dims if k[2] == d) for d in DIMENSIONS},
         "sessions_unjudged": len({(r["repeat"], r["scene"]) for r in done} - judged),
-        "refused_turns": refused_turns(run_dir),
-        "reasoning_tokens": reasoning_totals(run_dir),
+        "refused_turns": refused_turns(turns),
+        "reasoning_tokens": reasoning_totals(turns),
+        "served": {role: counts.as_dict() for role, counts in served_by_role(turns, latest).items()},
         "bleu_mean": _mean([m.get("bleu") for m in metrics]),
         "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),
         "bleu_unavailable": next((m["bleu_unavailable"] for m in metrics if m.get("bleu_unavailable")), None),

@@ -15,6 +15,13 @@ from typing import Any, Literal
 FIXED_ROLES = {"env": "environment", "nsp": "next-speaker", "judge": "judge"}
 
 
+def names_snapshot(snapshot: str, vendor: str, model: str | None) -> bool:
+    """Whether a declared ``model`` names the dated ``snapshot``: exactly, bare or with its
+    ``vendor``'s router prefix (seed 004 L01: ``openai/gpt-4o-2024-08-06`` through a router pinned
+    to OpenAI); a moving alias does not say which snapshot answered, so it does not."""
+    return model in (snapshot, f"{vendor}/{snapshot}")
+
+
 @dataclass(frozen=True)
 class Deviation:
     """A registered deviation from the paper's own setup: what the paper ran in ``role``, what the
@@ -44,10 +51,8 @@ class RoleModels:
         return getattr(self, role)
 
     def accepts(self, role: str, model: str | None) -> bool:
-        """Whether ``model`` names the fixed model of ``role``: its exact snapshot name, bare or
-        with the vendor's router prefix."""
-        fixed = self.of(role)
-        return model in (fixed, f"{self.vendor}/{fixed}")
+        """Whether ``model`` names the fixed model of ``role`` (``names_snapshot``)."""
+        return names_snapshot(self.of(role), self.vendor, model)
 
     def paper_model(self, role: str) -> str:
         """The model the paper ran in ``role``: the fixed one unless a deviation says otherwise."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from charactereval_lib.engine.generation.base import DEFAULT_MAX_TOKENS, ROUTING_PARAMS
 from charactereval_lib.engine.stats import wilcoxon_p
 
 TIE_ALPHA = 0.05
@@ -61,6 +62,9 @@ class RunView:
     reasons: list[str] = field(default_factory=list)
     # How the replies were decoded, where the protocol leaves it to the run (shown on its row).
     decoding: str | None = None
+    # What a reader must know beside the score that is no reason to leave the run out (e.g. a
+    # server that named no model: "served model not reported"); shown on its row.
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ def row_of(view: RunView) -> dict[str, Any]:
     return {"run": view.path.name, "model": view.model, "eligible": not view.reasons,
             "reasons": list(view.reasons), "rank": None, "score": _num(view.score),
             "ci": [_num(view.ci[0]), _num(view.ci[1])] if view.score is not None else None,
-            "n": view.n, "failures": view.failures, "page": page_name(view), "decoding": view.decoding}
+            "n": view.n, "failures": view.failures, "page": page_name(view), "decoding": view.decoding,
+            "caveats": list(view.caveats)}
 
 
 def page_name(view: RunView) -> str:
@@ -141,22 +146,33 @@ def page_name(view: RunView) -> str:
 
 
 def model_label(model: str, parameters: Mapping[str, Any] | None) -> str:
-    """The row label: the model, and any reasoning setting it ran with named beside it (seed
-    004 H25: reasoning is allowed on the board but never hidden). ``parameters``: the decoding
-    parameters as recorded, their ``request_params`` (``--request-param``) included; a setting
-    is one whose key names reasoning or thinking, also inside ``chat_template_kwargs``."""
+    """The row label: the model and, beside it, every setting that went out with its requests and
+    can change a reply, so that rows decoded differently never share a label (docs/leaderboard.md,
+    "Decoding"; seed 004 H25: a reasoning setting is allowed but never hidden). ``parameters``:
+    the decoding parameters as recorded, their ``request_params`` (``--request-param``) included,
+    ``chat_template_kwargs`` shown key by key. Left out: what was not sent (None: the provider's or
+    the model's default), the default ``max_tokens``, the seed (it picks a draw, not the
+    distribution of replies), the preset's name (its values are shown) and routing keys (a
+    provider pin says where, not how)."""
     values = dict(parameters or {})
     values.update(values.pop("request_params", None) or {})
+    for key in ("preset", "seed", *ROUTING_PARAMS):
+        values.pop(key, None)
+    if values.get("max_tokens") == DEFAULT_MAX_TOKENS:
+        del values["max_tokens"]
     template = values.pop("chat_template_kwargs", None)
     if isinstance(template, Mapping):
         values.update({f"chat_template_kwargs.{k}": v for k, v in template.items() if v is not None})
-    reasoning = {k: v for k, v in values.items() if _names_reasoning(k) and v not in (None, "")
-                 and (v is not False or k.startswith("chat_template_kwargs."))}
-    if not reasoning:
+    shown = {k: v for k, v in values.items() if v not in (None, "")
+             and (v is not False or k.startswith("chat_template_kwargs.") or not _names_reasoning(k))}
+    if not shown:
         return model
-    shown = (f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
-             for k, v in sorted(reasoning.items()))
-    return f"{model} ({', '.join(shown)})"
+    return f"{model} ({', '.join(f'{k}={setting_text(v)}' for k, v in sorted(shown.items()))})"
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as a label or the decoding column shows it (a mapping or list as JSON)."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
 
 
 def _names_reasoning(key: str) -> bool:
@@ -286,7 +302,7 @@ def build_boards(specs: Mapping[str, BoardSpec], views: Iterable[RunView]) -> di
 
 
 CSV_COLUMNS = ["section", "benchmark", "protocol_version", "scorer", "anchor_status", "rank", "run", "model",
-               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons", "decoding"]
+               "eligible", "score", "ci_low", "ci_high", "n", "failures", "reasons", "decoding", "caveats"]
 
 
 def boards_csv(content: Mapping[str, Any]) -> str:
@@ -301,5 +317,6 @@ def boards_csv(content: Mapping[str, Any]) -> str:
                 ci = row["ci"] or [None, None]
                 writer.writerow([section, board["benchmark"], board["protocol_version"], board["scorer"], status,
                                  row["rank"], row["run"], row["model"], row["eligible"], row["score"], ci[0], ci[1],
-                                 row["n"], row["failures"], " | ".join(row["reasons"]), row.get("decoding")])
+                                 row["n"], row["failures"], " | ".join(row["reasons"]), row.get("decoding"),
+                                 " | ".join(row.get("caveats") or [])])
     return out.getvalue()

@@ -162,7 +162,9 @@ def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], b
 
 
 def _decoding(row: Mapping[str, Any]) -> str:
-    return f'<br><small class="decoding">{esc(row["decoding"])}</small>' if row.get("decoding") else ""
+    """What the model cell says under the label: how the replies were decoded, and the row's caveats."""
+    text = f'<br><small class="decoding">{esc(row["decoding"])}</small>' if row.get("decoding") else ""
+    return text + "".join(f'<br><small class="caveat">{esc(c)}</small>' for c in row.get("caveats") or ())
 
 
 def _board_html(board: Mapping[str, Any]) -> str:

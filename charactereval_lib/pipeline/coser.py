@@ -311,15 +311,18 @@ def _coser_run_dir(run: str | os.PathLike[str] | runs.RunDir) -> runs.RunDir:
 def coser_summarize(run: str | os.PathLike[str] | runs.RunDir,
                     settings: CoserSummarizeSettings | None = None) -> SummaryOutcome:
     """CoSER statistics (``coser.statistics.compute_summary``) written to ``RUN/coser_summary.json``;
-    the warnings are the reasons the run is not comparable with the paper's anchor."""
-    from charactereval_lib.coser.report import comparability
+    the warnings are the reasons the run is not comparable with the paper's anchor, then its
+    served-identity caveats (``coser.report.served_caveats``)."""
+    from charactereval_lib.coser.report import comparability, served_caveats
     from charactereval_lib.coser.statistics import summarize
 
     settings = settings if settings is not None else CoserSummarizeSettings()
     run = _coser_run_dir(run)
     faults.check_writable(run.path, "run directory")
     summary = summarize(run, n_boot=settings.n_boot, seed=settings.seed)
-    return SummaryOutcome(run, summary, comparability(run.manifest()))
+    manifest = run.manifest()
+    return SummaryOutcome(run, summary, comparability(manifest, served=summary["served"])
+                          + served_caveats(manifest, summary["served"]))
 
 
 def coser_analysis(run: str | os.PathLike[str] | runs.RunDir,
@@ -339,6 +342,7 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
     the run directory unless given), both written only once the notebook ran through. The
     warnings say why the run is not comparable with the paper, if it is not."""
     from charactereval_lib.coser.report import comparability
+    from charactereval_lib.coser.statistics import run_served
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else CoserReportSettings()
@@ -351,7 +355,7 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
     source = benchmarks.get("coser").notebook_path("coser-report")
     notebook, html = notebooks.render(source, out_dir / REPORT_NOTEBOOK, out_dir / REPORT_HTML,
                                       parameters, show_code=settings.show_code, title=f"CoSER report: {run.name}")
-    return ReportOutcome(notebook, html, comparability(run.manifest()))
+    return ReportOutcome(notebook, html, comparability(run.manifest(), served=run_served(run)))
 
 
 def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_dir: str | os.PathLike[str],
@@ -360,6 +364,7 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     ``OUT/comparison.ipynb`` and ``OUT/comparison.html``. Runs that differ in protocol version
     or in a model besides the actor's are refused unless ``allow_mixed``."""
     from charactereval_lib.coser.report import comparability, compare_problems
+    from charactereval_lib.coser.statistics import run_served
     from charactereval_lib.engine import report as notebooks
 
     settings = settings if settings is not None else CoserReportSettings()
@@ -371,7 +376,7 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     if problems and not settings.allow_mixed:
         raise runs.MixedRunError(f"cannot compare: {problems[0]} (--allow-mixed compares anyway, with a warning)")
     warnings = [f"NOT COMPARABLE: {p}" for p in problems]
-    warnings += [f"{r.name}: {w}" for r in resolved for w in comparability(r.manifest())]
+    warnings += [f"{r.name}: {w}" for r in resolved for w in comparability(r.manifest(), served=run_served(r))]
     parameters = {"run_dirs": [str(r.path.resolve()) for r in resolved], "n_boot": settings.n_boot,
                   "seed": settings.seed, "figures_dir": str((out / FIGURES_DIR).resolve())}
     title = "CoSER comparison: " + ", ".join(r.name for r in resolved)

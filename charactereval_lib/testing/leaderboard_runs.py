@@ -16,11 +16,12 @@ from charactereval_lib.charactereval.doctor import EXPECTED_NO_METRIC_IDS, EXPEC
 from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.charactereval.protocol import METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import load_paper_table
-from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
+from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, TURNS
 from charactereval_lib.coser.judge import dimension_score
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
 from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.served import ServedCounts
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 CHECKPOINT = "c0ffee" * 10 + "abcd"
@@ -78,11 +79,16 @@ def _record_scores(run_dir: Path, scores: list[dict[str, Any]], checkpoint: str 
 def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3, seed: int = 0, level: float = 60.0,
               protocol: str = "coser-paper", models: Mapping[str, str] | None = None,
               identity: Mapping[str, Any] | None = None, failed_sessions: int = 0,
-              endpoints: Mapping[str, str] | None = None, targets: Mapping[str, float] | None = None) -> Path:
+              endpoints: Mapping[str, str] | None = None, targets: Mapping[str, float] | None = None,
+              request_params: Mapping[str, Mapping[str, Any]] | None = None,
+              served: Mapping[str, str | None] | None = None) -> Path:
     """A simulated and judged CoSER run: ``scenes`` invented scenes over 10 books, half id and
     half ood, each dimension's critique a few flaws whose severities give scores around
     ``level`` (or around ``targets[dimension]``); the first ``failed_sessions`` sessions have a
-    dimension the judge never answered validly."""
+    dimension the judge never answered validly. Each role's request parameters are
+    ``request_params[role]``; each session records one call per role (actor, environment, next
+    speaker: three turns of one attempt each; the judge in each judgement) served by the model the
+    role declares, or by ``served[role]`` (None: a server that named no model)."""
     rng = np.random.default_rng(seed)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +96,15 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
     fixed = version.models
     roles = {"actor": actor, "env": fixed.env, "nsp": fixed.nsp, "judge": fixed.judge,
              "repair": version.fix_json_model or fixed.judge, **(models or {})}
+    # One call per record, served by the declared model or by ``served[role]`` (None: not reported).
+    served_record = {}
+    for role, model in {**roles, **(served or {})}.items():
+        counts = ServedCounts()
+        counts.add(model, "fp_synthetic" if model else None)
+        served_record[role] = counts.as_dict()
+
     keys = [f"scene-{i:03d}" for i in range(scenes)]
+    turns = []
     books = {k: f"Book {i % 10}" for i, k in enumerate(keys)}
     tags = {k: "id" if i < scenes // 2 else "ood" for i, k in enumerate(keys)}
     scene_records, judgements = [], []
@@ -102,6 +116,9 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
                 role = "Environment" if turn % 4 == 3 else ("Alice" if turn % 2 == 0 else "Bob")
                 dialogue.append({"role": role, "content": f"{role}: " + "".join(rng.choice(_ROUNDS_WORDS, 6))})
             n = sum(1 for m in dialogue if m["role"] not in ("Environment", "NSP"))
+            turns += [{"repeat": repeat, "scene": key, "step": step, "kind": kind, "speaker": kind, "reply": "",
+                       "temperatures": [0], "usage": None, "refused": False, "refusals": 0,
+                       "served": served_record[kind]} for step, kind in enumerate(("actor", "env", "nsp"))]
             scene_records.append({"repeat": repeat, "scene": key, "tag": tags[key], "book": books[key], "status": "done",
                                   "ended_by": "end_chat", "rounds": len(dialogue), "fallbacks": 0,
                                   "simulation": dialogue, "profiles": {}})
@@ -124,12 +141,16 @@ def coser_run(run_dir: Path, *, actor: str, scenes: int = 200, repeats: int = 3,
                 judgements.append({**base, "kind": "dimension", "dimension": dimension, "status": "ok",
                                    "critique": {"flaws": flaws}, "scores": {"score": score,
                                                                             "score_clipped": min(score, 100)},
-                                   "attempts": []})
+                                   "attempts": [{"temperature": 0, "status": "ok"}],
+                                   "served": {"judge": served_record["judge"]}})
             session += 1
+    artifacts.write_jsonl_atomic(run_dir / TURNS, turns)
     artifacts.write_jsonl_atomic(run_dir / SCENES, scene_records)
     artifacts.write_jsonl_atomic(run_dir / JUDGEMENTS, judgements)
     recorded = {"protocol_version": protocol, "protocol": version.record(),
-                "roles": {name: {"model": model, "backend": "openai"} for name, model in roles.items()},
+                "roles": {name: {"model": model, "backend": "openai",
+                                 **({"request_params": dict(request_params[name])} if name in (request_params or {})
+                                    else {})} for name, model in roles.items()},
                 "max_rounds": 20, "end_chat_from_round": 5, "max_tokens": 512,
                 "judge_max_tokens": version.judge_max_tokens, "continue_from": 0, "thoughtless": False,
                 **(identity or {})}

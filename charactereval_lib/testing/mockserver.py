@@ -33,6 +33,9 @@ from typing import Any
 from aiohttp import web
 
 SERVED_MODEL = "mock-served-model"
+# ``MockServer.served_model`` that reports the model each request names (as a server that serves
+# what it is asked does).
+AS_REQUESTED = "<as requested>"
 SYSTEM_FINGERPRINT = "fp_mock"
 # Reasoning tokens an answer reports (usage.completion_tokens_details, as OpenAI and OpenRouter do)
 # when its request asks for reasoning (a ``reasoning_effort`` or ``reasoning`` key).
@@ -121,6 +124,9 @@ class MockServer:
     reply: Callable[[dict[str, Any]], str] | None = None
     # The action of a request the plan does not name ("judge" makes a deterministic judge).
     default_action: str = "ok"
+    # The model every completion says served it (``model``): ``AS_REQUESTED`` reports the model
+    # each request named; None leaves the field out (a server that reports no model).
+    served_model: str | None = SERVED_MODEL
     # Requests being answered right now, and the most ever at once (checks client concurrency).
     in_flight: int = 0
     max_in_flight: int = 0
@@ -184,6 +190,7 @@ class MockServer:
     async def respond(self, request: web.Request, action: str, key: str, messages: list,
                       payload: dict[str, Any] | None = None) -> web.StreamResponse:
         name, _, argument = action.partition(":")
+        served = (payload or {}).get("model") if self.served_model == AS_REQUESTED else self.served_model
         if name in ("ok", "multiline", "empty", "slow", "thinking"):
             if name == "slow":
                 await asyncio.sleep(float(argument or 1.0))
@@ -191,20 +198,20 @@ class MockServer:
             content = {"multiline": multiline_reply(key), "empty": "",
                        "thinking": thinking_block(key) + default}.get(name, default)
             reasoning = REASONING_TOKENS if {"reasoning_effort", "reasoning"} & (payload or {}).keys() else None
-            return _completion(content, messages, "stop", reasoning_tokens=reasoning)
+            return _completion(content, messages, "stop", served, reasoning_tokens=reasoning)
         if name.startswith("judge"):
-            return _completion(judge_reply(key, action), messages, "stop")
+            return _completion(judge_reply(key, action), messages, "stop", served)
         if name == "refusal":
-            return _completion(None, messages, "stop", refusal="I can't help with that.")
+            return _completion(None, messages, "stop", served, refusal="I can't help with that.")
         if name == "finish_filter":
-            return _completion("partial", messages, "content_filter")
+            return _completion("partial", messages, "content_filter", served)
         if name == "429":
             return _error(429, "rate_limit_exceeded", "Rate limit reached", {"Retry-After": argument or "1"})
         if name in ("500", "503"):
             return _error(int(name), "server_error", "The server had an error")
         if name == "timeout":
             await asyncio.sleep(self.hang_s)
-            return _completion(echo_reply(key), messages, "stop")
+            return _completion(echo_reply(key), messages, "stop", served)
         if name == "reset":
             if request.transport is not None:
                 request.transport.abort()
@@ -296,7 +303,7 @@ class MockServer:
         self.stop()
 
 
-def _completion(content: str | None, messages: list, finish_reason: str, refusal: str | None = None,
+def _completion(content: str | None, messages: list, finish_reason: str, model: str | None, refusal: str | None = None,
                 reasoning_tokens: int | None = None) -> web.Response:
     prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
     completion_chars = len(content or refusal or "")
@@ -304,7 +311,7 @@ def _completion(content: str | None, messages: list, finish_reason: str, refusal
         "id": "chatcmpl-mock",
         "object": "chat.completion",
         "created": 0,
-        "model": SERVED_MODEL,
+        "model": model,
         "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [
             {
@@ -319,6 +326,8 @@ def _completion(content: str | None, messages: list, finish_reason: str, refusal
             "total_tokens": prompt_chars + completion_chars,
         },
     }
+    if model is None:
+        del body["model"]
     if reasoning_tokens is not None:
         body["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
@@ -343,12 +352,14 @@ def main() -> None:
                         help="answer as deterministic CoSER actors, environment, NSP and judge (testing.coser_script)")
     parser.add_argument("--default-action", default="ok", choices=ACTIONS,
                         help="how every request is answered (judge: a deterministic 1-5 judge)")
+    parser.add_argument("--echo-model", action="store_true",
+                        help=f"report the model each request names as the one that served it (default: {SERVED_MODEL})")
     args = parser.parse_args()
     reply = None
     if args.coser_script:
         from charactereval_lib.testing.coser_script import scripted_reply as reply
     server = MockServer(latency_s=args.latency, port=args.port, keep_payloads=False, reply=reply,
-                        default_action=args.default_action)
+                        default_action=args.default_action, served_model=AS_REQUESTED if args.echo_model else SERVED_MODEL)
     try:
         asyncio.run(_serve_forever(server))
     except KeyboardInterrupt:

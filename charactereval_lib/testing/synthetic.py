@@ -123,7 +123,7 @@ def write_synthetic_run(
         if k % 29 == 7:
             reply = "\n" + reply  # S5 keeps an empty first line
         records.append({"id": sample.id, "model_output": reply, "status": "ok", "error": None, "attempts": 1,
-                        "finish_reason": "stop", "latency_s": 0.01})
+                        "finish_reason": "stop", "latency_s": 0.01, "model": model})
     run_dir.mkdir(parents=True, exist_ok=True)
     artifacts.write_jsonl_atomic(run_dir / runs.GENERATIONS, records)
     runs.update_manifest(run_dir, generation={"backend": backend, "model": model, "seed": seed})

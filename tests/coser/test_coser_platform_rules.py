@@ -79,8 +79,10 @@ def test_a_default_smoke_run_records_the_declared_models_and_the_180_s_timeout(t
 
 
 @pytest.mark.slow
-def test_a_full_run_with_every_default_is_eligible_on_its_board(tmp_path):
-    """600 sessions (200 scenes x 3) through the real engine, then `leaderboard`."""
+def test_a_full_run_with_every_default_fails_only_because_the_mock_served_every_role(tmp_path):
+    """600 sessions (200 scenes x 3) through the real engine, then `leaderboard` (issue 39's
+    reproduction, once marked eligible): every setting passes its rule, and the served identity
+    alone keeps the run off the board, one line per role naming both models."""
     run = tmp_path / "runs" / "default-full"
     with MockServer(reply=scripted_reply, keep_payloads=False) as server:
         coser_run(run, server.base_url, preset="full")
@@ -88,7 +90,12 @@ def test_a_full_run_with_every_default_is_eligible_on_its_board(tmp_path):
     [entry] = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))["boards"]
     [row] = entry["rows"]
     assert entry["protocol_version"] == "coser-paper" and entry["scorer"] == "judge gpt-4o-2024-08-06"
-    assert row["reasons"] == [] and row["eligible"] and row["n"] == 600
+    assert not row["eligible"] and row["n"] == 600
+    declared = {"actor": "mock-actor", "environment": "gpt-4o-2024-08-06", "next-speaker model":
+                "gpt-4o-mini-2024-07-18", "judge": "gpt-4o-2024-08-06"}
+    assert [r.split(" but ")[0] for r in row["reasons"]] == [
+        f"served-models: the {role} was declared {model!r}" for role, model in declared.items()]
+    assert all(" but its server reported 'mock-served-model' for " in r for r in row["reasons"])
 
 
 # --- items 2 and 3: request parameters of each role, provider pins ----------------------------------

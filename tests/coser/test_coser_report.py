@@ -29,7 +29,7 @@ from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.artifacts import write_jsonl_atomic
 from charactereval_lib.engine.runs import RunDir
 from charactereval_lib.testing.coser_script import scripted_reply
-from charactereval_lib.testing.mockserver import MockServer
+from charactereval_lib.testing.mockserver import AS_REQUESTED, MockServer
 from tests.apps.test_reproduce import released_generations
 from tests.coser_golden import data_dir
 
@@ -188,7 +188,9 @@ def rendered(tmp_path_factory):
     comparison."""
     root = tmp_path_factory.mktemp("coser-report")
     alias, paper = root / "alias", root / "paper"
-    with MockServer(reply=scripted_reply) as server:
+    # A server that serves what it is asked (the default mock reports one model for all: see
+    # test_a_mock_that_answers_every_role_is_not_comparable).
+    with MockServer(reply=scripted_reply, served_model=AS_REQUESTED) as server:
         smoke(alias, server.base_url, "--judge-model", "gpt-4o", "--env-model", "gpt-4o", "--nsp-model", "gpt-4o-mini")
         smoke(paper, server.base_url)
     out = {}

@@ -37,13 +37,16 @@ FAULTS = (["500", "ok"], ["bad400"], ["429:0", "ok"], ["malformed", "ok"], ["fil
           ["404"], ["empty"], ["multiline"], ["detail404"], ["503", "503", "ok"])
 
 # Computed with main at 2762a54 (before issues 22 and 23), twice, the same both times.
+# Issue 39 added one field, `served` (what the server reported: model names, system fingerprints),
+# to every turn record and every dimension judgement: with that field removed, the two files
+# digest to 2762a54's values (turns 21ff8c86..., judgements afabad83...), checked when it was added.
 EXPECTED = {
-    "coser/coser_turns.jsonl": "21ff8c86e728c301a83a9d578fd500526cb7a55afcf5b8f1ae0fa19dbd2844da",
+    "coser/coser_turns.jsonl": "2cb9c48dda5d54bc0c8925ea655468fbab3372d6897a80ddc04b6fa97dbb28b2",
     "coser/coser_scenes.jsonl": "de69e65cec04daabc90d6b340fedf6439f58b3e442de455d6db87921f87f8b3a",
     # Recomputed when BLEU became available (issue 20), with the code before issues 22/23 plus that
     # change: against 2762a54's records only `bleu` (null before) and `bleu_unavailable` (the
     # reason before, absent now) differ, in the 20 metrics records, checked field by field.
-    "coser/coser_judgements.jsonl": "afabad830242d57bbbc8b779a8e7fb971d17368f30e9da76574a04c71960adf6",
+    "coser/coser_judgements.jsonl": "fbee2c9602db1678335a0579ba41dfe975cc36e784b75de93ebde153806c02e2",
     "generate/generations.jsonl": "9b7f40e5d75907109a5f0e40bbf62a57512a57a349eff4efe142f70fca41c8a3",
     "judge/judge_scores.jsonl": "244f77e002bfc61ddc5948bbc54cbddb9100cca9a143e220fb847487f7ef95b1",
 }

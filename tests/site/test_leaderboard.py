@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 
 import pytest
 
@@ -427,9 +428,32 @@ def test_cli_builds_the_site_and_bad_paths_are_one_line_errors(runs_dir, tmp_pat
     assert "no run.json" in capsys.readouterr().err
 
 
-def test_a_reasoning_setting_is_named_in_the_row_label():
-    assert model_label("m", {"temperature": 0.0, "reasoning_effort": "high"}) == "m (reasoning_effort=high)"
-    assert model_label("m", {"temperature": 0.0, "reasoning_effort": None}) == "m"
+def test_a_row_label_names_every_setting_that_changes_a_reply():
+    # Seed 004 H25 (a reasoning setting is never hidden) and seed 001-14 (decoding separates rows):
+    # two runs decoded differently never share a label; what was not sent, the default max_tokens,
+    # the seed (a draw, not a distribution) and a provider pin (routing) are not in it.
+    assert model_label("m", {"temperature": 0.0, "reasoning_effort": "high"}) == \
+        "m (reasoning_effort=high, temperature=0.0)"
+    assert model_label("m", {"max_tokens": 1024, "temperature": None, "top_p": None, "seed": 3,
+                             "reasoning_effort": None}) == "m"
+    assert model_label("m", {"max_tokens": 1024, "temperature": 0.8, "top_p": 0.8, "seed": None, "preset": "chatglm3",
+                             "request_params": {"top_k": 40, "frequency_penalty": 0.5,
+                                                "provider": {"only": ["openai"], "allow_fallbacks": False}}}) == \
+        "m (frequency_penalty=0.5, temperature=0.8, top_k=40, top_p=0.8)"
+    assert model_label("m", {"max_tokens": 256}) == "m (max_tokens=256)"
+
+
+def test_the_decoding_column_shows_every_key_that_went_out():
+    # Issue 39 item 9: keys sent with --request-param are decoding too; a provider pin is routing.
+    from charactereval_lib.charactereval.eligibility import decoding_text
+    from charactereval_lib.engine.manifest import GenerationSection
+
+    api = GenerationSection(backend="openai", parameters={
+        "max_tokens": 1024, "temperature": 0.8, "top_p": None, "seed": 3,
+        "request_params": {"top_k": 40, "frequency_penalty": 0.5, "chat_template_kwargs": {"enable_thinking": False},
+                           "provider": {"only": ["openai"], "allow_fallbacks": False}}})
+    assert decoding_text(api) == ('temperature 0.8, top_p provider default, at most 1024 tokens, seed 3, '
+                                  'chat_template_kwargs {"enable_thinking": false}, frequency_penalty 0.5, top_k 40')
 
 
 def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
@@ -445,9 +469,14 @@ def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
     [entry] = json.loads((tmp_path / "site" / "leaderboard.json").read_text(encoding="utf-8"))["boards"]
     [smoke] = entry["rows"]
     assert entry["scorer"] == "judge gpt-4o-2024-08-06" and entry["anchor"]["status"] == "pending"
-    # The default role models are the version's declared snapshots: only the preset keeps it off.
-    assert smoke["reasons"] == [
+    # The default role models are the version's declared snapshots, but the mock server answered
+    # every role (it reports `mock-served-model`): the served-models rule says so per role.
+    assert smoke["reasons"][:2] == [
         "full-protocol: 2 of the 200 test scenes (preset smoke)", "full-protocol: 1 repeat(s), the protocol runs 3"]
+    served = smoke["reasons"][2:]
+    assert [r.split(" was declared")[0] for r in served] == [
+        f"served-models: the {role}" for role in ("actor", "environment", "next-speaker model", "judge")]
+    assert all("but its server reported 'mock-served-model' for " in r for r in served), served
     page = tmp_path / "site" / "runs" / smoke["page"]
     assert (page / "report.html").read_text(encoding="utf-8") == "<html><body>the run's report</body></html>"
     assert 'href="report.html"' in (page / "index.html").read_text(encoding="utf-8")
@@ -458,14 +487,23 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
     """Each rule's reasons from a run's facts as `read` records them (no artifacts needed)."""
     from charactereval_lib.charactereval.eligibility import MAX_FAILED, SPEC
     from charactereval_lib.engine.board import RunView
+    from charactereval_lib.engine.served import RoleServed, ServedCounts
 
     def reasons(**facts):
         base = {"judge": None, "missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
-                "checkpoints": ["a" * 64], "modes": ["faithful"], "tiny_label": None, "fast_verified": False}
+                "checkpoints": ["a" * 64], "modes": ["faithful"], "tiny_label": None, "fast_verified": False,
+                "served_roles": []}
         view = RunView(tmp_path, "charactereval", "charactereval-1.0", "s", "m", {}, facts={**base, **facts})
         return SPEC.check(view)
 
     assert reasons() == []
+    # Served identity: a documented alias of the same snapshot and a router prefix are no difference.
+    same = [RoleServed("the model under test", "gpt-4o", ServedCounts(Counter({"gpt-4o-2024-08-06": 9}))),
+            RoleServed("the judge j", "openai/gpt-4o-mini-2024-07-18", ServedCounts(Counter({"gpt-4o-mini": 2})))]
+    assert reasons(served_roles=same) == []
+    mixed = RoleServed("the model under test", "m", ServedCounts(Counter({"mock-served-model": 3, "openai/m": 1})))
+    assert reasons(served_roles=[mixed]) == ["served-models: the model under test was declared 'm' but its server "
+                                            "reported 'mock-served-model' for 3 of 4 replies"]
     assert reasons(modes=["fast"]) == ["scorer-mode: fast mode without a `score --verify` on this run and checkpoint "
                                        "that kept every row within one bf16 grid step"]
     assert reasons(modes=["fast", "faithful"], fast_verified=True) == []

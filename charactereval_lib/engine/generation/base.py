@@ -38,6 +38,9 @@ DEFAULT_MAX_TOKENS = 1024
 # Body keys a request parameter (``--request-param``) may not set: the request's own fields, the
 # decoding settings that have their own option, and streaming (replies are read whole).
 RESERVED_REQUEST_PARAMS = ("model", "messages", "max_tokens", "temperature", "top_p", "seed", "stream")
+# Request-body keys that choose where a request goes, not how its reply is decoded (OpenRouter's
+# provider routing object and its list of fallback models).
+ROUTING_PARAMS = ("provider", "models")
 
 
 class ConfigError(ValueError):
@@ -167,7 +170,54 @@ def check_request_params(params: Mapping[str, Any] | None, fixed: Sequence[str] 
                               "merges extra_body into the request body, and so does this option)")
         if key in fixed:
             raise ConfigError(f"{where} {key!r} cannot be set: {why}")
+    if "provider" in params:
+        check_provider_routing(params["provider"], f"{where} 'provider'")
     return dict(params)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) and item for item in value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# OpenRouter's provider routing object, as its documentation gives it (PROVIDER_ROUTING_DOCS,
+# "The provider object can contain the following fields"): each field and what it takes.
+PROVIDER_ROUTING_DOCS = "https://openrouter.ai/docs/features/provider-routing"
+_STRINGS = "a list of strings"
+_PROVIDER_FIELDS: dict[str, tuple[str, Any]] = {
+    "order": (_STRINGS, _strings),
+    "only": (_STRINGS, _strings),
+    "ignore": (_STRINGS, _strings),
+    "quantizations": (_STRINGS, _strings),
+    "allow_fallbacks": ("true or false", lambda v: isinstance(v, bool)),
+    "require_parameters": ("true or false", lambda v: isinstance(v, bool)),
+    "zdr": ("true or false", lambda v: isinstance(v, bool)),
+    "enforce_distillable_text": ("true or false", lambda v: isinstance(v, bool)),
+    "data_collection": ('"allow" or "deny"', lambda v: v in ("allow", "deny")),
+    "sort": ("a string or an object", lambda v: isinstance(v, (str, Mapping))),
+    "preferred_min_throughput": ("a number or an object", lambda v: _number(v) or isinstance(v, Mapping)),
+    "preferred_max_latency": ("a number or an object", lambda v: _number(v) or isinstance(v, Mapping)),
+    "max_price": ("an object", lambda v: isinstance(v, Mapping)),
+}
+
+
+def check_provider_routing(value: Any, where: str) -> None:
+    """A router's provider pin must have the documented shape of OpenRouter's provider routing
+    object (``_PROVIDER_FIELDS``): a ConfigError names the first key that does not. A pin of
+    another shape would be sent as it is and read by the router as no pin at all, or refused."""
+    shape = f"OpenRouter's provider routing object, {PROVIDER_ROUTING_DOCS}"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected an object such as {{\"only\": [\"openai\"], \"allow_fallbacks\": false}} "
+                          f"({shape}), got {json.dumps(value)}")
+    for key, item in value.items():
+        if key not in _PROVIDER_FIELDS:
+            raise ConfigError(f"{where}: unknown key {key!r}; expected some of {sorted(_PROVIDER_FIELDS)} ({shape})")
+        expected, valid = _PROVIDER_FIELDS[key]
+        if not valid(item):
+            raise ConfigError(f"{where}: {key!r} must be {expected}, got {json.dumps(item)} ({shape})")
 
 
 def reasoning_tokens(usage: Mapping[str, Any] | None) -> int | None:

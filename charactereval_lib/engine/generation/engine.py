@@ -36,6 +36,7 @@ from charactereval_lib.engine.generation.base import (
     reasoning_tokens,
 )
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
+from charactereval_lib.engine.served import ServedCounts, ServedGuard
 
 LOCK_FILE = ".generate.lock"
 
@@ -129,6 +130,8 @@ class CallSession:
     # Why the session stopped early (RunAborted), e.g. the endpoint refused every connection.
     aborted: str | None = None
     concurrency: dict[str, Any] | None = None
+    # What the server reported about the answered calls: model names and system fingerprints.
+    served: ServedCounts = field(default_factory=ServedCounts)
 
     @property
     def done(self) -> int:
@@ -160,7 +163,6 @@ class SessionSummary(CallSession):
     # Where the server reports them (see base.reasoning_tokens): their sum, and how many replies had the count.
     reasoning_tokens: int = 0
     reasoning_reported: int = 0
-    served_models: Counter = field(default_factory=Counter)
 
     def add(self, result: GenerationResult) -> None:
         if result.status == STATUS_OK:
@@ -176,8 +178,8 @@ class SessionSummary(CallSession):
         if reasoning is not None:
             self.reasoning_tokens += reasoning
             self.reasoning_reported += 1
-        if result.model:
-            self.served_models[result.model] += 1
+        if result.status == STATUS_OK:
+            self.served.add(result.model, result.extra.get("system_fingerprint"))
 
     @property
     def done(self) -> int:
@@ -221,7 +223,9 @@ class SessionSummary(CallSession):
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens if self.reasoning_reported else None,
-            "served_models": dict(self.served_models),
+            "served_models": dict(self.served.models),
+            "system_fingerprints": dict(self.served.fingerprints),
+            "model_not_reported": self.served.not_reported,
             "elapsed_s": round(self.elapsed_s, 3),
             "interrupted": self.interrupted,
             "aborted": self.aborted,
@@ -298,7 +302,12 @@ async def generate_async(
 
 async def _drive(appender: artifacts.JsonlAppender, plan: RunPlan, backend: Backend, summary: SessionSummary,
                  progress: bool) -> None:
+    # The run's replies come from one served model (engine.served): its recorded ones name it.
+    guard = ServedGuard("generate", (record.get("model") for _, record in plan.finished))
+
     def record(result: GenerationResult) -> dict[str, Any]:
+        if result.status == STATUS_OK:
+            guard.check(result.model)
         summary.add(result)
         return result.to_record()
 

@@ -42,6 +42,7 @@ from charactereval_lib.engine.generation.base import (
 from charactereval_lib.engine.generation.engine import CallSession, drive, run_closing
 from charactereval_lib.engine.grading.errors import SampleRefusedError
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
+from charactereval_lib.engine.served import ServedGuard
 
 SCORER = "judge"
 # Judges grade: the same answer for the same question unless asked otherwise.
@@ -170,6 +171,7 @@ class JudgeSummary(CallSession):
         if record["status"] == STATUS_OK:
             self.graded += 1
             self.invalid += bool(record["invalid"])
+            self.served.add_record(record)
         else:
             error = record.get("error") or {}
             self.errors[error.get("class", "unknown")] += 1
@@ -214,7 +216,7 @@ class JudgeSummary(CallSession):
             "graded": self.graded, "invalid": self.invalid, "errors": dict(self.errors), "refusals": self.refusals,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "elapsed_s": round(self.elapsed_s, 3), "interrupted": self.interrupted, "aborted": self.aborted,
-            "concurrency": self.concurrency, "refused": self.refused,
+            "concurrency": self.concurrency, "refused": self.refused, "served": self.served.as_dict(),
         }
 
 
@@ -258,8 +260,12 @@ async def judge_async(
                     appender.write(record)
         pending = [item for item in plan.pending if not item.refused]
         requests = [GenerationRequest(index, "", item.messages) for index, item in enumerate(pending)]
+        # One judge's grades come from one served model (engine.served): its recorded ones name it.
+        guard = ServedGuard(f"judge {judge_model}", (record.get("model") for _, record in plan.finished))
 
         def to_record(result: GenerationResult) -> dict[str, Any]:
+            if result.status == STATUS_OK:
+                guard.check(result.model)
             record = judge_record(pending[result.id], result, judge_model)
             summary.add(record)
             return record
