@@ -1,0 +1,135 @@
+"""The documentation site (mkdocs.yml, docs/), built strictly once for this file as `make docs`
+builds it, then read in Debian's headless Chromium as a reader would: from ``file://`` every entry
+of the navigation is followed and search finds a page; from a static web server the same; and no
+page asks for anything outside the site (no fonts, scripts or styles from the network) or logs an
+error."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _browser_support import WAIT_MS, chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+# What a page may load besides the site's own files: inline images and the search frame.
+INLINE = ("data:", "blob:", "about:")
+
+
+def nav_pages(entries: list[Any]) -> dict[str, str]:
+    """The navigation of mkdocs.yml as {page file: title}, sections flattened."""
+    pages: dict[str, str] = {}
+    for entry in entries:
+        for title, target in entry.items():
+            if isinstance(target, list):
+                pages |= nav_pages(target)
+            else:
+                pages[target] = title
+    return pages
+
+
+NAV = nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("docs") / "site"
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
+                            "--site-dir", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert built.returncode == 0, built.stderr[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture()
+def page(browser, site) -> Iterator[Any]:
+    """A page that records errors and requests; each test ends by checking that there were no
+    errors and that every request stayed inside the site (its folder, or the local server)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
+    page.on("request", lambda r: requests.append(r.url))
+    yield page
+    page.close()
+    assert problems == []
+    inside = (site.resolve().as_uri() + "/", "http://127.0.0.1:", *INLINE)
+    assert [url for url in requests if not url.startswith(inside)] == []
+
+
+def search(page, words: str) -> list[str]:
+    """The pages search lists for ``words`` (each result's link, without its anchor)."""
+    page.fill("input.md-search__input", words)
+    results = page.locator(".md-search-result__item > a")
+    results.first.wait_for()
+    return [href.split("#")[0] for href in results.evaluate_all("links => links.map(a => a.getAttribute('href'))")]
+
+
+def test_every_entry_of_the_navigation_opens_its_page_from_disk(page, site):
+    assert {"api.md", "architecture.md", "quickstart.md", "concepts.md", "reports.md"} <= set(NAV)
+    page.goto((site / "index.html").resolve().as_uri())
+    links = page.locator("nav.md-nav--primary a.md-nav__link[href$='.html']")
+    hrefs = links.evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    assert sorted(set(hrefs)) == sorted(name.removesuffix(".md") + ".html" for name in NAV)
+    for name, title in NAV.items():
+        href = name.removesuffix(".md") + ".html"
+        page.click(f"nav.md-nav--primary a.md-nav__link[href='{href}']")
+        page.wait_for_url(f"**/{href}")
+        assert page.locator("article h1").first.inner_text().strip()
+        assert page.locator("nav.md-nav--primary a.md-nav__link--active").first.inner_text().strip() == title
+
+
+def test_the_api_reference_is_generated_from_the_pipelines_docstrings(page, site):
+    page.goto((site / "api.html").resolve().as_uri())
+    headings = page.locator("article h2").all_inner_texts()
+    assert any("charactereval_lib.pipeline.charactereval" in h for h in headings)
+    article = page.locator("article").inner_text()
+    # A stage with its docstring, and a settings field with its type.
+    assert "def generate" in article or "generate(" in article
+    assert "GenerateSettings" in article and "max_tokens" in article
+
+
+def test_search_works_from_disk(page, site):
+    page.goto((site / "quickstart.html").resolve().as_uri())
+    assert "publishing.html" in search(page, "redact")
+
+
+def test_the_site_works_from_a_static_web_server(page, site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/index.html")
+        page.click("nav.md-nav--primary a.md-nav__link[href='reports.html']")
+        page.locator("img[src^='gallery/']").first.wait_for()
+        assert all(page.evaluate("[...document.images].map(i => i.complete && i.naturalWidth > 0)"))
+        assert "judging.html" in search(page, "battle")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_gallery_shows_a_small_screenshot_of_each_report_kind():
+    text = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    shots = sorted((ROOT / "docs" / "gallery").glob("*.png"))
+    assert len(shots) >= 6
+    for shot in shots:
+        assert f"(gallery/{shot.name})" in text, shot.name
+        assert shot.stat().st_size < 250_000, shot.name
