@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from _browser_support import WAIT_MS, chromium
+from _browser_support import chromium, watched_page
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a page may load besides the site's own files: inline images and the search frame.
@@ -60,26 +60,29 @@ def browser() -> Iterator[Any]:
 def page(browser, site) -> Iterator[Any]:
     """A page that records errors and requests; each test ends by checking that there were no
     errors and that every request stayed inside the site (its folder, or the local server)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    requests: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
-    page.on("request", lambda r: requests.append(r.url))
+    page = watched_page(browser, viewport={"width": 1280, "height": 900})
     yield page
     page.close()
-    assert problems == []
+    assert page.problems == []
     inside = (site.resolve().as_uri() + "/", "http://127.0.0.1:", *INLINE)
-    assert [url for url in requests if not url.startswith(inside)] == []
+    assert [url for url in page.requests if not url.startswith(inside)] == []
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """A static web server that does not log every request to the test's output."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def search(page, words: str) -> list[str]:
-    """The pages search lists for ``words`` (each result's link, without its anchor)."""
-    page.fill("input.md-search__input", words)
-    results = page.locator(".md-search-result__item > a")
+    """The pages search lists for ``words``, typed into the search box (each result's page)."""
+    page.click("input.md-search__input")
+    page.keyboard.type(words)
+    results = page.locator(".md-search-result__item > a.md-search-result__link")
     results.first.wait_for()
-    return [href.split("#")[0] for href in results.evaluate_all("links => links.map(a => a.getAttribute('href'))")]
+    links = results.evaluate_all("links => links.map(a => new URL(a.href).pathname)")
+    return [link.rsplit("/", 1)[-1] for link in links]
 
 
 def test_every_entry_of_the_navigation_opens_its_page_from_disk(page, site):
@@ -91,7 +94,7 @@ def test_every_entry_of_the_navigation_opens_its_page_from_disk(page, site):
     for name, title in NAV.items():
         href = name.removesuffix(".md") + ".html"
         page.click(f"nav.md-nav--primary a.md-nav__link[href='{href}']")
-        page.wait_for_url(f"**/{href}")
+        page.wait_for_url(f"**/{href}", wait_until="domcontentloaded")
         assert page.locator("article h1").first.inner_text().strip()
         assert page.locator("nav.md-nav--primary a.md-nav__link--active").first.inner_text().strip() == title
 
@@ -112,7 +115,7 @@ def test_search_works_from_disk(page, site):
 
 
 def test_the_site_works_from_a_static_web_server(page, site):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler = functools.partial(QuietHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
