@@ -2,8 +2,9 @@
 reports rendered the way the demo renders them: the offline backend's replies on the demo's
 200-sample subset, scored by the tiny random reward model; a judge and CoSER's four roles played
 by the local mock server; the CoSER reproduction from the released evaluation files. Every
-command is the command line a user types, run in a scratch workspace under build/gallery/; the
-PNGs (the top of each page, as headless Chromium shows it, reduced to a palette) go to
+command is the command line a user types, run in a scratch workspace in the temporary folder,
+whose data folders link to the data this checkout reads (the reports print the path they read it
+from). The PNGs (the top of each page as headless Chromium shows it, reduced to a palette) go to
 docs/gallery/. Their replies and scores mean nothing, and each report says so at its top.
 """
 
@@ -14,11 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
-WORK = ROOT / "build" / "gallery"
+WORK = Path(tempfile.gettempdir()) / "charactereval-gallery"
 CHROMIUM = "/usr/bin/chromium"
 # The top of a report: its title, warnings, contents and first table or figure.
 WINDOW = (1280, 1100)
@@ -67,9 +69,13 @@ def main() -> None:
         sys.exit(f"error: the CoSER data (with its released files) is incomplete: {coser_problems[0]}")
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    # A workspace of its own, reading the data where this checkout does.
-    os.environ.update({"CHARACTEREVAL_HOME": str(WORK), "CHARACTEREVAL_DATA_DIR": str(data.data_dir.resolve()),
-                       "COSER_DATA_DIR": str(pipeline.coser_data_dir().resolve()), "TQDM_DISABLE": "1"})
+    # A workspace of its own, its data folders links to the data this checkout reads.
+    for folder, target in (("official", data.data_dir), ("coser", pipeline.coser_data_dir())):
+        (WORK / "data").mkdir(exist_ok=True)
+        (WORK / "data" / folder).symlink_to(target.resolve(), target_is_directory=True)
+    for variable in ("CHARACTEREVAL_DATA_DIR", "COSER_DATA_DIR"):
+        os.environ.pop(variable, None)
+    os.environ.update({"CHARACTEREVAL_HOME": str(WORK), "TQDM_DISABLE": "1"})
 
     # The demo's model when `make demo` made it, else one made the same way.
     rm = DEMO_RM
