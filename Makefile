@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast bench-smoke lint demo lab lab-env
+.PHONY: setup test test-fast bench-smoke lint docs gallery demo lab lab-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,19 @@ bench-smoke: setup
 # The rules are in pyproject.toml ([tool.ruff]); CI runs this before the tests.
 lint: setup
 	$(BIN)/ruff check .
+
+# The documentation site (mkdocs.yml, docs/) into build/docs/; strict: a broken link or anchor, a page
+# missing from the navigation or an asset from the network fails it. CI builds it after the lint.
+# (NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2, which this site does not use.)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# The screenshots of docs/reports.md's gallery: real reports of every kind, rendered as the demo
+# renders them (offline backend, tiny reward model, a local mock server for judges and CoSER),
+# shot in headless Chromium. Needs the official data (`charactereval data use DIR`) and the CoSER
+# data with its released files (`charactereval coser data fetch --with-results`).
+gallery: setup
+	$(BIN)/python docs/gallery/shoot.py
 
 # The demo's tiny model has its tokenizer trained on the official data's text (a tiny model made
 # otherwise is replaced). One trained on synthetic text split the demo's RM inputs into 2.9x more

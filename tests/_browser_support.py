@@ -1,6 +1,6 @@
 """Debian's headless Chromium driven by Playwright (no browser is downloaded), for the tests that
-open the site and the reports as a user would. Imported by ``test_leaderboard_browser`` and
-``test_coser_report`` (pytest puts ``tests/`` on ``sys.path``)."""
+open the site and the reports as a user would. Imported by ``test_leaderboard_browser``,
+``test_coser_report`` and ``test_docs_site`` (pytest puts ``tests/`` on ``sys.path``)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def watched_page(browser: Any, **options: Any) -> Any:
+    """A new page (``options`` as Playwright's ``new_page`` takes them) that keeps every console
+    error and script error in ``page.problems`` and the URL of every request in ``page.requests``."""
+    page = browser.new_page(**options)
+    page.set_default_timeout(WAIT_MS)
+    page.problems, page.requests = [], []
+    page.on("console", lambda m: page.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(f"script error: {e}"))
+    page.on("request", lambda r: page.requests.append(r.url))
+    return page
 
 
 def requests_leaving(browser: Any, page_file: Path, folder: Path) -> list[str]:

@@ -2,7 +2,8 @@
 each model's parts submitted as tasks with the requests of its plan, their results gathered in
 config order, tasks no live node can run failed after a wait, and on Ctrl-C or SIGTERM every
 running task stopped (asked, then killed) before the driver leaves, since Ray kills a job's
-workers the moment its driver disconnects.
+workers the moment its driver disconnects. It runs the stages of ``batch_stages``, as the
+sequential loop of ``batch`` does, and never imports ``batch``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import signal
 import time
 from typing import Any
 
-from charactereval_lib.apps.batch import (
+from charactereval_lib.apps.batch_stages import (
     BatchConfig,
     BatchError,
     BatchResult,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from charactereval_lib.apps import batch
+from charactereval_lib.apps import batch, batch_stages
 from charactereval_lib.engine import runs
 
 CONFIG = """output_dir: outputs
@@ -27,8 +27,8 @@ def test_a_relative_output_dir_is_under_the_workspace_for_every_artifact(tmp_pat
     assert config.output_dir == home / "outputs"
     assert config.comparison_dir == home / "outputs" / "comparison"
     spec = config.models[0]
-    assert batch.new_result(spec, config).run_dir == str(home / "outputs" / "a")
-    assert batch.interrupted_result(spec, config, 1.0).run_dir == str(home / "outputs" / "a")
+    assert batch_stages.new_result(spec, config).run_dir == str(home / "outputs" / "a")
+    assert batch_stages.interrupted_result(spec, config, 1.0).run_dir == str(home / "outputs" / "a")
 
     # The summary goes beside the runs (no model runs here: the summary of an empty outcome).
     monkeypatch.setattr(batch, "_run_in_turn", lambda config, outcome: None)

@@ -63,9 +63,9 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
 
 
-def test_ci_lints_before_the_tests_and_the_test_extra_has_ruff():
+def test_ci_lints_and_builds_the_docs_before_the_tests_and_the_test_extra_has_ruff():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("make lint") < ci.index("make test") < ci.index("make bench-smoke")
+    assert ci.index("make lint") < ci.index("make docs") < ci.index("make test") < ci.index("make bench-smoke")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "ruff" in names(project["project"]["optional-dependencies"]["test"])
     assert project["tool"]["ruff"]["lint"]["select"]
@@ -83,3 +83,10 @@ def test_both_make_targets_fail_when_no_test_is_collected():
                                f"BIN={Path(sys.executable).parent}"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and "Error 5" in done.stderr, (target, done.stdout[-1000:], done.stderr[-1000:])
+
+
+def test_the_test_extra_installs_the_docs_extra_as_written():
+    """tests/project/test_docs_site.py builds the site: the test extra carries the docs extra's
+    very requirements."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["docs"] and set(extras["docs"]) <= set(extras["test"])

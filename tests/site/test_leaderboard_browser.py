@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from _browser_support import WAIT_MS, chromium
+from _browser_support import chromium, watched_page
 
 from charactereval_lib.apps.leaderboard import build
 from charactereval_lib.charactereval import layout
@@ -53,19 +53,12 @@ def browser():
 def page(browser, site, tmp_path):
     """A page that records console errors, script errors and requests; each test ends by
     checking that there were no errors and that every request stayed inside the site."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    requests: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
-    page.on("request", lambda r: requests.append(r.url))
-    page.problems, page.requests = problems, requests
+    page = watched_page(browser, viewport={"width": 1280, "height": 900})
     yield page
     page.close()
-    assert problems == []
+    assert page.problems == []
     allowed = (site[0].resolve().as_uri() + "/", "http://127.0.0.1:")
-    assert [u for u in requests if not u.startswith(allowed)] == []
+    assert [u for u in page.requests if not u.startswith(allowed)] == []
 
 
 def shoot(page, name: str) -> None:

@@ -41,7 +41,7 @@ from charactereval_lib.engine.served import ServedCounts, ServedGuard
 LOCK_FILE = ".generate.lock"
 
 
-# Exit statuses of `generate` (README "Exit status"); `exit_code` picks one for a finished session.
+# Exit statuses of `generate` (docs/generation.md, "Exit status of generate"); `exit_code` picks one for a finished session.
 EXIT_OK = 0  # every selected sample has an ok reply
 EXIT_FAILED = 1  # some selected sample ended in error, or the run was aborted (RunAborted)
 EXIT_BAD_INPUT = 2  # bad arguments, settings, data or a missing API key: nothing was sent
