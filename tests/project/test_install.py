@@ -178,7 +178,7 @@ def test_a_wheel_installed_elsewhere_verifies_data_and_renders_a_report(official
             shipped = installed / "_resources" / copy / Path(name).relative_to(top)
             assert shipped.read_bytes() == (ROOT / name).read_bytes(), name
     assert "all files match the pinned digests" in run("data", "verify", "--dir", str(official_dir))
-    assert "11/11 checks passed" in run("doctor", "--data-dir", str(official_dir))
+    assert "29/29 checks passed" in run("doctor", "--data-dir", str(official_dir))
     # The session's tiny checkpoint (`rm make-tiny` has its own tests): each command here is a
     # process of its own, and one more that imports torch costs seconds of the suite.
     run("generate", "a", "--backend", "offline", "--model", "offline-a", "--limit", "4", "--data-dir", str(official_dir))
