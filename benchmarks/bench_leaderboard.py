@@ -1,22 +1,32 @@
-"""Leaderboard site build time and explorer responsiveness at full size.
+"""Leaderboard site at platform scale: build time, rebuild time, size and explorer responsiveness.
 
-Makes (untimed) 10 synthetic CharacterEval runs of the real size (4,564 samples, 8,032 rows) and
-10 synthetic full CoSER runs (200 scenes x 3 repeats), then in the same process:
-  (a) baseline: every artifact the build reads, parsed once (run.json, generations, rows, scores,
-      CoSER scenes and judgements): the floor any build pays;
-  (b) ours: the whole site built (`leaderboard.build`: rules, bootstrap intervals, paired tie
-      tests, explorer data, pages), reported as seconds and as a ratio to (a);
-  (c) with Debian's chromium present: in a headless browser, a CharacterEval run page until its
-      table shows rows, the filter to one character, and opening a sample's detail.
+Makes (untimed) full-size CharacterEval runs (4,564 samples, 8,032 rows each: the official data's
+sample ids and contexts when its data directory loads, else synthetic data of the same shape;
+invented replies and scores) and full CoSER runs (200 scenes x 3 repeats), then for each size
+of ``--ce-runs`` (the runs are added to as the sizes grow), in the same process:
+  (a) the floor: every artifact the build reads, parsed once (run.json, generations, rows, scores,
+      CoSER scenes and judgements);
+  (b) the first build of a new site (`pipeline.leaderboard`'s steps: runs read, boards with their
+      bootstrap intervals and neighbour tie tests, explorer data, pages, the per-run cache
+      written), as seconds and as a ratio to (a);
+  (c) one more CharacterEval run added and the site rebuilt: the others reused from the cache,
+      as a ratio to (b);
+  (d) the site's size per run (the cache beside it not counted: it is not published);
+  (e) at the largest size, with playwright and Debian's chromium present: in a headless browser,
+      a CharacterEval run page until its table shows rows, the filter to one character, and
+      opening a sample's detail (its context from the site's shared store).
 Writes benchmarks/results/bench_leaderboard_<label>.json (or ``--out FILE``).
 
-    python benchmarks/bench_leaderboard.py [--label cpu_2core] [--ce-runs 10] [--coser-runs 10] [--out FILE]
+    python benchmarks/bench_leaderboard.py [--label cpu_2core] [--ce-runs 10 50 200] [--coser-runs 10]
+        [--data-dir DIR | --synthetic] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -24,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from charactereval_lib.apps.leaderboard import build
+from charactereval_lib.apps.leaderboard import read_runs, run_cache, write
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run, full_size_data
@@ -34,15 +44,18 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background
         "--disable-component-update", "--disable-sync"]
 
 
-def make_runs(root: Path, ce: int, coser: int):
-    data = load_official_data(full_size_data(root / "data"), verify=False)
-    for k in range(ce):
-        charactereval_run(root / "runs" / "ce" / f"model-{k:02d}", data, model=f"model-{k:02d}", shift=0.05 * k,
-                          seed=k, failed_ids=[data.samples[k].id])
-    for k in range(coser):
-        coser_run(root / "runs" / "coser" / f"actor-{k:02d}", actor=f"actor-{k:02d}", level=50 + k, seed=k,
-                  failed_sessions=k % 3)
-    return data
+def official_or_synthetic(root: Path, data_dir: str | None):
+    """The official data in ``data_dir`` (real sample ids and contexts), else synthetic data of its shape."""
+    if data_dir:
+        return load_official_data(data_dir), "official"
+    print("no --data-dir (nor CHARACTEREVAL_DATA_DIR): synthetic data of the official shape", flush=True)
+    return load_official_data(full_size_data(root / "data"), verify=False), "synthetic"
+
+
+def add_ce_runs(root: Path, data, start: int, stop: int) -> None:
+    for k in range(start, stop):
+        charactereval_run(root / "runs" / "ce" / f"model-{k:03d}", data, model=f"model-{k:03d}", shift=0.002 * k,
+                          seed=k, failed_ids=[data.samples[k % len(data.samples)].id])
 
 
 def read_everything(root: Path) -> int:
@@ -56,6 +69,18 @@ def read_everything(root: Path) -> int:
     return records
 
 
+def build(root: Path, site: Path, data) -> tuple[float, int, int]:
+    """One build as ``charactereval leaderboard`` makes it: seconds, runs reused, runs rebuilt."""
+    context = {"charactereval": data}
+    started = time.perf_counter()
+    cache = run_cache(site, context)
+    views, warnings = read_runs([root / "runs"], context, cache=cache)
+    write(views, warnings, site, context=context, cache=cache)
+    seconds = time.perf_counter() - started
+    assert not warnings, warnings
+    return seconds, *cache.counts(views)
+
+
 def browse(site: Path) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
@@ -64,7 +89,7 @@ def browse(site: Path) -> dict[str, float]:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(120_000)
         page.goto((site / "index.html").as_uri())
-        link = page.locator("a", has_text="model-00").first
+        link = page.locator("a", has_text="model-000").first
         started = time.perf_counter()
         link.click()
         page.wait_for_selector("#samples tbody tr")
@@ -78,43 +103,86 @@ def browse(site: Path) -> dict[str, float]:
         started = time.perf_counter()
         page.locator("#samples tbody tr").first.click()
         page.locator("#detail").wait_for(state="visible")
+        page.wait_for_function("document.querySelector('#detail pre') !== null")
         detail = time.perf_counter() - started
         browser.close()
     return {"run_page_to_table_s": round(shown, 3), "explorer_rows": rows, "filter_one_character_s": round(filtered, 3),
             "open_detail_s": round(detail, 3)}
 
 
+def browser_available() -> str | None:
+    """None when the browser part can run, else why not."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed"
+    return None if Path(CHROMIUM).exists() else f"no {CHROMIUM}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default="cpu_2core")
-    parser.add_argument("--ce-runs", type=int, default=10)
+    parser.add_argument("--ce-runs", type=int, nargs="+", default=[10, 50, 200],
+                        help="the numbers of CharacterEval runs to measure at, ascending")
     parser.add_argument("--coser-runs", type=int, default=10)
+    parser.add_argument("--data-dir", default=os.environ.get("CHARACTEREVAL_DATA_DIR"),
+                        help="the official CharacterEval data (default: $CHARACTEREVAL_DATA_DIR)")
+    parser.add_argument("--synthetic", action="store_true", help="synthetic data of the official shape, not the official")
     parser.add_argument("--out", metavar="FILE", help="write the figures here instead of benchmarks/results/")
     args = parser.parse_args()
+    sizes = sorted(args.ce_runs)
+    result = {"load_average": list(os.getloadavg()), "sizes": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        data, result["charactereval_data"] = official_or_synthetic(root, None if args.synthetic else args.data_dir)
         started = time.perf_counter()
-        data = make_runs(root, args.ce_runs, args.coser_runs)
-        print(f"made {args.ce_runs} CharacterEval and {args.coser_runs} CoSER runs in "
-              f"{time.perf_counter() - started:.1f} s (not timed below)", flush=True)
-        started = time.perf_counter()
-        records = read_everything(root)
-        baseline = time.perf_counter() - started
-        started = time.perf_counter()
-        content, warnings = build([root / "runs"], root / "site", context={"charactereval": data})
-        ours = time.perf_counter() - started
-        assert not warnings, warnings
-        site = root / "site"
-        sizes = {"index_html_bytes": (site / "index.html").stat().st_size,
-                 "largest_samples_js_bytes": max(p.stat().st_size for p in site.rglob("samples.js")),
-                 "largest_detail_chunk_bytes": max(p.stat().st_size for p in site.rglob("detail-*.js")),
-                 "largest_run_page_bytes": max(p.stat().st_size for p in (site / "runs").rglob("index.html")),
-                 "site_bytes": sum(p.stat().st_size for p in site.rglob("*") if p.is_file())}
-        result = {"ce_runs": args.ce_runs, "coser_runs": args.coser_runs, "records_read": records,
-                  "baseline_read_artifacts_s": round(baseline, 3), "build_site_s": round(ours, 3),
-                  "build_over_baseline": round(ours / baseline, 2), "boards": len(content["boards"]), **sizes}
-        if Path(CHROMIUM).exists():
-            result.update(browse(site))
+        for k in range(args.coser_runs):
+            coser_run(root / "runs" / "coser" / f"actor-{k:02d}", actor=f"actor-{k:02d}", level=50 + k, seed=k,
+                      failed_sessions=k % 3)
+        made = 0
+        for size in sizes:
+            add_ce_runs(root, data, made, size)
+            made = size
+            print(f"{size} CharacterEval and {args.coser_runs} CoSER runs made ({time.perf_counter() - started:.0f} s "
+                  "so far, not timed)", flush=True)
+            t0 = time.perf_counter()
+            records = read_everything(root)
+            floor = time.perf_counter() - t0
+            site = root / f"site-{size}"
+            first, _, rebuilt = build(root, site, data)
+            assert rebuilt == size + args.coser_runs
+            site_bytes = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+            shared_bytes = sum(p.stat().st_size for p in (site / "shared").rglob("*") if p.is_file())
+            ce_run = next(p for p in (site / "runs").iterdir() if p.name.startswith("charactereval-"))
+            add_ce_runs(root, data, made, made + 1)
+            made += 1
+            again, reused, rebuilt = build(root, site, data)
+            assert (reused, rebuilt) == (size + args.coser_runs, 1), (reused, rebuilt)
+            entry = {"ce_runs": size, "coser_runs": args.coser_runs, "records_read": records,
+                     "baseline_read_artifacts_s": round(floor, 3), "build_site_s": round(first, 3),
+                     "build_over_baseline": round(first / floor, 2), "rebuild_after_one_more_run_s": round(again, 3),
+                     "rebuild_over_build": round(again / first, 3), "site_bytes": site_bytes,
+                     "mb_per_run": round(site_bytes / (size + args.coser_runs) / 1e6, 3),
+                     "shared_store_bytes": shared_bytes,
+                     "ce_run_folder_bytes": sum(p.stat().st_size for p in ce_run.iterdir() if p.is_file()),
+                     "largest_samples_js_bytes": max(p.stat().st_size for p in site.rglob("samples.js")),
+                     "largest_detail_chunk_bytes": max(p.stat().st_size for p in site.rglob("detail-*.js")),
+                     "index_html_bytes": (site / "index.html").stat().st_size}
+            print(f"{size} CE + {args.coser_runs} CoSER runs: first build {first:.2f} s, floor {floor:.2f} s, "
+                  f"ratio {first / floor:.2f}x; rebuild after one more run {again:.2f} s = {again / first:.3f}x the "
+                  f"first build; {entry['mb_per_run']:.2f} MB per run (shared store {shared_bytes / 1e6:.1f} MB, "
+                  f"one CE run's folder {entry['ce_run_folder_bytes'] / 1e6:.2f} MB)", flush=True)
+            if size == sizes[-1]:
+                why_not = browser_available()
+                if why_not:
+                    print(f"browser timings skipped: {why_not}")
+                else:
+                    entry.update(browse(site))
+                    print(f"browser: table {entry['run_page_to_table_s']} s, one filter "
+                          f"{entry['filter_one_character_s']} s, a detail {entry['open_detail_s']} s", flush=True)
+            else:
+                shutil.rmtree(site)
+            result["sizes"].append(entry)
     print(json.dumps(result, indent=2))
     out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, board, details, outdir, runs, site
+from charactereval_lib.engine import benchmarks, board, details, outdir, runs, site, sitecache
 from charactereval_lib.engine.board import BoardSpec, RunView
 
 
@@ -82,17 +82,36 @@ def in_site(folder: Path) -> bool:
             and (folder.parent.parent / "leaderboard.json").is_file())
 
 
-def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any]) -> tuple[list[RunView], list[str]]:
+def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any], *,
+              cache: sitecache.RunCache | None = None, bar: Any = None) -> tuple[list[RunView], list[str]]:
     """Every run under ``paths`` read by its benchmark (one view per board it belongs to), and
-    the warnings: runs left out, and why."""
+    the warnings: runs left out, and why. ``cache``: views of unchanged runs are taken from it
+    (``engine.sitecache``); ``bar``: a progress bar ticked once per run."""
     found, warnings = discover(paths)
     views: list[RunView] = []
+    if bar is not None:
+        bar.reset(total=2 * len(found))
+        bar.set_description("leaderboard: reading runs")
     for path, manifest, name in found:
         try:
-            views += spec(name).read(path, manifest, context)
+            cached = cache.views(path, name) if cache else None
+            if cached is None:
+                cached = spec(name).read(path, manifest, context)
+                if cache:
+                    cache.put_views(path, name, cached)
+            views += cached
         except (runs.RunError, ValueError, KeyError) as exc:
             warnings.append(f"{path}: cannot be read ({exc}); left out")
+        if bar is not None:
+            bar.update()
     return views, warnings
+
+
+def run_cache(out: str | os.PathLike[str] | None, context: Mapping[str, Any]) -> sitecache.RunCache:
+    """The per-run cache of the site ``out`` (``engine.sitecache``; None: none, every run built)."""
+    rules = {name: spec(name).rules for name in boarded()}
+    inputs = {name: sitecache.inputs_digest(context.get(name)) for name in boarded()}
+    return sitecache.RunCache(None if out is None else sitecache.default_folder(out), rules=rules, inputs=inputs)
 
 
 def boards(views: Sequence[RunView]) -> dict[str, Any]:
@@ -101,18 +120,31 @@ def boards(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any], redact: bool = False) -> tuple[dict[str, Any], list[str]]:
+          context: Mapping[str, Any], redact: bool = False, cache: bool = True,
+          progress: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Read every run, build the boards, write the site into ``out``; returns the
     ``leaderboard.json`` content and the warnings (runs left out, and why). ``out`` is checked
     first (``engine.outdir``: the paths are inputs; ``pipeline.leaderboard`` adds the data
-    directories)."""
+    directories). ``cache``: keep and reuse the per-run
+    cache beside ``out`` (``engine.sitecache``); ``progress``: a progress bar on stderr."""
     outdir.check(out, outdir.SITE, inputs=[runs.resolve_run_dir(p) for p in paths])
-    views, warnings = read_runs(paths, context)
-    return write(views, warnings, out, context=context, redact=redact), warnings
+    store = run_cache(out if cache else None, context)
+    with progress_bar(progress) as bar:
+        views, warnings = read_runs(paths, context, cache=store, bar=bar)
+        content = write(views, warnings, out, context=context, redact=redact, cache=store, bar=bar)
+    return content, warnings
+
+
+def progress_bar(enabled: bool) -> Any:
+    """The build's bar (stderr): one tick per run read, one per run's explorer data written."""
+    from tqdm import tqdm
+
+    return tqdm(total=0, disable=not enabled, unit="run", dynamic_ncols=True, mininterval=0.5)
 
 
 def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathLike[str], *,
-          context: Mapping[str, Any], redact: bool = False) -> dict[str, Any]:
+          context: Mapping[str, Any], redact: bool = False, cache: sitecache.RunCache | None = None,
+          bar: Any = None) -> dict[str, Any]:
     """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content.
     ``redact``: a site without test-set text (seed 004 H34): ranks, scores, intervals, per-sample
     ids, scores and flaw severities, but no context, profile, scene, dialogue, reply or critique
@@ -123,15 +155,20 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     content["runs"] = len({v.path for v in views})
     content["warnings"] = list(warnings)
     content["redacted"] = redact
-    pages = list(_pages(content, views, context, redact))
+    cache = cache or run_cache(None, context)
+    if bar is not None:
+        bar.set_description("leaderboard: explorer data")
+    pages = list(_pages(content, views, context, redact, cache, bar))
     rules = {spec(name).title: spec(name).rules for name in boarded()}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
+    cache.finish(d for p in pages for d in p.data.shared)
     return content
 
 
 def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any],
-           redact: bool) -> Iterable[site.RunPage]:
+           redact: bool, cache: sitecache.RunCache, bar: Any) -> Iterable[site.RunPage]:
     by_page = {board.page_name(v): v for v in views}
+    ticked: set[Path] = set()
     for section in ("boards", "archived"):
         for entry in content[section]:
             label = f'{entry["protocol_version"]} · {entry["scorer"]}'
@@ -139,11 +176,17 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
                 view = by_page[row["page"]]
                 declared = boarded()[view.benchmark]
                 report = view.path / declared.report if declared.report else None
-                explorer = declared.hook("explorer")(view, context)
-                for k, detail in enumerate(explorer.details):
-                    details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
-                if redact:
-                    explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
+                data = cache.data(view, row["page"], redact)
+                if data is None:
+                    explorer = declared.hook("explorer")(view, context)
+                    for k, detail in enumerate(explorer.details):
+                        details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
+                    if redact:
+                        explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
+                    data = cache.put_data(view, row["page"], redact, site.run_data(explorer))
+                if bar is not None and Path(view.path).resolve() not in ticked:
+                    ticked.add(Path(view.path).resolve())
+                    bar.update()
                 yield site.RunPage(row["page"], declared.hook("board").title, label, row, view.manifest,
-                                   report if report and report.is_file() and not redact else None, explorer, redact,
+                                   report if report and report.is_file() and not redact else None, data, redact,
                                    report_command(declared))

@@ -58,7 +58,7 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
 
 def _detail(sample: Any, reply: str | None, first_line: str | None, rm: Mapping[str, Any], judge_model: str | None,
             judge: Mapping[str, Any]) -> list[sections.Section]:
-    out = [sections.text("Context", sample.context if sample else None),
+    out = [sections.text("Context", sample.context if sample else None, shared=True),
            sections.text("The model's full reply", reply, empty="None"),
            sections.text("First line (what was scored)", first_line, empty="–", scored=True)]
     if rm:

@@ -38,11 +38,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    outcome = pipeline.leaderboard(args.paths, args.out, data_dir=args.data_dir, redact=args.redact)
+    outcome = pipeline.leaderboard(args.paths, args.out, data_dir=args.data_dir, redact=args.redact,
+                                   cache=not args.no_cache, progress=bars_wanted(args.quiet))
     warn(outcome.warnings)
     boards = outcome.content["boards"]
     print(f"wrote {outcome.out / 'index.html'}: {len(boards)} board(s), {len(outcome.content['archived'])} archived, "
           f"{outcome.content['runs']} run(s)")
+    print(f"{outcome.reused} runs reused, {outcome.rebuilt} rebuilt")
     return 0
 
 
@@ -95,6 +97,11 @@ def _leaderboard_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redact", action="store_true",
                    help="publish without test-set text: ranks, scores, intervals, per-sample ids, scores and flaw "
                         "severities; no context, profile, scene, dialogue, reply or critique, no rendered reports")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read and render every run afresh, and keep no per-run cache (default: the hidden folder "
+                        ".OUT.cache beside OUT keeps each run's data, reused while the run, its rules, the data and "
+                        "this program's version are unchanged)")
+    add_quiet_option(p)
     data_dir_option(p)
     p.set_defaults(func=cmd_leaderboard)
 

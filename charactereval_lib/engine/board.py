@@ -226,19 +226,20 @@ def flag_duplicates(members: Sequence[RunView]) -> None:
 
 
 def comparisons(spec: BoardSpec, members: Sequence[RunView]) -> list[dict[str, Any]]:
-    """Every pair of runs on one board, by the paired test the ranks use: the mean per-cluster
-    difference (first minus second) over the clusters both scored, its p-value, and the command
-    that renders the pair's full comparison."""
+    """Each run of one board against its neighbour below, by score (best first, eligible or not),
+    by the paired test the ranks use: the mean per-cluster difference (first minus second) over
+    the clusters both scored, its p-value, and the command that renders the pair's full
+    comparison (the same command compares any other two). Neighbours only, so the work grows
+    with the number of runs, not with its square (docs/leaderboard.md, "Paired comparisons")."""
     ordered = _by_score(members)
     pairs = []
-    for i, a in enumerate(ordered):
-        for b in ordered[i + 1:]:
-            is_tied, p, shared = tied(a.clusters, b.clusters)
-            keys = set(a.clusters) & set(b.clusters)
-            difference = float(np.mean([a.clusters[k] - b.clusters[k] for k in keys])) if keys else None
-            pairs.append({"a": page_name(a), "b": page_name(b), "difference": _num(difference),
-                          "p": None if math.isnan(p) else p, "shared": shared, "separated": not is_tied,
-                          "command": shlex.join(spec.compare([a, b])) if spec.compare else None})
+    for a, b in zip(ordered, ordered[1:]):
+        is_tied, p, shared = tied(a.clusters, b.clusters)
+        keys = set(a.clusters) & set(b.clusters)
+        difference = float(np.mean([a.clusters[k] - b.clusters[k] for k in keys])) if keys else None
+        pairs.append({"a": page_name(a), "b": page_name(b), "difference": _num(difference),
+                      "p": None if math.isnan(p) else p, "shared": shared, "separated": not is_tied,
+                      "command": shlex.join(spec.compare([a, b])) if spec.compare else None})
     return pairs
 
 

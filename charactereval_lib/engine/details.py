@@ -28,10 +28,12 @@ def kv(title: str, items: Iterable[tuple[str, Any]], *, private: Iterable[str] =
 
 
 def text(title: str, body: str | None, *, empty: str = "not available", scored: bool = False,
-         private: bool = True) -> Section:
+         private: bool = True, shared: bool = False) -> Section:
     """A text shown as written (``empty`` when there is none); ``scored``: the part a score was
-    computed from, set apart."""
-    return {"kind": "text", "title": title, "text": body, "empty": empty, "scored": scored, "private": private}
+    computed from, set apart; ``shared``: a text every run shows alike (a test sample's context),
+    which the site stores once for all runs (``engine.site``) rather than in each run's data."""
+    section = {"kind": "text", "title": title, "text": body, "empty": empty, "scored": scored, "private": private}
+    return {**section, "shared": True} if shared else section
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, private: Iterable[str] = ()) -> Section:

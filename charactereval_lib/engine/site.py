@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import math
+import os
 import re
 import shutil
 import tempfile
@@ -56,7 +58,7 @@ class RunPage:
     row: Mapping[str, Any]
     manifest: Mapping[str, Any]
     report: Path | None  # the run's rendered report, copied beside the page
-    explorer: Explorer
+    data: RunData  # its explorer's (``run_data``)
     redacted: bool = False  # a site without test-set text: the explorer's details are redacted
     # The command that renders the run's report (None: its benchmark has none).
     report_command: str | None = None
@@ -214,8 +216,8 @@ def _board_html(board: Mapping[str, Any]) -> str:
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
     if board.get("comparisons"):
-        out.append(f'<p class="meta"><a class="compare" href="{esc(compare_page(board))}">Paired comparison of any two '
-                   f'runs on this board</a> ({len(board["comparisons"])} pair(s), ranked or not).</p>')
+        out.append(f'<p class="meta"><a class="compare" href="{esc(compare_page(board))}">Paired comparisons of '
+                   f'neighbouring runs on this board</a> ({len(board["comparisons"])} pair(s), ranked or not).</p>')
     out.append(_published_html(board.get("published") or []))
     out.append("</section>")
     return "\n".join(out)
@@ -236,10 +238,11 @@ def compare_html(board: Mapping[str, Any]) -> str:
 
     parts = ['<p><a href="../index.html">← all boards</a></p>',
              f'<header><h1>Paired comparisons</h1><p class="meta">{esc(board["title"])} · protocol '
-             f'{esc(board["protocol_version"])} · scorer {esc(board["scorer"])}. Every pair of runs on this board, '
-             f'eligible or not: the mean difference of the headline score per {esc(board["cluster"])} (first minus '
+             f'{esc(board["protocol_version"])} · scorer {esc(board["scorer"])}. Each run on this board against '
+             f'the next one by score, eligible or not: the mean difference of the headline score per {esc(board["cluster"])} (first minus '
              f'second) over the {esc(board["cluster"])}s both runs scored, and the paired test the ranks use '
-             f'({esc(board["tie_test"])}). The command renders the pair\'s full comparison report.</p></header>',
+             f'({esc(board["tie_test"])}). The command renders the pair\'s full comparison report; the same '
+             'command with any other two runs compares those.</p></header>',
              '<table class="pairs"><thead><tr><th>first</th><th>second</th><th>difference</th><th>p</th>'
              '<th>shared</th><th>separated</th><th>full comparison</th></tr></thead><tbody>']
     for pair in board["comparisons"]:
@@ -286,7 +289,7 @@ def run_html(run: RunPage) -> str:
         parts.append('<ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul>")
     parts.append('<nav class="tabs"><a href="#explorer">Explorer</a> <a href="#report">Report</a> '
                  '<a href="#manifest">Manifest</a></nav>')
-    note = f'<p class="note">{esc(run.explorer.note)}</p>' if run.explorer.note else ""
+    note = f'<p class="note">{esc(run.data.note)}</p>' if run.data.note else ""
     parts.append(f'<section id="explorer"><h2>Explorer</h2>{note}<div id="filters"></div>'
                  '<table id="samples" class="display compact" style="width:100%"></table>'
                  '<div id="detail" hidden></div></section>')
@@ -317,15 +320,157 @@ def manifest_html(manifest: Mapping[str, Any]) -> str:
     return f'<div class="manifest">{render(manifest)}</div>'
 
 
-def write_run_data(folder: Path, explorer: Explorer) -> None:
+# --- a run's explorer data ---------------------------------------------------------------------
+#
+# samples.js holds the table column by column (a text column as its distinct values and one code
+# per row, scores rounded to SCORE_DECIMALS); detail-K.js holds DETAIL_CHUNK details, each section
+# split into a template shared by the chunk (kind, title, flags, a kv's keys) and its values, with
+# every text interned once per chunk (a reply shown on each of a sample's metric rows is stored
+# once). A shared text (``details.text(shared=True)``: a test sample's context, alike in every
+# run) is not in the run's data at all: the detail names its digest, and the text is in the site's
+# one store, ``shared/XX.js`` (XX: the digest's first two hex digits), loaded when shown.
+
+SHARED = "shared"
+SCORE_DECIMALS = 4  # the table shows three; the detail's key-value floats keep KV_DECIMALS
+KV_DECIMALS = 6
+_TEXT_FIELD = {"text": "text", "computation": "text", "note": "text"}
+
+
+def text_digest(text: str) -> str:
+    """The key of a shared text in the site's store."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run's explorer data: file name -> its text (or the cached file that holds it, linked into
+    the site), the shared texts it names (digest -> text) and the explorer's note."""
+
+    files: Mapping[str, str | Path]
+    shared: Mapping[str, str]
+    note: str | None
+
+
+def _round(value: Any, decimals: int) -> Any:
+    return round(value, decimals) if isinstance(value, float) and math.isfinite(value) else value
+
+
+def _column(values: list[Any], kind: str) -> Any:
+    if kind == "text":
+        distinct = sorted({v for v in values if v is not None}, key=str)
+        codes = {v: k for k, v in enumerate(distinct)}
+        return {"v": distinct, "i": [-1 if v is None else codes[v] for v in values]}
+    return [_round(v, SCORE_DECIMALS) for v in values] if kind == "num" else values
+
+
+def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, str]) -> dict[str, Any]:
+    templates: dict[tuple[Any, ...], int] = {}
+    strings: dict[Any, int] = {}
+
+    def intern(value: str | None) -> int:
+        return strings.setdefault(value, len(strings))
+
+    encoded = []
+    for detail in part:
+        flat: list[Any] = []
+        for section in detail:
+            kind = section["kind"]
+            template = {k: v for k, v in section.items() if k not in ("text", "items", "rows", "messages")}
+            if kind in _TEXT_FIELD:
+                body = section["text"]
+                if section.get("shared") and body is not None:
+                    shared[text_digest(body)] = body
+                    body = text_digest(body)
+                value: Any = intern(body)
+            elif kind == "kv":
+                template["keys"] = [k for k, _ in section["items"]]
+                value = [_round(v, KV_DECIMALS) for _, v in section["items"]]
+            elif kind == "dialogue":
+                value = [intern(x) for m in section["messages"] for x in (m["role"], m["content"])]
+            else:
+                value = section["rows"]
+            key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in template.items())
+            flat += [templates.setdefault(key, len(templates)), value]
+        encoded.append(flat)
+    return {"t": [{k: list(v) if isinstance(v, tuple) else v for k, v in key} for key in templates],
+            "s": list(strings), "d": encoded}
+
+
+def run_data(explorer: Explorer) -> RunData:
+    """The explorer's files of one run (see above): a function of the explorer alone, so a run's
+    data is the same whichever site it is built into."""
+    n = len(explorer.rows)
     meta = {"columns": [{"key": k, "title": t, "type": kind} for k, t, kind in explorer.columns],
-            "filters": list(explorer.filters), "rows": explorer.rows, "chunk": DETAIL_CHUNK,
-            "chunks": (len(explorer.details) + DETAIL_CHUNK - 1) // DETAIL_CHUNK}
-    (folder / "samples.js").write_text(_js_data("window.LB_SAMPLES", meta), encoding="utf-8")
+            "filters": list(explorer.filters), "n": n,
+            "cols": [_column([row[i] for row in explorer.rows], kind) for i, (_, _, kind) in enumerate(explorer.columns)],
+            "chunk": DETAIL_CHUNK, "chunks": (len(explorer.details) + DETAIL_CHUNK - 1) // DETAIL_CHUNK}
+    files = {"samples.js": _js_data("window.LB_SAMPLES", meta)}
+    shared: dict[str, str] = {}
     for k in range(meta["chunks"]):
-        part = explorer.details[k * DETAIL_CHUNK:(k + 1) * DETAIL_CHUNK]
-        text = f"window.LB_DETAIL = window.LB_DETAIL || {{}};\n{_js_data(f'window.LB_DETAIL[{k}]', part)}"
-        (folder / f"detail-{k}.js").write_text(text, encoding="utf-8")
+        part = _encode_chunk(explorer.details[k * DETAIL_CHUNK:(k + 1) * DETAIL_CHUNK], shared)
+        files[f"detail-{k}.js"] = f"window.LB_DETAIL = window.LB_DETAIL || {{}};\n{_js_data(f'window.LB_DETAIL[{k}]', part)}"
+    return RunData(files, shared, explorer.note)
+
+
+def write_shared(site_root: Path, texts: Mapping[str, str]) -> None:
+    """The site's store of shared texts: one file per digest prefix."""
+    buckets: dict[str, dict[str, str]] = {}
+    for digest in sorted(texts):
+        buckets.setdefault(digest[:2], {})[digest] = texts[digest]
+    for prefix, bucket in buckets.items():
+        (site_root / SHARED).mkdir(exist_ok=True)
+        (site_root / SHARED / f"{prefix}.js").write_text(
+            f"window.LB_SHARED = window.LB_SHARED || {{}};\n{_js_data(f'window.LB_SHARED[{json.dumps(prefix)}]', bucket)}",
+            encoding="utf-8")
+
+
+def _js_value(path: Path) -> Any:
+    # The value is the file's last line (JSON has no raw newline): ``window.NAME = VALUE;``.
+    line = path.read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
+    return json.loads(line.split(" = ", 1)[1].removesuffix(";"))
+
+
+def read_run_data(site_root: Path, folder: str) -> tuple[list[list[Any]], list[list[dict[str, Any]]]]:
+    """A run's explorer table rows and details as ``Explorer`` holds them, decoded from the site
+    as the page's script decodes them (shared texts resolved; numbers as rounded)."""
+    run = Path(site_root) / "runs" / folder
+    meta = _js_value(run / "samples.js")
+    cols = [[c["v"][i] if i >= 0 else None for i in c["i"]] if isinstance(c, dict) else c for c in meta["cols"]]
+    rows = [list(r) for r in zip(*cols)] if cols else []
+    details, store = [], {}
+    for k in range(meta["chunks"]):
+        part = _js_value(run / f"detail-{k}.js")
+        for flat in part["d"]:
+            detail = []
+            for ti, value in zip(flat[::2], flat[1::2]):
+                section = dict(part["t"][ti])
+                kind = section["kind"]
+                if kind in _TEXT_FIELD:
+                    body = part["s"][value]
+                    if section.get("shared") and body is not None:
+                        prefix = body[:2]
+                        if prefix not in store:
+                            store[prefix] = _js_value(Path(site_root) / SHARED / f"{prefix}.js")
+                        body = store[prefix][body]
+                    section["text"] = body
+                elif kind == "kv":
+                    section["items"] = [[key, v] for key, v in zip(section.pop("keys"), value)]
+                elif kind == "dialogue":
+                    section["messages"] = [{"role": part["s"][r], "content": part["s"][c]}
+                                           for r, c in zip(value[::2], value[1::2])]
+                else:
+                    section["rows"] = value
+                detail.append(section)
+            details.append(detail)
+    return rows, details
+
+
+def _link(source: Path, target: Path) -> None:
+    """A cached file into the site: a hard link (no copy, the bytes are the cache's), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequence[RunPage],
@@ -344,15 +489,22 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
         (assets / "LICENSE-itables-datatables.txt").write_text(licence, encoding="utf-8")
         for name in ("site.css", "explorer.js", "fonts.js"):
             (assets / name).write_text(_asset(name), encoding="utf-8")
+        shared: dict[str, str] = {}
         for run in pages:
             folder = staging / "runs" / run.folder
             folder.mkdir(parents=True)
-            write_run_data(folder, run.explorer)
+            for name, text in run.data.files.items():
+                if isinstance(text, Path):
+                    _link(text, folder / name)
+                else:
+                    (folder / name).write_text(text, encoding="utf-8")
+            shared.update(run.data.shared)
             (folder / "run.json").write_text(json.dumps(run.manifest, ensure_ascii=False, indent=2) + "\n",
                                              encoding="utf-8")
             if run.report is not None:
                 shutil.copyfile(run.report, folder / "report.html")
             (folder / "index.html").write_text(run_html(run), encoding="utf-8")
+        write_shared(staging, shared)
         (staging / "leaderboard.json").write_text(json.dumps(content, ensure_ascii=False, indent=2) + "\n",
                                                   encoding="utf-8")
         (staging / "leaderboard.csv").write_text(csv_text, encoding="utf-8")

@@ -104,7 +104,8 @@ def test_a_site_replaces_only_an_earlier_site_and_names_its_version(ws, tmp_path
     (site / "stale.html").write_text("from the earlier build", encoding="utf-8")
     assert cli.main(["leaderboard", str(root / "runs" / "co-a"), "--data-dir", str(data_dir), "--out", str(site)]) == 0
     assert (site / "index.html").is_file() and not (site / "stale.html").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no staging or old copy left behind
+    # No staging or old copy left behind; beside the site only its per-run cache (engine.sitecache).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".site.cache", "site"]
     capsys.readouterr()
     # A folder of another kind of output, or one whose marker is damaged, is not a site.
     report_dir = tmp_path / "reports"

@@ -13,6 +13,7 @@ import pytest
 
 from charactereval_lib.cli import main
 from charactereval_lib.engine import benchmarks
+from charactereval_lib.engine.site import read_run_data
 from charactereval_lib.testing.mockserver import MockServer, echo_reply, request_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,17 +137,13 @@ def test_the_toy_is_on_the_leaderboard_with_its_rules_anchor_and_explorer(toyben
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "<code>all-answered</code>" in index and "<code>enough-questions</code>" in index
     page = tmp_path / "site" / "runs" / ranked["reference"]["page"]
-    detail = _detail_chunk(page / "detail-0.js")
+    detail = read_run_data(tmp_path / "site", page.name)[1]
     assert [[s["kind"] for s in d] for d in detail] == [["kv", "text", "computation"]] * 4
     failed = tmp_path / "site" / "runs" / ranked["failed"]["page"] / "detail-0.js"
     assert "Failure (left out of the accuracy)" in failed.read_text(encoding="utf-8")
     assert "charactereval toybench report" in (page / "index.html").read_text(encoding="utf-8")
-    redacted = tmp_path / "redacted" / "runs" / ranked["reference"]["page"] / "detail-0.js"
-    assert all(s["kind"] != "text" for d in _detail_chunk(redacted) for s in d)  # no reply left
-
-
-def _detail_chunk(path: Path) -> list:
-    return json.loads(path.read_text(encoding="utf-8").split("\n", 1)[1].split(" = ", 1)[1].rstrip().rstrip(";"))
+    redacted = read_run_data(tmp_path / "redacted", page.name)[1]
+    assert all(s["kind"] != "text" for d in redacted for s in d)  # no reply left
 
 
 def test_the_toys_own_notebook_is_found_through_its_declaration(toybench, tmp_path, capsys):

@@ -109,7 +109,7 @@ def test_boards_show_the_pending_anchor_unranked_rows_and_an_ineligible_runs_rea
     coser.locator("a.compare").click()
     page.wait_for_selector("table.pairs")
     pairs = page.locator("table.pairs tbody tr")
-    assert pairs.count() == 3 and "charactereval coser compare" in pairs.first.inner_text()
+    assert pairs.count() == 2 and "charactereval coser compare" in pairs.first.inner_text()
 
 
 def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site):

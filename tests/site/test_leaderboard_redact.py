@@ -15,7 +15,7 @@ from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.engine.details import REDACTED
-from charactereval_lib.engine.site import LICENCE_WARNING, REDACTED_NOTICE
+from charactereval_lib.engine.site import LICENCE_WARNING, REDACTED_NOTICE, read_run_data
 from charactereval_lib.testing.coser_script import role_of, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir as coser_data_dir
@@ -121,11 +121,8 @@ def test_the_redacted_site_keeps_ranks_scores_ids_and_severities_and_says_what_i
     assert REDACTED_NOTICE in index and LICENCE_WARNING not in index
     [coser_page] = [p for p in (redacted / "runs").iterdir() if p.name.startswith("coser-")]
     assert not (coser_page / "report.html").exists() and (full / "runs" / coser_page.name / "report.html").exists()
-    samples = json.loads(_JS_DATA.search((coser_page / "samples.js").read_text(encoding="utf-8")).group(1))
-    full_samples = json.loads(_JS_DATA.search((full / "runs" / coser_page.name / "samples.js")
-                                              .read_text(encoding="utf-8")).group(1))
-    assert samples["rows"] == full_samples["rows"]  # scene ids and per-dimension scores
-    detail = json.loads(_JS_DATA.search((coser_page / "detail-0.js").read_text(encoding="utf-8")).group(1))
+    rows, detail = read_run_data(redacted, coser_page.name)
+    assert rows == read_run_data(full, coser_page.name)[0]  # scene ids and per-dimension scores
     flaws = [s for d in detail for s in d if s["kind"] == "table"]
     assert flaws and all(s["columns"] == ["severity"] for s in flaws)  # each flaw's severity, not its words
     assert all(s["kind"] != "dialogue" for d in detail for s in d)

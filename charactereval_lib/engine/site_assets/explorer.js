@@ -1,9 +1,13 @@
 // The explorer of one run's page: a DataTables table over window.LB_SAMPLES (samples.js), select
 // filters on the text columns, a score range, and a detail view whose data chunk (detail-K.js) is
-// loaded with a script tag when a sample is opened (fetch() is refused on file:// URLs).
+// loaded with a script tag when a sample is opened (fetch() is refused on file:// URLs), with the
+// site's shared texts it names (shared/XX.js). The encodings are engine/site.py's (run_data).
 (function () {
   "use strict";
   const data = window.LB_SAMPLES;
+  // Columns to rows: a text column is its distinct values and one code per row (-1: none).
+  const cols = data.cols.map((c) => (Array.isArray(c) ? c : c.i.map((i) => (i < 0 ? null : c.v[i]))));
+  data.rows = Array.from({ length: data.n }, (_, r) => cols.map((c) => c[r]));
   const DataTable = window.LBTables.default;  // the bundle's default export
   const columns = data.columns.map((c) => c.key);
   const scoreColumns = data.columns.filter((c) => c.type === "num");
@@ -58,18 +62,47 @@
     filters.append(el("span", { class: "range" }, "score range ", which, " ", low, " – ", high));
   }
 
+  function script(src, ready) {
+    return new Promise((resolve, reject) => {
+      const tag = el("script", { src });
+      tag.onload = () => resolve(ready());
+      tag.onerror = () => reject(new Error(`${src} could not be loaded`));
+      document.body.append(tag);
+    });
+  }
   const loaded = {};
   function chunk(k) {
-    if (window.LB_DETAIL && window.LB_DETAIL[k]) return Promise.resolve(window.LB_DETAIL[k]);
-    if (!loaded[k]) {
-      loaded[k] = new Promise((resolve, reject) => {
-        const script = el("script", { src: `detail-${k}.js` });
-        script.onload = () => resolve(window.LB_DETAIL[k]);
-        script.onerror = () => reject(new Error(`detail-${k}.js could not be loaded`));
-        document.body.append(script);
-      });
-    }
+    if (!loaded[k]) loaded[k] = script(`detail-${k}.js`, () => window.LB_DETAIL[k]);
     return loaded[k];
+  }
+  const sharedLoaded = {};
+  function shared(prefix) {
+    if (!sharedLoaded[prefix]) sharedLoaded[prefix] = script(`../../shared/${prefix}.js`, () => window.LB_SHARED[prefix]);
+    return sharedLoaded[prefix];
+  }
+
+  // A detail from its chunk: each section is the chunk's template (t) with its value; texts are
+  // indices into the chunk's strings (s), a shared text the digest of a text in shared/.
+  const TEXT_KINDS = new Set(["text", "computation", "note"]);
+  async function decode(part, flat) {
+    const sections = [];
+    for (let j = 0; j < flat.length; j += 2) {
+      const s = Object.assign({}, part.t[flat[j]]);
+      const v = flat[j + 1];
+      if (TEXT_KINDS.has(s.kind)) {
+        s.text = part.s[v];
+        if (s.shared && s.text != null) s.text = (await shared(s.text.slice(0, 2)))[s.text];
+      } else if (s.kind === "kv") {
+        s.items = s.keys.map((k, i) => [k, v[i]]);
+      } else if (s.kind === "dialogue") {
+        s.messages = [];
+        for (let i = 0; i < v.length; i += 2) s.messages.push({ role: part.s[v[i]], content: part.s[v[i + 1]] });
+      } else {
+        s.rows = v;
+      }
+      sections.push(s);
+    }
+    return sections;
   }
 
   // One renderer for every benchmark: a detail is a list of typed sections (engine/details.py).
@@ -105,8 +138,7 @@
     if (!tr) return;
     const index = table.row(tr).index();
     if (index == null) return;
-    chunk(Math.floor(index / data.chunk)).then((part) => {
-      const d = part[index % data.chunk];
+    chunk(Math.floor(index / data.chunk)).then((part) => decode(part, part.d[index % data.chunk])).then((d) => {
       const row = data.rows[index];
       const title = el("h2", {}, "Sample: " + data.columns.map((c, i) => [c, row[i]])
         .filter(([c, v]) => c.type !== "num" && v != null && v !== "").map(([c, v]) => `${c.title} ${v}`).join(" · "));
