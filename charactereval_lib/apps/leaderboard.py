@@ -40,8 +40,11 @@ class LeaderboardError(runs.RunError):
     """A path that is not a run or a folder of runs (a one-line message naming it)."""
 
 
-def benchmark_of(manifest: dict[str, Any]) -> str | None:
-    return next((name for name, b in boarded().items() if b.recognises_manifest(manifest)), None)
+def benchmark_of(manifest: dict[str, Any], known: Mapping[str, benchmarks.Benchmark] | None = None) -> str | None:
+    """The boarded benchmark a manifest belongs to (``known``: ``boarded()``, read once by a caller
+    that asks for many runs: each read scans the installed entry points)."""
+    return next((name for name, b in (boarded() if known is None else known).items()
+                 if b.recognises_manifest(manifest)), None)
 
 
 def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, dict[str, Any], str]], list[str]]:
@@ -49,6 +52,7 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
     Returns (path, manifest, benchmark) per run and one line per run.json no benchmark claims."""
     found: dict[Path, tuple[Path, dict[str, Any], str]] = {}
     skipped = []
+    known = boarded()
     for given in paths:
         path = runs.resolve_run_dir(given)
         if not path.exists():
@@ -65,7 +69,7 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
             except runs.RunError as exc:
                 skipped.append(f"{exc}; left out")
                 continue
-            name = benchmark_of(manifest)
+            name = benchmark_of(manifest, known)
             if name is None:
                 skipped.append(f"{manifest_path.parent}: run.json names no registered benchmark "
                                f"(protocol {manifest.get('protocol_version')!r}); left out")
@@ -89,6 +93,7 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
     (``engine.sitecache``); ``bar``: a progress bar ticked once per run."""
     found, warnings = discover(paths)
     views: list[RunView] = []
+    specs: dict[str, BoardSpec] = {}
     if bar is not None:
         bar.reset(total=2 * len(found))
         bar.set_description("leaderboard: reading runs")
@@ -96,7 +101,9 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
         try:
             cached = cache.views(path, name) if cache else None
             if cached is None:
-                cached = spec(name).read(path, manifest, context)
+                if name not in specs:
+                    specs[name] = spec(name)
+                cached = specs[name].read(path, manifest, context)
                 if cache:
                     cache.put_views(path, name, cached)
             views += cached
@@ -109,8 +116,9 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
 
 def run_cache(out: str | os.PathLike[str] | None, context: Mapping[str, Any]) -> sitecache.RunCache:
     """The per-run cache of the site ``out`` (``engine.sitecache``; None: none, every run built)."""
-    rules = {name: spec(name).rules for name in boarded()}
-    inputs = {name: sitecache.inputs_digest(context.get(name)) for name in boarded()}
+    names = list(boarded())
+    rules = {name: spec(name).rules for name in names}
+    inputs = {name: sitecache.inputs_digest(context.get(name)) for name in names}
     return sitecache.RunCache(None if out is None else sitecache.default_folder(out), rules=rules, inputs=inputs)
 
 
@@ -159,7 +167,7 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     if bar is not None:
         bar.set_description("leaderboard: explorer data")
     pages = list(_pages(content, views, context, redact, cache, bar))
-    rules = {spec(name).title: spec(name).rules for name in boarded()}
+    rules = {s.title: s.rules for s in (spec(name) for name in boarded())}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
     cache.finish(d for p in pages for d in p.data.shared)
     return content
@@ -169,24 +177,33 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
            redact: bool, cache: sitecache.RunCache, bar: Any) -> Iterable[site.RunPage]:
     by_page = {board.page_name(v): v for v in views}
     ticked: set[Path] = set()
+    known = boarded()
+    hooks: dict[tuple[str, str], Any] = {}
+
+    def hook(benchmark: str, name: str) -> Any:
+        if (benchmark, name) not in hooks:
+            hooks[benchmark, name] = known[benchmark].hook(name)
+        return hooks[benchmark, name]
+
     for section in ("boards", "archived"):
         for entry in content[section]:
             label = f'{entry["protocol_version"]} · {entry["scorer"]}'
             for row in entry["rows"]:
                 view = by_page[row["page"]]
-                declared = boarded()[view.benchmark]
+                declared = known[view.benchmark]
                 report = view.path / declared.report if declared.report else None
                 data = cache.data(view, row["page"], redact)
                 if data is None:
-                    explorer = declared.hook("explorer")(view, context)
+                    explorer = hook(view.benchmark, "explorer")(view, context)
                     for k, detail in enumerate(explorer.details):
                         details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
                     if redact:
                         explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
                     data = cache.put_data(view, row["page"], redact, site.run_data(explorer))
+                view.parsed = {}  # the explorer's inputs are no longer needed: free them as the build goes
                 if bar is not None and Path(view.path).resolve() not in ticked:
                     ticked.add(Path(view.path).resolve())
                     bar.update()
-                yield site.RunPage(row["page"], declared.hook("board").title, label, row, view.manifest,
+                yield site.RunPage(row["page"], hook(view.benchmark, "board").title, label, row, view.manifest,
                                    report if report and report.is_file() and not redact else None, data, redact,
                                    report_command(declared))

@@ -174,19 +174,22 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
         "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
         "failed": len(failed), "failed_scored": len(scored_failed),
         "failed_rows": sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None,
-        "generations": generations,
     }
     generated = generation_served(run, generations)
     common["served_roles"] = [generated] if generated else []
     judges = run.judge_models()
     # A run scored only by judges has no reward-model board to be on.
     scorers = ([None] if run.scores.exists() or not judges else []) + judges
-    return [_view(run, manifest, typed, common, judge) for judge in scorers]
+    # Read once for every view and for the explorer (``RunView.parsed``).
+    parsed = {"generations": generations, "rows": run.read_rows(),
+              "rm": run.latest_scores() if run.scores.exists() else {}}
+    return [_view(run, manifest, typed, common, judge, parsed) for judge in scorers]
 
 
 def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: CharacterEvalManifest, common: dict[str, Any],
-          judge: str | None) -> RunView:
-    frame, counts = load_run_scores(run, layout.JUDGE if judge else layout.REWARD_MODEL, judge)
+          judge: str | None, parsed: dict[str, Any]) -> RunView:
+    frame, counts = load_run_scores(run, layout.JUDGE if judge else layout.REWARD_MODEL, judge, rows=parsed["rows"],
+                                    latest=None if judge else parsed["rm"])
     # The scored rows carry their score records' fields: no second read of the score file.
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
     checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}
@@ -212,7 +215,7 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
     view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
                    model_label(str(generation.model or run.path.name), labelled), manifest,
                    n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation),
-                   caveats=caveats(facts["served_roles"]))
+                   caveats=caveats(facts["served_roles"]), parsed=parsed)
     if len(frame):
         stats = metric_statistics(frame)
         overall = dimension_draws(stats.draws).mean(axis=1)

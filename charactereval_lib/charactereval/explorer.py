@@ -24,13 +24,14 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     run = layout.CharacterEvalRun(view.path)
     data = context.get("charactereval")
     samples = data.by_id() if data else {}
-    generations = view.facts["generations"]
-    rm = run.latest_scores()
+    # What the board's reader parsed already (``RunView.parsed``; empty for a view from the cache).
+    generations = view.parsed.get("generations") or run.latest_generations()
+    rm = view.parsed["rm"] if "rm" in view.parsed else run.latest_scores()
     # A judge's board shows its own judge beside the reward model; the reward model's board the first judge.
     judge_model = view.facts["judge"] or next(iter(run.judge_models()), None)
     judge = run.latest_scores(scorer=layout.JUDGE, judge_model=judge_model) if judge_model else {}
     rows, details = [], []
-    for row in run.read_rows():
+    for row in view.parsed.get("rows") or run.read_rows():
         key = (row["id"], row["metric_en"])
         rm_record, judge_record = rm.get(key) or {}, judge.get(key) or {}
         rows.append(_row(row["id"], row.get("role"), samples, row["metric_en"], rm_record.get("score"),

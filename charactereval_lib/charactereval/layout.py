@@ -149,11 +149,11 @@ class CharacterEvalRun(RunDir):
         return artifacts.latest_by_key(records, "id", "metric_en")
 
     def scored_rows(self, scorer: str = REWARD_MODEL, judge_model: str | None = None, *,
-                    latest: dict[tuple, dict[str, Any]] | None = None
+                    latest: dict[tuple, dict[str, Any]] | None = None, rows: list[dict[str, Any]] | None = None
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(all rows, the rows that have a score of ``scorer``, each joined with its latest score
-        record); ``latest``: those records when the caller has read them already."""
-        rows = self.read_rows()
+        record); ``latest``, ``rows``: those records and rows.jsonl's when the caller has read them already."""
+        rows = self.read_rows() if rows is None else rows
         if latest is None:
             latest = self.latest_scores(scorer=scorer, judge_model=judge_model)
         scored = []

@@ -24,10 +24,12 @@ JUDGE_SECTION = "judge_scoring"
 
 
 def load_run_scores(run: layout.CharacterEvalRun, scorer: str = layout.REWARD_MODEL,
-                    judge_model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    judge_model: str | None = None, *, rows: list[dict[str, Any]] | None = None,
+                    latest: dict[tuple, dict[str, Any]] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's scored rows as a tidy table (rows.jsonl joined with the latest score of each
     (id, metric) of ``scorer``; for the judge, of one judge model: ``CharacterEvalRun.select_judge``), and
-    counts of rows that have no score yet.
+    counts of rows that have no score yet. ``rows``, ``latest``: rows.jsonl's records and the
+    scorer's latest score records, when the caller has read them already.
 
     Judge rows whose answer was invalid and left unscored by their spec (score None) are not in
     the table (a mean cannot use them) but are counted in ``invalid_by_metric``, never dropped
@@ -36,8 +38,9 @@ def load_run_scores(run: layout.CharacterEvalRun, scorer: str = layout.REWARD_MO
     run = layout.CharacterEvalRun.resolve(run)
     judge_model = run.select_judge(judge_model) if scorer == layout.JUDGE else None
     # The score file is read once: a full run's holds 8,032 records or more.
-    latest = run.latest_scores(scorer=scorer, judge_model=judge_model)
-    rows, scored = run.scored_rows(scorer, judge_model, latest=latest)
+    if latest is None:
+        latest = run.latest_scores(scorer=scorer, judge_model=judge_model)
+    rows, scored = run.scored_rows(scorer, judge_model, latest=latest, rows=rows)
     if not rows:
         raise runs.RunError(f"{run.rows}: no rows (run `charactereval transform` first)")
     invalid = Counter(s["metric_en"] for s in scored if s.get("invalid"))

@@ -364,7 +364,8 @@ def _column(values: list[Any], kind: str) -> Any:
 
 
 def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, str]) -> dict[str, Any]:
-    templates: dict[tuple[Any, ...], int] = {}
+    templates: dict[str, int] = {}
+    shapes: list[dict[str, Any]] = []
     strings: dict[Any, int] = {}
 
     def intern(value: str | None) -> int:
@@ -379,8 +380,9 @@ def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, st
             if kind in _TEXT_FIELD:
                 body = section["text"]
                 if section.get("shared") and body is not None:
-                    shared[text_digest(body)] = body
-                    body = text_digest(body)
+                    digest = text_digest(body)
+                    shared[digest] = body
+                    body = digest
                 value: Any = intern(body)
             elif kind == "kv":
                 template["keys"] = [k for k, _ in section["items"]]
@@ -389,11 +391,14 @@ def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, st
                 value = [intern(x) for m in section["messages"] for x in (m["role"], m["content"])]
             else:
                 value = section["rows"]
-            key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in template.items())
-            flat += [templates.setdefault(key, len(templates)), value]
+            # Sections are made by the same functions in the same key order: repr is a fast, exact key.
+            key = repr(template)
+            if key not in templates:
+                templates[key] = len(templates)
+                shapes.append(template)
+            flat += [templates[key], value]
         encoded.append(flat)
-    return {"t": [{k: list(v) if isinstance(v, tuple) else v for k, v in key} for key in templates],
-            "s": list(strings), "d": encoded}
+    return {"t": shapes, "s": list(strings), "d": encoded}
 
 
 def run_data(explorer: Explorer) -> RunData:

@@ -25,6 +25,7 @@ import pickle
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ class RunCache:
             return
         key = self.key(path, benchmark)
         self.used.add(f"views/{key}")
-        self._write(f"views/{key}", {_VIEWS: pickle.dumps(list(views), protocol=5)})
+        self._write(f"views/{key}", {_VIEWS: pickle.dumps([replace(v, parsed={}) for v in views], protocol=5)})
 
     # --- explorer data ---------------------------------------------------------------------------
 
