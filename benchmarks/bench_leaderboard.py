@@ -5,7 +5,7 @@ sample ids and contexts when its data directory loads, else synthetic data of th
 invented replies and scores) and full CoSER runs (200 scenes x 3 repeats), then for each size
 of ``--ce-runs`` (the runs are added to as the sizes grow), in the same process:
   (a) the floor: every artifact the build reads, parsed once (run.json, generations, rows, scores,
-      CoSER scenes and judgements);
+      CoSER scenes, judgements and turns, whose served models a rule checks);
   (b) the first build of a new site (`pipeline.leaderboard`'s steps: runs read, boards with their
       bootstrap intervals and neighbour tie tests, explorer data, pages, the per-run cache
       written), as seconds and as a ratio to (a);
@@ -62,7 +62,8 @@ def read_everything(root: Path) -> int:
     records = 0
     for manifest in (root / "runs").rglob(runs.MANIFEST):
         json.loads(manifest.read_text(encoding="utf-8"))
-        for name in ("generations.jsonl", "rows.jsonl", "scores.jsonl", "coser_scenes.jsonl", "coser_judgements.jsonl"):
+        for name in ("generations.jsonl", "rows.jsonl", "scores.jsonl", "judge_scores.jsonl", "coser_scenes.jsonl",
+                     "coser_judgements.jsonl", "coser_turns.jsonl"):
             path = manifest.parent / name
             if path.exists():
                 records += len(artifacts.read_jsonl(path).records)
@@ -131,6 +132,7 @@ def main() -> None:
     parser.add_argument("--out", metavar="FILE", help="write the figures here instead of benchmarks/results/")
     args = parser.parse_args()
     sizes = sorted(args.ce_runs)
+    out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"
     result = {"load_average": list(os.getloadavg()), "sizes": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -183,9 +185,9 @@ def main() -> None:
             else:
                 shutil.rmtree(site)
             result["sizes"].append(entry)
+            # Written after each size: a long run cut short keeps the sizes it measured.
+            out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
-    out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

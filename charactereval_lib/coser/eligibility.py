@@ -183,7 +183,8 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     """One view per run, on the board of its judge model."""
     run = runs.RunDir(path)
     coser = run.manifest_model(CoserManifest).coser or CoserSection()
-    summary = computed_summary(run)
+    # The board needs the overall intervals only: not the breakdowns a report shows.
+    summary = computed_summary(run, breakdowns=False)
     anchor = load_anchor()
     clip = (coser.identity.get("protocol") or {}).get("score_upper_clip", False)
     latest = {(r["repeat"], r["scene"], r["dimension"]): r

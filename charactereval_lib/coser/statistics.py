@@ -182,11 +182,14 @@ def run_served(run_dir: RunDir) -> dict[str, ServedCounts]:
     return served_by_role(latest_turns(run_dir), _latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records))
 
 
-def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0, breakdowns: bool = True) -> dict[str, Any]:
     """The CoSER statistics of a run, computed from its artifacts without writing anything: the
     four dimensions and their average (version variant) with scene-cluster bootstrap intervals,
     overall, per split (id/ood) and per book; per repeat and the run-to-run spread; rounds per
-    scene, how scenes ended, judge failures, refused turns, BLEU and ROUGE-L beside them."""
+    scene, how scenes ended, judge failures, refused turns, BLEU and ROUGE-L beside them.
+    ``breakdowns=False``: without the intervals per split, per book and of BLEU/ROUGE-L (left
+    empty), most of the bootstrap work, for a caller that needs only the overall ones (the
+    leaderboard's reader)."""
     import pandas as pd
 
     manifest = run_dir.manifest()
@@ -214,8 +217,9 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
                    "sessions": int(frame[["repeat", "scene"]].drop_duplicates().shape[0]),
                    "sessions_expected": len(expected)},
         "overall": interval_table(frame, n_boot, seed),
-        "by_split": {tag: interval_table(frame[frame.tag == tag], n_boot, seed) for tag in ("id", "ood")},
-        "by_book": book_table(frame, n_boot, seed),
+        "by_split": {tag: interval_table(frame[frame.tag == tag], n_boot, seed) for tag in ("id", "ood")}
+        if breakdowns else {},
+        "by_book": book_table(frame, n_boot, seed) if breakdowns else {},
         "by_repeat": per_repeat,
         "run_to_run_sd": spread,
         "scenes_simulated": len(done),
@@ -234,7 +238,7 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0) -> di
         "bleu_mean": _mean([m.get("bleu") for m in metrics]),
         "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),
         "bleu_unavailable": next((m["bleu_unavailable"] for m in metrics if m.get("bleu_unavailable")), None),
-        "surface_per_100": surface_table(metrics, n_boot, seed),
+        "surface_per_100": surface_table(metrics, n_boot, seed) if breakdowns else {},
     }
 
 

@@ -10,9 +10,10 @@ for the explorer data, ``--redact``. A change to any of them gives a new key, so
 it affects are rebuilt; an unchanged run's files are linked (or copied) from the cache, byte for
 byte what a fresh build writes.
 
-The cache is a folder beside the site (``.SITE.cache``), not in it: it holds the runs' views
-(pickled, with their replies) even for a ``--redact`` site, and is the user's own file like the
-runs it is made from. Entries are written whole (a temporary folder renamed into place); entries
+The cache is a folder beside the site (``.SITE.cache``), not in it: it is the builder's working
+data (the runs' views, pickled), never meant for publishing, and is trusted as the user's own
+files like the runs it is made from (a pickle runs code when loaded: never point a build at a
+cache from elsewhere). Entries are written whole (a temporary folder renamed into place); entries
 no build used are removed at the end of the next one, so the cache holds what the site holds.
 """
 
@@ -35,7 +36,7 @@ from charactereval_lib.engine.site import RunData
 
 # The version of what the cache holds: bump it when a board reader, an explorer or the site's
 # data encoding changes, so that no entry of the old form is reused.
-BUILD_VERSION = "site-data-2"
+BUILD_VERSION = "site-data-3"
 _VIEWS = "views.pickle"
 _ENTRY = "entry.json"
 

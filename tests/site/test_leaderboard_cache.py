@@ -54,7 +54,7 @@ def test_a_rebuild_after_a_new_run_reuses_the_others_byte_for_byte_as_a_fresh_bu
     rebuilt, fresh = files(out), files(tmp_path / "fresh")
     # Everything but the index's build time is the same, byte for byte.
     assert sorted(rebuilt) == sorted(fresh)
-    assert [name for name in rebuilt if rebuilt[name] != fresh[name]] == ["index.html"]
+    assert {name for name in rebuilt if rebuilt[name] != fresh[name]} <= {"index.html"}
     # A context is stored once for the site, not in each run's data.
     context = data.samples[0].context
     encoded = json.dumps(context, ensure_ascii=False)[1:-1].encode()
