@@ -87,16 +87,22 @@ def in_site(folder: Path) -> bool:
 
 
 def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any], *,
-              cache: sitecache.RunCache | None = None, bar: Any = None) -> tuple[list[RunView], list[str]]:
+              cache: sitecache.RunCache | None = None, bar: Any = None,
+              redact: bool | None = None) -> tuple[list[RunView], list[str]]:
     """Every run under ``paths`` read by its benchmark (one view per board it belongs to), and
     the warnings: runs left out, and why. ``cache``: views of unchanged runs are taken from it
-    (``engine.sitecache``); ``bar``: a progress bar ticked once per run."""
+    (``engine.sitecache``); ``bar``: a progress bar ticked once per run. ``redact`` (given with
+    ``cache``): each run's explorer data is made (or found in the cache) as soon as the run is
+    read, so that what its reader parsed is freed at once rather than held for every run until
+    the pages are written (a build's memory, and the garbage collector's work, stay those of one
+    run)."""
     found, warnings = discover(paths)
     views: list[RunView] = []
     specs: dict[str, BoardSpec] = {}
+    known = boarded()
     if bar is not None:
-        bar.reset(total=2 * len(found))
-        bar.set_description("leaderboard: reading runs")
+        bar.reset(total=len(found))
+        bar.set_description("leaderboard: runs")
     for path, manifest, name in found:
         try:
             cached = cache.views(path, name) if cache else None
@@ -106,6 +112,9 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
                 cached = specs[name].read(path, manifest, context)
                 if cache:
                     cache.put_views(path, name, cached)
+            if cache and redact is not None:
+                for view in cached:
+                    explorer_data(view, context, redact, cache, known)
             views += cached
         except (runs.RunError, ValueError, KeyError) as exc:
             warnings.append(f"{path}: cannot be read ({exc}); left out")
@@ -138,13 +147,13 @@ def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], 
     outdir.check(out, outdir.SITE, inputs=[runs.resolve_run_dir(p) for p in paths])
     store = run_cache(out if cache else None, context)
     with progress_bar(progress) as bar:
-        views, warnings = read_runs(paths, context, cache=store, bar=bar)
+        views, warnings = read_runs(paths, context, cache=store, bar=bar, redact=redact)
         content = write(views, warnings, out, context=context, redact=redact, cache=store, bar=bar)
     return content, warnings
 
 
 def progress_bar(enabled: bool) -> Any:
-    """The build's bar (stderr): one tick per run read, one per run's explorer data written."""
+    """The build's bar (stderr): one tick per run (read, and its explorer data made)."""
     from tqdm import tqdm
 
     return tqdm(total=0, disable=not enabled, unit="run", dynamic_ncols=True, mininterval=0.5)
@@ -165,25 +174,38 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     content["redacted"] = redact
     cache = cache or run_cache(None, context)
     if bar is not None:
-        bar.set_description("leaderboard: explorer data")
-    pages = list(_pages(content, views, context, redact, cache, bar))
+        bar.set_description("leaderboard: writing the site")
+    pages = list(_pages(content, views, context, redact, cache))
     rules = {s.title: s.rules for s in (spec(name) for name in boarded())}
     site.write_site(Path(out), content, board.boards_csv(content), pages, rules, runs.utc_now())
     cache.finish(d for p in pages for d in p.data.shared)
     return content
 
 
-def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any],
-           redact: bool, cache: sitecache.RunCache, bar: Any) -> Iterable[site.RunPage]:
-    by_page = {board.page_name(v): v for v in views}
-    ticked: set[Path] = set()
-    known = boarded()
-    hooks: dict[tuple[str, str], Any] = {}
+def explorer_data(view: RunView, context: Mapping[str, Any], redact: bool, cache: sitecache.RunCache,
+                  known: Mapping[str, benchmarks.Benchmark]) -> site.RunData:
+    """A view's explorer data (``site.run_data``, redacted when ``redact``): from the cache when
+    its run is unchanged, else made by its benchmark's explorer and kept. The view's parsed
+    artifacts are freed."""
+    page = board.page_name(view)
+    data = cache.data(view, page, redact)
+    if data is None:
+        declared = known[view.benchmark]
+        explorer = declared.hook("explorer")(view, context)
+        for k, detail in enumerate(explorer.details):
+            details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
+        if redact:
+            explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
+        data = cache.put_data(view, page, redact, site.run_data(explorer))
+    view.parsed = {}
+    return data
 
-    def hook(benchmark: str, name: str) -> Any:
-        if (benchmark, name) not in hooks:
-            hooks[benchmark, name] = known[benchmark].hook(name)
-        return hooks[benchmark, name]
+
+def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mapping[str, Any],
+           redact: bool, cache: sitecache.RunCache) -> Iterable[site.RunPage]:
+    by_page = {board.page_name(v): v for v in views}
+    known = boarded()
+    titles = {name: declared.hook("board").title for name, declared in known.items()}
 
     for section in ("boards", "archived"):
         for entry in content[section]:
@@ -192,18 +214,7 @@ def _pages(content: Mapping[str, Any], views: Iterable[RunView], context: Mappin
                 view = by_page[row["page"]]
                 declared = known[view.benchmark]
                 report = view.path / declared.report if declared.report else None
-                data = cache.data(view, row["page"], redact)
-                if data is None:
-                    explorer = hook(view.benchmark, "explorer")(view, context)
-                    for k, detail in enumerate(explorer.details):
-                        details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
-                    if redact:
-                        explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
-                    data = cache.put_data(view, row["page"], redact, site.run_data(explorer))
-                view.parsed = {}  # the explorer's inputs are no longer needed: free them as the build goes
-                if bar is not None and Path(view.path).resolve() not in ticked:
-                    ticked.add(Path(view.path).resolve())
-                    bar.update()
-                yield site.RunPage(row["page"], hook(view.benchmark, "board").title, label, row, view.manifest,
+                data = explorer_data(view, context, redact, cache, known)
+                yield site.RunPage(row["page"], titles[view.benchmark], label, row, view.manifest,
                                    report if report and report.is_file() and not redact else None, data, redact,
                                    report_command(declared))

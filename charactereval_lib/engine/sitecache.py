@@ -79,6 +79,7 @@ class RunCache:
         self._keys: dict[Path, str] = {}
         self._shared: dict[str, str] | None = None
         self._new_shared: dict[str, str] = {}
+        self._made: dict[tuple[str, str, bool], RunData] = {}  # this build's explorer data, by run, page and redact
 
     # --- keys ------------------------------------------------------------------------------------
 
@@ -119,8 +120,9 @@ class RunCache:
 
     def data(self, view: RunView, page: str, redact: bool) -> RunData | None:
         """A view's cached explorer data: its files (linked into the site), its shared texts."""
-        if self.folder is None:
-            return None
+        made = self._made.get((str(view.path), page, redact))
+        if made is not None or self.folder is None:
+            return made
         name = f"runs/{self._data_key(view, page, redact)}"
         folder = self.folder / name
         if not (folder / _ENTRY).is_file():
@@ -132,12 +134,15 @@ class RunCache:
             self.rebuilt.add(Path(view.path).resolve())
             return None
         self.used.add(name)
-        return RunData({f: folder / f for f in entry["files"]}, {d: store[d] for d in entry["shared"]}, entry["note"])
+        data = RunData({f: folder / f for f in entry["files"]}, {d: store[d] for d in entry["shared"]}, entry["note"])
+        self._made[str(view.path), page, redact] = data
+        return data
 
     def put_data(self, view: RunView, page: str, redact: bool, data: RunData) -> RunData:
         """Keep a view's explorer data; returns it as cached files (what the site links)."""
         self.rebuilt.add(Path(view.path).resolve())
         if self.folder is None:
+            self._made[str(view.path), page, redact] = data
             return data
         name = f"runs/{self._data_key(view, page, redact)}"
         self.used.add(name)
@@ -146,7 +151,9 @@ class RunCache:
         self._write(name, {**texts, _ENTRY: json.dumps(entry).encode()})
         self._store().update(data.shared)
         self._new_shared.update(data.shared)
-        return RunData({f: self.folder / name / f for f in data.files}, data.shared, data.note)
+        cached = RunData({f: self.folder / name / f for f in data.files}, data.shared, data.note)
+        self._made[str(view.path), page, redact] = cached
+        return cached
 
     def _store(self) -> dict[str, str]:
         """Every shared text the cache holds (read once per build)."""

@@ -48,7 +48,7 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     # ``build`` without its own check of ``out``: done above, before the data were read.
     store = run_cache(out_dir if cache else None, context)
     with progress_bar(progress) as bar:
-        views, warnings = read_runs(paths, context, cache=store, bar=bar)
+        views, warnings = read_runs(paths, context, cache=store, bar=bar, redact=redact)
         content = write(views, warnings, out_dir, context=context, redact=redact, cache=store, bar=bar)
     reused, rebuilt = store.counts(views)
     return LeaderboardOutcome(Path(out_dir), content, missing + warnings, reused, rebuilt)
