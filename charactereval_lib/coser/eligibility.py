@@ -184,8 +184,8 @@ RULES = (
                   "with --keep-thinking (upstream's rule, G08), or before the rule existed, is ranked when none of "
                   "its replies starts with a block, since both rules then give the same dialogue. Its row says "
                   "thinking was kept.",
-                  ("reply starts", "replies start"), "the simulation used as received (the dialogue, the judge's "
-                  "input, the length term)"),
+                  ("reply starts", "replies start"), "the simulation used as received (in the dialogue, so the "
+                  "judge's input and the length term, or in the next speaker's parse)"),
     Rule("score-formula", f"Every dimension is scored with the protocol's formula {SCORE_FORMULAS[PROTOCOL_FORMULA]}; "
          "an imported ablation file re-scored with another (such as max(0, 100 - S * 5), without the length "
          "penalty) is shown, not ranked.", _formula),

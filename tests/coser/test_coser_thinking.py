@@ -96,8 +96,9 @@ def test_a_kept_block_keeps_a_run_off_the_board_and_keep_thinking_is_labelled(tm
     view = _view(_run(tmp_path / "kept", thinking.KEPT, {"actor": 2, "env": 1}))
     assert view.facts["thinking_blocks_scored"] == 3
     assert _thinking_reasons(view) == [
-        "thinking: 3 replies start with a <think> block that the simulation used as received (the dialogue, the "
-        "judge's input, the length term) (thinking kept: made with --keep-thinking, or before the rule)"]
+        "thinking: 3 replies start with a <think> block that the simulation used as received (in the dialogue, so "
+        "the judge's input and the length term, or in the next speaker's parse) (thinking kept: made with "
+        "--keep-thinking, or before the rule)"]
     assert view.model == "reasoner (keep_thinking=True)"
     # --keep-thinking without a block: both rules give the same dialogue, ranked, but labelled.
     view = _view(_run(tmp_path / "none", thinking.KEPT, {}))
