@@ -128,8 +128,9 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
 
     data = sub.add_parser("data", help="fetch or verify the pinned CoSER test set and upstream prompt file")
     data_sub = data.add_subparsers(dest="coser_data_command", required=True, metavar="ACTION")
-    for name in ("fetch", "verify"):
-        p = data_sub.add_parser(name)
+    for name, text in (("fetch", "download the pinned test set and upstream prompt file, then verify them"),
+                       ("verify", "check the CoSER data files against their pinned digests")):
+        p = data_sub.add_parser(name, help=text)
         # --dir, as CharacterEval's `data fetch|verify` spell it.
         _coser_data_dir_option(p, "--dir", "--data-dir")
         p.add_argument("--with-results", action="store_true", help="also the 12 released evaluation files (rebuttal)")
@@ -162,8 +163,9 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{role}-model", help="model under test (required)" if fixed is None else
                        "model (default: the one the protocol version fixes, "
                        + ", ".join(f"{name} {model}" for name, model in fixed.items()) + ")")
-        g.add_argument(f"--{role}-base-url", metavar="URL")
-        g.add_argument(f"--{role}-api-key-env", metavar="NAME")
+        g.add_argument(f"--{role}-base-url", metavar="URL", help=f"the {role} role's endpoint (default: --base-url)")
+        g.add_argument(f"--{role}-api-key-env", metavar="NAME",
+                       help=f"variable holding the {role} role's key (default: --api-key-env; never stored)")
         request_param_option(g, f"--{role}-request-param", f"{role}_request_params",
                              f"the {role} role's calls; not a parameter the protocol fixes (temperature, max_tokens, "
                              "top_p, ...)")

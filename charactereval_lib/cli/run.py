@@ -176,7 +176,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 def _generate_parser(p: argparse.ArgumentParser) -> None:
     G = pipeline.GenerateSettings
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
-    p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
+    p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True,
+                   help="openai: an OpenAI-compatible endpoint; hf: a local transformers model; offline: "
+                        "placeholder replies, for trying the command")
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
     p.add_argument("--concurrency", type=int, default=G.default("concurrency"),
