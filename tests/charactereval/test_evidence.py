@@ -149,7 +149,7 @@ def test_without_run_json_the_report_says_so_first_and_shows_what_the_files_show
     assert done.returncode == 0, done.stderr
     html = (run / "report.html").read_text(encoding="utf-8")
     title = html.index("CharacterEval report: no-manifest")
-    assert title < html.index(f"No run.json in {run}") < html.index("ce-warnings")
+    assert title < html.index(f"No run.json in {run}") < html.index("<div class=\"ce-warnings\">")
     for said in ("The replies come from the offline backend", "The scores come from a tiny, randomly initialised",
                  f"{4564 - LIMIT} test sample(s) have no reply"):
         assert said in html, said
