@@ -120,7 +120,10 @@ def read_jsonl(path: Path) -> JsonlRead:
             continue
         try:
             result.records.append(json.loads(raw.decode("utf-8")))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise RunError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start} of "
+                           "the line)") from None
+        except json.JSONDecodeError as exc:
             raise RunError(f"{path}:{number}: not a JSON record ({exc})") from None
         result.lines.append(number)
     if tail.strip():
