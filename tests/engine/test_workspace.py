@@ -101,3 +101,20 @@ def test_data_use_records_a_verified_folder_without_a_word_on_stderr(workspace, 
     out, err = capsys.readouterr()
     assert err == "" and str(official_dir.absolute()) in out
     assert locate_data_dir() == official_dir.absolute()
+
+
+def test_every_test_runs_without_the_users_home_workspace_or_data_settings():
+    """The autouse ``hermetic`` fixture (tests/conftest.py): a home and XDG directories of the
+    session's own, no $CHARACTEREVAL_HOME, and the data variables set to what the session
+    resolved when it started (or unset), so that no lookup reads a workspace file."""
+    import os
+
+    from conftest import HOME_VARS, session_data_dir
+
+    home = Path(os.environ["HOME"])
+    assert Path("~").expanduser() == home and home.name.startswith("home")
+    assert all(Path(os.environ[name]).parent == home for name in HOME_VARS)
+    assert runs.WORKSPACE_ENV not in os.environ
+    for benchmark, variable in (("charactereval", "CHARACTEREVAL_DATA_DIR"), ("coser", "COSER_DATA_DIR")):
+        found = session_data_dir(benchmark)
+        assert os.environ.get(variable) == (str(found) if found else None)
