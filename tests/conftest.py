@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,23 +150,27 @@ def hermetic_home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("home")
 
 
-@pytest.fixture(autouse=True)
-def hermetic(monkeypatch, hermetic_home) -> None:
-    """Every test runs without the user's settings: its own home and XDG directories, no
-    workspace named by $CHARACTEREVAL_HOME, and the data variables set to the data this session
-    resolved when it started (``session_data_dir``) or unset, so that the workspace file of the
-    directory pytest started in is never read by a lookup. A test that needs the data asks for
-    ``official_dir`` or ``coser_dir`` and skips without it."""
-    monkeypatch.setenv("HOME", str(hermetic_home))
-    for name in HOME_VARS:
-        monkeypatch.setenv(name, str(hermetic_home / name.lower()))
-    monkeypatch.delenv(WORKSPACE_ENV, raising=False)
-    for benchmark, variable in DATA_VARS.items():
-        found = session_data_dir(benchmark)
-        if found is None:
-            monkeypatch.delenv(variable, raising=False)
-        else:
-            monkeypatch.setenv(variable, str(found))
+@pytest.fixture(scope="session", autouse=True)
+def hermetic(hermetic_home) -> Iterator[None]:
+    """Every test, and every module and session fixture (this one comes first), runs without
+    the user's settings: its own home and XDG directories, no workspace named by
+    $CHARACTEREVAL_HOME, and the data variables set to the data this session resolved when it
+    started (``session_data_dir``) or unset, so that the workspace file of the directory pytest
+    started in is never read by a lookup. What a test changes with ``monkeypatch`` is undone
+    after it, back to this. A test that needs the data asks for ``official_dir`` or
+    ``coser_dir`` and skips without it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(hermetic_home))
+        for name in HOME_VARS:
+            patch.setenv(name, str(hermetic_home / name.lower()))
+        patch.delenv(WORKSPACE_ENV, raising=False)
+        for benchmark, variable in DATA_VARS.items():
+            found = session_data_dir(benchmark)
+            if found is None:
+                patch.delenv(variable, raising=False)
+            else:
+                patch.setenv(variable, str(found))
+        yield
 
 
 @pytest.fixture(scope="session")
