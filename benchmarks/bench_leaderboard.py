@@ -6,7 +6,8 @@ Makes (untimed) 10 synthetic CharacterEval runs of the real size (4,564 samples,
       CoSER scenes and judgements): the floor any build pays;
   (b) ours: the whole site built (`leaderboard.build`: rules, bootstrap intervals, paired tie
       tests, explorer data, pages), reported as seconds and as a ratio to (a);
-  (c) with Debian's chromium present: in a headless browser, a CharacterEval run page until its
+  (c) with Debian's chromium and the playwright package present (else skipped, said in one
+      line): in a headless browser, a CharacterEval run page until its
       table shows rows, the filter to one character, and opening a sample's detail.
 Writes benchmarks/results/bench_leaderboard_<label>.json (or ``--out FILE``).
 
@@ -54,6 +55,18 @@ def read_everything(root: Path) -> int:
             if path.exists():
                 records += len(artifacts.read_jsonl(path).records)
     return records
+
+
+def browser_missing() -> str | None:
+    """Why the browser part cannot run here (Debian's chromium or the playwright package is
+    missing), or None."""
+    import importlib.util
+
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install playwright; no browser is downloaded)"
+    return None
 
 
 def browse(site: Path) -> dict[str, float]:
@@ -113,7 +126,10 @@ def main() -> None:
         result = {"ce_runs": args.ce_runs, "coser_runs": args.coser_runs, "records_read": records,
                   "baseline_read_artifacts_s": round(baseline, 3), "build_site_s": round(ours, 3),
                   "build_over_baseline": round(ours / baseline, 2), "boards": len(content["boards"]), **sizes}
-        if Path(CHROMIUM).exists():
+        skipped = browser_missing()
+        if skipped:
+            print(f"browser part skipped: {skipped}", flush=True)
+        else:
             result.update(browse(site))
     print(json.dumps(result, indent=2))
     out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / f"bench_leaderboard_{args.label}.json"

@@ -144,7 +144,8 @@ RULES = (
                   ("scored reply starts", "scored replies start"), "S5 scored as the answer"),
     Rule("official-rm", "Every row is scored by one BaichuanCharRM checkpoint, named by its content digest (the "
          "board is per digest; its anchor shows that digest reproduces the paper); test checkpoints never "
-         "qualify.", _official_rm),
+         "qualify, read from the score rows themselves (their checkpoint_sha256 and a test checkpoint's "
+         "checkpoint_label), run.json only for rows scored before they carried the label.", _official_rm),
     Rule("scorer-mode", "The reward model ran in faithful mode, or in fast mode verified on this run and checkpoint "
          "(`charactereval score --verify K`: no row more than one bf16 grid step from faithful mode).", _mode),
 )
@@ -192,18 +193,22 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
     # The scored rows carry their score records' fields: no second read of the score file.
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
     checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}
+    # A test checkpoint's label as its score rows carry it (``checkpoint_label``), else as run.json
+    # records it (rows scored before the rows carried it): the rows are what was scored.
+    row_labels = sorted(frame["checkpoint_label"].dropna().unique()) if "checkpoint_label" in frame else []
+    tiny_label = ", ".join(row_labels) if row_labels else checkpoint.get("label")
     verify = typed.rm_verify or {}
     judged = judge_served(run, judge) if judge else None
     facts = {**common, "served_roles": [*common["served_roles"], *([judged] if judged else [])],
              "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
              "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
-             "tiny_label": checkpoint.get("label"),
+             "tiny_label": tiny_label,
              "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
     if judge:
         scorer = f"judge {judge}"
-    elif len(checkpoints) == 1 and checkpoint.get("label"):
+    elif len(checkpoints) == 1 and tiny_label:
         # A tiny random model (`rm make-tiny`) scores plumbing, not quality: its board says so.
-        scorer = f"test checkpoint {checkpoint['label']} sha256:{checkpoints[0][:12]} (not BaichuanCharRM)"
+        scorer = f"test checkpoint {tiny_label} sha256:{checkpoints[0][:12]} (not BaichuanCharRM)"
     elif len(checkpoints) == 1:
         scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
     else:

@@ -9,6 +9,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.cli.options import (
     RUN_HELP,
     bootstrap_options,
+    force_option,
     report_data_use,
     report_problems,
     request_param_option,
@@ -54,7 +55,7 @@ def cmd_coser_data(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_data_use(args: argparse.Namespace) -> int:
-    return report_data_use(pipeline.coser_data_use(args.directory), "CoSER", "charactereval coser data")
+    return report_data_use(pipeline.coser_data_use(args.directory, force=args.force), "CoSER", "charactereval coser data")
 
 
 def cmd_coser_run(args: argparse.Namespace) -> int:
@@ -138,9 +139,11 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             add_quiet_option(p)
         p.set_defaults(func=cmd_coser_data)
-    p = data_sub.add_parser("use", help="remember DIR as this workspace's CoSER data directory ($COSER_DATA_DIR and "
-                                        "--dir still win)")
-    p.add_argument("directory", metavar="DIR", help="the CoSER data directory (it may not exist yet)")
+    p = data_sub.add_parser("use", help="verify DIR, then remember it as this workspace's CoSER data directory "
+                                        "($COSER_DATA_DIR and --dir still win)")
+    p.add_argument("directory", metavar="DIR", help="the CoSER data directory (verified first: fill a new one with "
+                                                    "`coser data fetch --dir DIR`, or pass --force)")
+    force_option(p, "CoSER")
     p.set_defaults(func=cmd_coser_data_use)
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
