@@ -12,7 +12,8 @@ of ``--ce-runs`` (the runs are added to as the sizes grow), in the same process:
   (c) one more CharacterEval run added and the site rebuilt: the others reused from the cache,
       as a ratio to (b);
   (d) the site's size per run (the cache beside it not counted: it is not published);
-  (e) at the largest size, with playwright and Debian's chromium present: in a headless browser,
+  (e) at the largest size, with Debian's chromium and the playwright package present (else skipped,
+      said in one line): in a headless browser,
       a CharacterEval run page until its table shows rows, the filter to one character, and
       opening a sample's detail (its context from the site's shared store).
 Writes benchmarks/results/bench_leaderboard_<label>.json (or ``--out FILE``).
@@ -111,13 +112,16 @@ def browse(site: Path) -> dict[str, float]:
             "open_detail_s": round(detail, 3)}
 
 
-def browser_available() -> str | None:
-    """None when the browser part can run, else why not."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed"
-    return None if Path(CHROMIUM).exists() else f"no {CHROMIUM}"
+def browser_missing() -> str | None:
+    """Why the browser part cannot run here (Debian's chromium or the playwright package is
+    missing), or None."""
+    import importlib.util
+
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install playwright; no browser is downloaded)"
+    return None
 
 
 def main() -> None:
@@ -175,9 +179,9 @@ def main() -> None:
                   f"first build; {entry['mb_per_run']:.2f} MB per run (shared store {shared_bytes / 1e6:.1f} MB, "
                   f"one CE run's folder {entry['ce_run_folder_bytes'] / 1e6:.2f} MB)", flush=True)
             if size == sizes[-1]:
-                why_not = browser_available()
-                if why_not:
-                    print(f"browser timings skipped: {why_not}")
+                skipped = browser_missing()
+                if skipped:
+                    print(f"browser part skipped: {skipped}", flush=True)
                 else:
                     entry.update(browse(site))
                     print(f"browser: table {entry['run_page_to_table_s']} s, one filter "

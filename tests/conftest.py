@@ -4,28 +4,59 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data, locate_data_dir
+from charactereval_lib.coser.data import DATA_DIR_ENV as COSER_DATA_ENV
+from charactereval_lib.coser.data import locate_data_dir as locate_coser_dir
+from charactereval_lib.engine.runs import WORKSPACE_ENV
 
 NO_DATA_REASON = (
-    f"official data not configured: set {DATA_DIR_ENV} to a directory with test_data.jsonl, "
-    "character_profiles.json and id2metric.jsonl, or run `charactereval data fetch` "
-    "(data/official/; CI always sets the variable)"
+    f"official data not configured: run `charactereval data use DIR` (or set {DATA_DIR_ENV}) with a directory "
+    "holding test_data.jsonl, character_profiles.json and id2metric.jsonl, or run `charactereval data fetch` "
+    "(data/official/)"
 )
+NO_COSER_DATA_REASON = (
+    f"CoSER data not configured: run `charactereval coser data use DIR` (or set {COSER_DATA_ENV}), or fetch it "
+    "into data/coser/"
+)
+
+# The data each test is handed (``session_data_dir``): resolved once when the session starts
+# (``pytest_configure``) and kept here for the xdist workers, which inherit the environment; an
+# empty value means none is configured.
+SESSION_DATA = {"charactereval": "CHARACTEREVAL_TESTS_DATA_DIR", "coser": "CHARACTEREVAL_TESTS_COSER_DIR"}
+# The file that shows a folder holds the benchmark's data.
+DATA_MARKERS = {"charactereval": "test_data.jsonl", "coser": "test_set.json"}
+# What the tests must not inherit from the user (``hermetic``): the data settings, the workspace
+# and the home directories' configuration.
+DATA_VARS = {"charactereval": DATA_DIR_ENV, "coser": COSER_DATA_ENV}
+HOME_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 
 
 def real_data_dir() -> Path | None:
     """The official data where the CLI finds it without a flag (``locate_data_dir``): the
-    environment variable, else ``data/official/`` once `charactereval data fetch` filled it, so a
-    user whose `make demo` fetched the data runs the conformance tests too."""
+    environment variable, else the workspace's `charactereval data use DIR`, else ``data/official/``
+    once `charactereval data fetch` filled it (None when none of them holds the data)."""
     path = locate_data_dir()
-    if os.environ.get(DATA_DIR_ENV) or (path / "test_data.jsonl").exists():
-        return path
+    if os.environ.get(DATA_DIR_ENV) or (path / DATA_MARKERS["charactereval"]).exists():
+        return path.absolute()
     return None
+
+
+def real_coser_dir() -> Path | None:
+    """The CoSER data where the CLI finds it without a flag (None when it holds no test set)."""
+    path = locate_coser_dir()
+    return path.absolute() if (path / DATA_MARKERS["coser"]).exists() else None
+
+
+def session_data_dir(benchmark: str) -> Path | None:
+    """The data directory of ``benchmark`` that this session resolved when it started."""
+    value = os.environ.get(SESSION_DATA[benchmark])
+    return Path(value) if value else None
 
 
 def pytest_configure(config) -> None:
@@ -38,6 +69,10 @@ def pytest_configure(config) -> None:
 
     if hasattr(config, "workerinput"):
         return
+    # Where the data is, asked once as the CLI asks (the variable, else the workspace's `data
+    # use`, else the default folder), before any test changes the environment or the directory.
+    for benchmark, found in (("charactereval", real_data_dir()), ("coser", real_coser_dir())):
+        os.environ.setdefault(SESSION_DATA[benchmark], str(found or ""))
     if not os.environ.get(SESSION_DIR_ENV):
         os.environ[SESSION_DIR_ENV] = tempfile.mkdtemp(prefix="charactereval-tests-")
     workers = config.getoption("numprocesses", None)
@@ -109,10 +144,48 @@ def ray_address() -> str:
 
 
 @pytest.fixture(scope="session")
+def hermetic_home(tmp_path_factory) -> Path:
+    """A home directory of this session's own (one per xdist worker: caches such as matplotlib's
+    font list are built once per worker, not once per test)."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic(hermetic_home) -> Iterator[None]:
+    """Every test, and every module and session fixture (this one comes first), runs without
+    the user's settings: its own home and XDG directories, no workspace named by
+    $CHARACTEREVAL_HOME, and the data variables set to the data this session resolved when it
+    started (``session_data_dir``) or unset, so that the workspace file of the directory pytest
+    started in is never read by a lookup. What a test changes with ``monkeypatch`` is undone
+    after it, back to this. A test that needs the data asks for ``official_dir`` or
+    ``coser_dir`` and skips without it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(hermetic_home))
+        for name in HOME_VARS:
+            patch.setenv(name, str(hermetic_home / name.lower()))
+        patch.delenv(WORKSPACE_ENV, raising=False)
+        for benchmark, variable in DATA_VARS.items():
+            found = session_data_dir(benchmark)
+            if found is None:
+                patch.delenv(variable, raising=False)
+            else:
+                patch.setenv(variable, str(found))
+        yield
+
+
+@pytest.fixture(scope="session")
 def official_dir() -> Path:
-    path = real_data_dir()
+    path = session_data_dir("charactereval")
     if path is None:
         pytest.skip(NO_DATA_REASON)
+    return path
+
+
+@pytest.fixture(scope="session")
+def coser_dir() -> Path:
+    path = session_data_dir("coser")
+    if path is None:
+        pytest.skip(NO_COSER_DATA_REASON)
     return path
 
 

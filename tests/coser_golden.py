@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from charactereval_lib.coser.data import DATA_DIR_ENV as DATA_ENV
-from charactereval_lib.coser.data import locate_data_dir
 
 GOLDEN_ENV = "COSER_GOLDEN_DIR"
 
@@ -24,17 +20,23 @@ def golden_dir() -> Path:
 
 
 def data_dir() -> Path:
-    """Where the CLI finds the CoSER data without a flag: $COSER_DATA_DIR, else data/coser/."""
-    path = locate_data_dir()
-    if not (path / "test_set.json").exists():
-        pytest.skip(f"CoSER data not found: set {DATA_ENV} or fetch it into data/coser/ (CI always sets it)")
+    """The CoSER data this test session resolved when it started, as the CLI finds it without a
+    flag (``conftest.session_data_dir``: $COSER_DATA_DIR, else the workspace's `coser data use`,
+    else data/coser/); skips the test when there is none."""
+    from conftest import NO_COSER_DATA_REASON, session_data_dir
+
+    path = session_data_dir("coser")
+    if path is None:
+        pytest.skip(NO_COSER_DATA_REASON)
     return path
 
 
 @lru_cache(maxsize=None)
 def _records(path: str) -> tuple[dict[str, Any], ...]:
-    with open(path, encoding="utf-8") as f:
-        return tuple(json.loads(line) for line in f)
+    # The workbench's one JSON Lines reader (a damaged golden file is named as any other).
+    from charactereval_lib.engine.artifacts import read_jsonl
+
+    return tuple(read_jsonl(Path(path)).records)
 
 
 def golden(name: str) -> tuple[dict[str, Any], ...]:

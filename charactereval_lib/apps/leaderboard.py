@@ -58,8 +58,12 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
         if not path.exists():
             raise LeaderboardError(f"{path}: no such run or folder")
         manifests = [path / runs.MANIFEST] if (path / runs.MANIFEST).is_file() else sorted(path.rglob(runs.MANIFEST))
+        # A run whose run.json is gone still has its records: said, never passed over in silence.
+        orphans = [line for line in map(no_manifest, _record_folders(path)) if line]
         if not manifests:
-            raise LeaderboardError(f"{path}: no run.json in it or below it")
+            raise LeaderboardError(f"{path}: no run.json in it or below it"
+                                   + (f" ({'; '.join(orphans)})" if orphans else ""))
+        skipped += orphans
         manifests = [m for m in manifests if not in_site(m.parent)]
         if not manifests:
             raise LeaderboardError(f"{path}: holds only a leaderboard site's copies of run.json, no run")
@@ -76,6 +80,21 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, 
                 continue
             found.setdefault(manifest_path.parent.resolve(), (manifest_path.parent, manifest, name))
     return list(found.values()), skipped
+
+
+def _record_folders(path: Path) -> list[Path]:
+    """The folders at or below ``path`` that hold a generation record file."""
+    direct = path / runs.GENERATIONS
+    return [direct.parent] if direct.is_file() else sorted(p.parent for p in path.rglob(runs.GENERATIONS))
+
+
+def no_manifest(folder: Path) -> str | None:
+    """The board's line for a folder of run records without its run.json (None: it has one, or
+    it is a site's page)."""
+    if (folder / runs.MANIFEST).exists() or in_site(folder):
+        return None
+    return (f"{folder}: no run.json (its record files are there, not the record of how the run was made: model, "
+            "backend and settings unknown); left out of every board")
 
 
 def in_site(folder: Path) -> bool:

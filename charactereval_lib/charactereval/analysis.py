@@ -30,31 +30,30 @@ from charactereval_lib.charactereval.diagnostics import (
     with_context_lengths,
 )
 from charactereval_lib.charactereval.documents import CharacterEvalManifest
-from charactereval_lib.charactereval.identity import served_caveats
+from charactereval_lib.charactereval.evidence import (
+    OFFLINE_BACKEND,
+    OFFLINE_CAVEAT,
+    TINY_MARKER,
+    TINY_RM_CAVEAT,
+    checkpoint_labels,
+    no_manifest_line,
+    run_evidence,
+)
 from charactereval_lib.charactereval.official import EVALUATION
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.engine import artifacts, reportkit, runs
+from charactereval_lib.engine.evidence import Evidence
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
 from charactereval_lib.engine.texttable import fmt
 
-OFFLINE_BACKEND = "offline"
-TINY_MARKER = "tiny"
 # The scorer mode import-official records for scores read from an official evaluation file.
 IMPORTED_MODE = "imported"
 DISPLAY_DIGITS = 3
 
-OFFLINE_CAVEAT = (
-    "The replies come from the offline backend: deterministic placeholder text made without "
-    "any model. They demonstrate the wiring only; they say nothing about any model."
-)
-TINY_RM_CAVEAT = (
-    "The scores come from a tiny, randomly initialised reward model, not BaichuanCharRM. "
-    "They demonstrate the wiring only and are not CharacterEval scores."
-)
 IMPORTED_SCORES_CAVEAT = (
     "The scores were imported from an official evaluation file, which does not record the reward "
     "model that produced them: the scorer is unknown (it may be a tiny test model, not "
@@ -82,17 +81,20 @@ class RunAnalysis:
     scorer: str = layout.REWARD_MODEL  # whose scores: the reward model's or one judge model's
     judge_model: str | None = None
     invalid: tuple[int, int] = (0, 0)  # the judge's invalid answers: all, and those left unscored
+    # What the run's files show (``charactereval.evidence``); none run: "No warnings" is never said.
+    evidence: Evidence = field(default_factory=lambda: Evidence([]))
 
     @property
     def name(self) -> str:
         return self.run_dir.name
 
     def warnings(self) -> list[str]:
+        """What the run's files show (``evidence``), then what its manifest and statistics add."""
         judge_model = self.judge_model if self.scorer == layout.JUDGE else None
-        return run_caveats(self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
-                           scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"],
-                                                                             self.stats.metrics["n"])),
-                           judge_model=judge_model, invalid=self.invalid) + served_caveats(self.run_dir, judge_model)
+        return with_evidence(self.evidence, run_caveats(
+            self.manifest, unscored=len(self.rows) - len(self.scores) - self.invalid[1],
+            scorer_modes=self.scorer_modes, metric_n=dict(zip(self.stats.metrics["metric_en"], self.stats.metrics["n"])),
+            judge_model=judge_model, invalid=self.invalid))
 
     def failed_by_metric(self) -> dict[str, int] | None:
         """Rows each metric lost to failed generations (needs the official id2metric)."""
@@ -118,6 +120,7 @@ class RunAnalysis:
         lines = [
             f"# CharacterEval report: {self.name}",
             "",
+            *([f"**{no_manifest_line(self.run_dir)}.**", ""] if not (self.run_dir / runs.MANIFEST).exists() else []),
             f"Model **{generation.model or 'unknown'}** via backend **{generation.backend or 'unknown'}**; "
             f"{self.scorer_text()}{len(self.scores)} scored rows of {len(self.rows)}; protocol "
             f"{self.manifest_model.protocol_version or 'unknown'}. {rendered_by()}",
@@ -159,7 +162,8 @@ def load_run(
     return RunAnalysis(run_dir, runs.load_manifest(run_dir), runs.read_manifest(run_dir, CharacterEvalManifest), rows,
                        scores, generations, stats, data,
                        counts["scorer_modes"], scorer, counts.get("judge_model"),
-                       (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0)))
+                       (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0)),
+                       run_evidence(run_dir, scorer, counts.get("judge_model"), data))
 
 
 def load_data_if_available(data_dir: str | None = None, *, verify: bool = True) -> tuple[OfficialData | None, str]:
@@ -242,15 +246,30 @@ def run_warnings(run_dir: Path | str, scorer: str = layout.REWARD_MODEL, judge_m
     """The warnings a run's report shows at the top, as plain text lines (for ``summarize`` to
     print): read from the run directory alone, without the official data (``mix_said``: see
     ``run_caveats``)."""
+    return run_warnings_and_evidence(run_dir, scorer, judge_model, mix_said=mix_said)[0]
+
+
+def run_warnings_and_evidence(run_dir: Path | str, scorer: str = layout.REWARD_MODEL, judge_model: str | None = None,
+                              *, mix_said: bool = False, data: OfficialData | None = None) -> tuple[list[str], Evidence]:
+    """``run_warnings`` and the evidence checks they rest on (for the "No warnings" line);
+    ``data``: the official data the samples check counts against, when at hand."""
     run_dir = runs.resolve_run_dir(run_dir)
     scores, counts = load_run_scores(run_dir, scorer, judge_model)
     metric_n = scores.groupby("metric_en").size() if len(scores) else pd.Series(dtype=int)
     invalid = (counts.get("invalid_answers", 0), counts.get("invalid_unscored", 0))
-    return run_caveats(runs.load_manifest(run_dir), unscored=counts["unscored_rows"] - invalid[1],
-                       scorer_modes=counts["scorer_modes"],
-                       metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS},
-                       judge_model=counts.get("judge_model"), invalid=invalid,
-                       mix_said=mix_said) + served_caveats(run_dir, counts.get("judge_model"))
+    evidence = run_evidence(run_dir, scorer, counts.get("judge_model"), data)
+    return with_evidence(evidence, run_caveats(
+        runs.load_manifest(run_dir), unscored=counts["unscored_rows"] - invalid[1], scorer_modes=counts["scorer_modes"],
+        metric_n={m.metric_en: int(metric_n.get(m.metric_en, 0)) for m in METRICS},
+        judge_model=counts.get("judge_model"), invalid=invalid, mix_said=mix_said)), evidence
+
+
+def with_evidence(evidence: Evidence, caveats: Sequence[str]) -> list[str]:
+    """The evidence checks' warnings first (a missing run.json at the very top), then the
+    manifest's and the statistics' caveats that say something else (the checks word the same
+    findings the same way: the offline backend, a tiny checkpoint, missing and unscored rows)."""
+    found = evidence.warnings
+    return found + [caveat for caveat in caveats if caveat not in found]
 
 
 def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:
@@ -258,20 +277,20 @@ def comparison_warnings(analyses: Sequence[RunAnalysis]) -> list[str]:
     return [f"{run.name}: {warning}" for run in analyses for warning in run.warnings()]
 
 
-def checkpoint_labels(scoring: dict[str, Any]) -> list[str]:
-    """Labels the scorer recorded for its reward-model checkpoint(s): ``scoring.rm_label``, or
-    ``scoring.checkpoint.label`` for the whole run and for each shard (``rm make-tiny`` labels
-    its checkpoints as tiny)."""
-    sections = [scoring, *scoring.get("shards", {}).values()]
-    labels = [s.get("rm_label") for s in sections] + [(s.get("checkpoint") or {}).get("label") for s in sections]
-    return [str(label) for label in labels if label]
-
-
-def warnings_html(warnings: Sequence[str]) -> str:
-    """The warning box at the top of a report: one bullet per warning, or a quiet line saying
-    there is nothing to warn about."""
-    return reportkit.warnings_box(warnings, "Warnings",
-                                  empty="No warnings: real replies, scored by the configured reward model, complete run.")
+def warnings_html(warnings: Sequence[str], checks: Evidence | Sequence[Evidence]) -> str:
+    """The warning box at the top of a report: one bullet per warning. Without any, the quiet
+    line "No warnings" naming the evidence checks that ran and passed (``checks``: the run's, or
+    each compared run's); it is never said on less (a check that could not run is a warning)."""
+    evidences = [checks] if isinstance(checks, Evidence) else list(checks)
+    if not warnings and not all(e.all_clear for e in evidences):
+        warnings = ["Not every evidence check ran: nothing here is vouched for."]
+    if len(evidences) == 1:
+        clear = evidences[0].clear_line()
+    else:
+        names = dict.fromkeys(name for e in evidences for name in e.checks)
+        clear = (f"No warnings: all {len(names)} checks ran and passed on the files of each of the "
+                 f"{len(evidences)} runs ({', '.join(names)}).")
+    return reportkit.warnings_box(warnings, "Warnings", empty=clear)
 
 
 # --- display tables ----------------------------------------------------------------------------

@@ -26,7 +26,19 @@ from charactereval_lib.charactereval.statistics import dimension_draws, metric_s
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.engine import thinking
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
-from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label, setting_text
+from charactereval_lib.engine.board import (
+    FAILED,
+    REPRODUCED,
+    AnchorCheck,
+    BoardSpec,
+    Rule,
+    RunView,
+    model_label,
+    setting_text,
+    thinking_facts,
+    thinking_label,
+    thinking_rule,
+)
 from charactereval_lib.engine.generation.base import ROUTING_PARAMS
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.served import ALIASES, caveats, mismatches
@@ -80,14 +92,6 @@ def _scored(view: RunView) -> list[str]:
     return reasons
 
 
-def _thinking(view: RunView) -> list[str]:
-    blocks = view.facts.get("thinking_blocks_scored", 0)
-    if blocks:
-        return [f"{blocks} scored repl{'y starts' if blocks == 1 else 'ies start'} with a <think> block that S5 scored "
-                "as the answer (thinking kept: made with --keep-thinking, or before the rule)"]
-    return []
-
-
 def _official_rm(view: RunView) -> list[str]:
     f = view.facts
     if f["judge"]:
@@ -132,14 +136,16 @@ RULES = (
          "score, so the count is shown on every row.", _generated),
     Rule("all-rows-scored", f"All {EXPECTED_ROWS:,} (sample, metric) rows are accounted for (rows of failed "
          "samples counted) and every row has a reward-model score.", _scored),
-    Rule("thinking", "No scored reply had a leading <think>...</think> block scored as its answer. S5 removes such a "
-         "block by default (seed 001 row 10, U11: a reasoning model's thinking is not its reply; "
-         "docs/platform-rules.md#thinking-blocks); a run made with --keep-thinking, or before the rule existed, "
-         "scored replies as the official code does and is ranked when none of them starts with a block, since "
-         "both rules then score the same text. Its row says thinking was kept.", _thinking),
+    thinking_rule("No scored reply had a leading <think>...</think> block scored as its answer. S5 removes such a "
+                  "block by default (seed 001 row 10, U11: a reasoning model's thinking is not its reply; "
+                  "docs/platform-rules.md#thinking-blocks); a run made with --keep-thinking, or before the rule "
+                  "existed, scored replies as the official code does and is ranked when none of them starts with a "
+                  "block, since both rules then score the same text. Its row says thinking was kept.",
+                  ("scored reply starts", "scored replies start"), "S5 scored as the answer"),
     Rule("official-rm", "Every row is scored by one BaichuanCharRM checkpoint, named by its content digest (the "
          "board is per digest; its anchor shows that digest reproduces the paper); test checkpoints never "
-         "qualify.", _official_rm),
+         "qualify, read from the score rows themselves (their checkpoint_sha256 and a test checkpoint's "
+         "checkpoint_label), run.json only for rows scored before they carried the label.", _official_rm),
     Rule("scorer-mode", "The reward model ran in faithful mode, or in fast mode verified on this run and checkpoint "
          "(`charactereval score --verify K`: no row more than one bf16 grid step from faithful mode).", _mode),
 )
@@ -163,14 +169,11 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     scored_failed = failed - no_metric
     data = context.get(BENCHMARK)
     generation = typed.generation or GenerationSection()
-    rule = thinking.recorded(generation.identity)
     scored = (lambda i: str(i) in data.id2metric) if data else (lambda i: i not in no_metric)
     common = {
-        "keep_thinking": (generation.identity or {}).get(thinking.KEY) == thinking.KEPT,
         # Under the default rule S5 removed them; under the upstream rule S5 scored their first line.
-        "thinking_blocks_scored": 0 if rule == thinking.REMOVED else sum(
-            1 for i, g in generations.items() if i not in failed and scored(i)
-            and thinking.strip_leading_block(g["model_output"]) != g["model_output"]),
+        **thinking_facts(generation.identity, thinking.count_blocks(
+            g["model_output"] for i, g in generations.items() if i not in failed and scored(i))),
         "missing": len({int(i) for i in data.id2metric} - set(generations)) if data else None,
         "failed": len(failed), "failed_scored": len(scored_failed),
         "failed_rows": sum(failed_rows_by_metric(scored_failed, data.id2metric).values()) if data else None,
@@ -193,27 +196,30 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
     # The scored rows carry their score records' fields: no second read of the score file.
     checkpoints = sorted(frame["checkpoint_sha256"].dropna().unique()) if "checkpoint_sha256" in frame else []
     checkpoint = (typed.scoring.checkpoint if typed.scoring else None) or {}
+    # A test checkpoint's label as its score rows carry it (``checkpoint_label``), else as run.json
+    # records it (rows scored before the rows carried it): the rows are what was scored.
+    row_labels = sorted(frame["checkpoint_label"].dropna().unique()) if "checkpoint_label" in frame else []
+    tiny_label = ", ".join(row_labels) if row_labels else checkpoint.get("label")
     verify = typed.rm_verify or {}
     judged = judge_served(run, judge) if judge else None
     facts = {**common, "served_roles": [*common["served_roles"], *([judged] if judged else [])],
              "judge": judge, "rows": counts["rows"], "unscored_rows": counts["unscored_rows"],
              "checkpoints": checkpoints, "modes": sorted({str(m) for m in frame["mode"]}) if "mode" in frame else [],
-             "tiny_label": checkpoint.get("label"),
+             "tiny_label": tiny_label,
              "fast_verified": verify.get("rows_beyond_one_step") == 0 and verify.get("checkpoint_sha256") in checkpoints}
     if judge:
         scorer = f"judge {judge}"
-    elif len(checkpoints) == 1 and checkpoint.get("label"):
+    elif len(checkpoints) == 1 and tiny_label:
         # A tiny random model (`rm make-tiny`) scores plumbing, not quality: its board says so.
-        scorer = f"test checkpoint {checkpoint['label']} sha256:{checkpoints[0][:12]} (not BaichuanCharRM)"
+        scorer = f"test checkpoint {tiny_label} sha256:{checkpoints[0][:12]} (not BaichuanCharRM)"
     elif len(checkpoints) == 1:
         scorer = f"BaichuanCharRM sha256:{checkpoints[0][:12]}"
     else:
         scorer = "reward model, checkpoint not recorded" if not checkpoints else "reward model, mixed checkpoints"
     generation = typed.generation or GenerationSection()
-    # A run made with --keep-thinking says so on its row, as a reasoning setting does.
-    labelled = {**(generation.parameters or {}), **({"keep_thinking": True} if common["keep_thinking"] else {})}
     view = RunView(run.path, BENCHMARK, str(typed.protocol_version), scorer,
-                   model_label(str(generation.model or run.path.name), labelled), manifest,
+                   model_label(str(generation.model or run.path.name), thinking_label(generation.parameters, common)),
+                   manifest,
                    n=len(frame), failures=common["failed_scored"], facts=facts, decoding=decoding_text(generation),
                    caveats=caveats(facts["served_roles"]), parsed=parsed)
     if len(frame):

@@ -31,7 +31,6 @@ was trained on them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,18 +126,17 @@ def read_labels(path: str | Path, data: OfficialData) -> list[dict[str, Any]]:
     samples = data.by_id()
     labels: list[dict[str, Any]] = []
     seen: dict[tuple[int, str], int] = {}
+    if not path.is_file():
+        raise LabelsError(f"{path}: no such file")
     try:
-        lines = artifacts.read_text(path).splitlines()
+        # The one JSON Lines reader (a torn last line is named and skipped, as in every file).
+        read = artifacts.read_jsonl(path)
     except OSError as exc:
         raise LabelsError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
+    except runs.RunError as exc:
+        raise LabelsError(f"{exc}; {EXPECTED}") from None
+    for number, record in zip(read.lines, read.records):
         where = f"{path}:{number}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LabelsError(f"{where}: not a JSON object ({exc.msg}); {EXPECTED}") from None
         if not isinstance(record, dict):
             raise LabelsError(f"{where}: not a JSON object; {EXPECTED}")
         label = _human_label(record, where)

@@ -152,6 +152,11 @@ def _main(argv: list[str]) -> int:
         return 2
     args = parser.parse_args(argv)
     errors = user_errors()
+    from charactereval_lib.cli.options import SAID, warn_torn_lines
+    from charactereval_lib.engine.artifacts import torn_notices
+
+    SAID.clear()
+    torn_before = len(torn_notices())
     try:
         with faults.sigterm_interrupts():
             return int(args.func(args) or 0)
@@ -177,3 +182,6 @@ def _main(argv: list[str]) -> int:
         # An output location that cannot be written (read-only, not a directory) or a full disk.
         _error(faults.os_error_line(exc))
         return faults.os_error_status(exc)
+    finally:
+        # Whatever the command and its outcome: a torn line it read is named, never dropped.
+        warn_torn_lines(torn_before)

@@ -9,6 +9,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.cli.options import (
     RUN_HELP,
     bootstrap_options,
+    force_option,
     report_data_use,
     report_problems,
     request_param_option,
@@ -54,7 +55,7 @@ def cmd_coser_data(args: argparse.Namespace) -> int:
 
 
 def cmd_coser_data_use(args: argparse.Namespace) -> int:
-    return report_data_use(pipeline.coser_data_use(args.directory), "CoSER", "charactereval coser data")
+    return report_data_use(pipeline.coser_data_use(args.directory, force=args.force), "CoSER", "charactereval coser data")
 
 
 def cmd_coser_run(args: argparse.Namespace) -> int:
@@ -128,8 +129,9 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
 
     data = sub.add_parser("data", help="fetch or verify the pinned CoSER test set and upstream prompt file")
     data_sub = data.add_subparsers(dest="coser_data_command", required=True, metavar="ACTION")
-    for name in ("fetch", "verify"):
-        p = data_sub.add_parser(name)
+    for name, text in (("fetch", "download the pinned test set and upstream prompt file, then verify them"),
+                       ("verify", "check the CoSER data files against their pinned digests")):
+        p = data_sub.add_parser(name, help=text)
         # --dir, as CharacterEval's `data fetch|verify` spell it.
         _coser_data_dir_option(p, "--dir", "--data-dir")
         p.add_argument("--with-results", action="store_true", help="also the 12 released evaluation files (rebuttal)")
@@ -137,9 +139,11 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
             p.add_argument("--mirror", metavar="URL", help="fetch from URL/<upstream path> instead of GitHub")
             add_quiet_option(p)
         p.set_defaults(func=cmd_coser_data)
-    p = data_sub.add_parser("use", help="remember DIR as this workspace's CoSER data directory ($COSER_DATA_DIR and "
-                                        "--dir still win)")
-    p.add_argument("directory", metavar="DIR", help="the CoSER data directory (it may not exist yet)")
+    p = data_sub.add_parser("use", help="verify DIR, then remember it as this workspace's CoSER data directory "
+                                        "($COSER_DATA_DIR and --dir still win)")
+    p.add_argument("directory", metavar="DIR", help="the CoSER data directory (verified first: fill a new one with "
+                                                    "`coser data fetch --dir DIR`, or pass --force)")
+    force_option(p, "CoSER")
     p.set_defaults(func=cmd_coser_data_use)
 
     p = sub.add_parser("run", help="simulate and judge the preset's scenes (resumable: rerun to continue)")
@@ -162,8 +166,9 @@ def _coser_parser(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{role}-model", help="model under test (required)" if fixed is None else
                        "model (default: the one the protocol version fixes, "
                        + ", ".join(f"{name} {model}" for name, model in fixed.items()) + ")")
-        g.add_argument(f"--{role}-base-url", metavar="URL")
-        g.add_argument(f"--{role}-api-key-env", metavar="NAME")
+        g.add_argument(f"--{role}-base-url", metavar="URL", help=f"the {role} role's endpoint (default: --base-url)")
+        g.add_argument(f"--{role}-api-key-env", metavar="NAME",
+                       help=f"variable holding the {role} role's key (default: --api-key-env; never stored)")
         request_param_option(g, f"--{role}-request-param", f"{role}_request_params",
                              f"the {role} role's calls; not a parameter the protocol fixes (temperature, max_tokens, "
                              "top_p, ...)")

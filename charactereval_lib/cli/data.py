@@ -8,7 +8,7 @@ import sys
 from charactereval_lib import __version__, pipeline
 from charactereval_lib.charactereval.data import DataError
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.cli.options import data_dir_option, report_data_use, report_problems
+from charactereval_lib.cli.options import data_dir_option, force_option, report_data_use, report_problems
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
 
 
@@ -24,7 +24,7 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_data_use(args: argparse.Namespace) -> int:
-    return report_data_use(pipeline.data_use(args.directory), "CharacterEval", "charactereval data")
+    return report_data_use(pipeline.data_use(args.directory, force=args.force), "CharacterEval", "charactereval data")
 
 
 def cmd_data_convert_rm_train(args: argparse.Namespace) -> int:
@@ -84,10 +84,11 @@ def _data_parser(p: argparse.ArgumentParser) -> None:
             add_quiet_option(p)
         p.set_defaults(func=func)
 
-    p = data_sub.add_parser("use", help="remember DIR as this workspace's data directory (a file in the current "
-                                        "directory; $CHARACTEREVAL_DATA_DIR and --dir still win)")
-    p.add_argument("directory", metavar="DIR", help="the official data directory (it may not exist yet: "
-                                                    "`data fetch` then fills it)")
+    p = data_sub.add_parser("use", help="verify DIR, then remember it as this workspace's data directory (a file in "
+                                        "the current directory; $CHARACTEREVAL_DATA_DIR and --dir still win)")
+    p.add_argument("directory", metavar="DIR", help="the official data directory (verified first: fill a new one "
+                                                    "with `data fetch --dir DIR`, or pass --force)")
+    force_option(p, "official")
     p.set_defaults(func=cmd_data_use)
 
     p = data_sub.add_parser("convert-rm-train", help="rm_train_data.json -> a metaeval LABELS file, after validating "

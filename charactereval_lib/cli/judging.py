@@ -145,8 +145,8 @@ def cmd_panel(args: argparse.Namespace) -> int:
 
 
 def _battle_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_a", metavar="RUN_A")
-    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument("run_a", metavar="RUN_A", help="run A (a bare name means outputs/NAME); the win / tie / loss rates are A's")
+    p.add_argument("run_b", metavar="RUN_B", help="run B, judged against A")
     p.add_argument("--out", required=True, metavar="DIR", help="battle directory (judgements, summary, run.json)")
     judge_options(p, required=True)
     bootstrap_options(p, pipeline.SummarizeSettings)

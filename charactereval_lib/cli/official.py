@@ -28,7 +28,7 @@ def cmd_export_official(args: argparse.Namespace) -> int:
 
 
 def _import_official_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="an official generation, generation_trans or evaluation JSON file")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     data_dir_option(p)
     p.set_defaults(func=cmd_import_official)

@@ -158,8 +158,9 @@ def report_data_use(use: Any, what: str, command: str) -> int:
     print(f"{use.config}: the {what} data directory is {use.data_dir} for every command and notebook in "
           f"{use.config.parent}")
     if use.problems:
-        print(f"note: {use.data_dir}: {len(use.problems)} problem(s) (`{command} verify` lists them): "
-              f"run `{command} fetch`", file=sys.stderr)
+        print(f"warning: {use.data_dir}: recorded with --force although it fails verification: "
+              f"{len(use.problems)} problem(s) (`{command} verify` lists them; `{command} fetch --dir DIR` "
+              "fills it)", file=sys.stderr)
     if use.overridden_by:
         print(f"note: ${use.overridden_by} is set in this shell and wins over the remembered directory", file=sys.stderr)
     return 0
@@ -173,9 +174,31 @@ def settings_from_args(cls, args: argparse.Namespace, **overrides):
     return cls(**{**values, **overrides})
 
 
+def force_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``data use``'s ``--force``: record a folder that fails verification anyway."""
+    parser.add_argument("--force", action="store_true",
+                        help=f"record DIR even when it fails verification (missing or altered {what} files; "
+                             "a folder `fetch` fills later): said as a warning. Without it such a folder is "
+                             "refused (exit 2) and the previous setting stays")
+
+
+# The warnings the running command has said (``cli.main`` empties it before each command): a
+# torn-line notice that a command passed on is not said again by ``warn_torn_lines``.
+SAID: set[str] = set()
+
+
 def warn(warnings: Sequence[str]) -> None:
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        if warning not in SAID:
+            SAID.add(warning)
+            print(f"warning: {warning}", file=sys.stderr)
+
+
+def warn_torn_lines(since: int) -> None:
+    """Every torn last line that the command read (``artifacts.torn_notices(since)``) and has not said."""
+    from charactereval_lib.engine.artifacts import torn_notices
+
+    warn(torn_notices(since))
 
 
 def undefined(estimate: dict) -> str:

@@ -107,7 +107,7 @@ def _leaderboard_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _batch_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG.yaml")
+    p.add_argument("config", metavar="CONFIG.yaml", help="the batch configuration: models, backends, steps")
     add_quiet_option(p)
     p.set_defaults(func=cmd_batch)
 

@@ -40,7 +40,8 @@ def _declared_options() -> dict[str, tuple[Option, list[str]]]:
 def _reproduce_parser(p: argparse.ArgumentParser) -> None:
     # The benchmarks that declare a reproduction in the registry, and their options (read when
     # this parser is built, i.e. only for ``reproduce``).
-    p.add_argument("--benchmark", required=True, choices=list(reproducible()))
+    p.add_argument("--benchmark", required=True, choices=list(reproducible()),
+                   help="the benchmark whose published results to reproduce")
     p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder, or an earlier reproduction (replaced)")
     p.add_argument("--data-dir", "--dir", dest="data_dir", metavar="DIR",
                    help="data directory (default: the benchmark's own, as its other commands find it)")

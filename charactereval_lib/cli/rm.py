@@ -40,20 +40,21 @@ def _rm_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", help="Hugging Face endpoint or mirror URL (default: $HF_ENDPOINT or the Hub)")
     p.set_defaults(func=cmd_rm_download)
     p = rm_sub.add_parser("check", help="check a checkpoint directory's config, tokenizer and weight index")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", help="the checkpoint directory (e.g. models/BaichuanCharRM)")
     p.set_defaults(func=cmd_rm_check)
     p = rm_sub.add_parser("make-tiny", help="write a tiny random checkpoint (meaningless scores) for demos and tests")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", help="where to write the checkpoint")
     p.add_argument(
         "--from-data",
         action="store_true",
         help="train its tokenizer on the official data's text (implied by --data-dir; default: synthetic text)",
     )
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--layers", type=int, default=2, help="transformer layers (default %(default)s)")
+    p.add_argument("--hidden", type=int, default=64, help="hidden size (default %(default)s)")
+    p.add_argument("--heads", type=int, default=8, help="attention heads (default %(default)s)")
     p.add_argument("--vocab", type=int, help="tokenizer pieces (default 8000 with --from-data, else 2000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random weights (and of the synthetic text) (default %(default)s)")
     data_dir_option(p)
     p.set_defaults(func=cmd_rm_make_tiny)
 

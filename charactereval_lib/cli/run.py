@@ -81,16 +81,22 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     summary = outcome.summary
     counts = summary["counts"]
     judge = summary["scorer"] == "judge"
+    if not (outcome.run.path / runs.MANIFEST).exists():
+        # Said first: every line below is read from the record files alone.
+        warn([line for line in outcome.warnings if line.startswith("No run.json")])
     print("\n".join(summary_table_lines(summary, columns=("n", "failed", "invalid") if judge else ("n", "failed"))))
     scorers = ", ".join(f"{label} ({n} rows)" for label, n in counts["scorers"].items()) or "none"
+    failures = counts["generation_failures"]
     print(
         f"scored rows {counts['scored_rows']}/{counts['rows']}; generation failures "
-        f"{counts['generation_failures']}; scorers: {scorers}; MBTI: {summary['mbti']}"
+        f"{'unknown (no transform record in run.json)' if failures is None else failures}; scorers: {scorers}; MBTI: {summary['mbti']}"
     )
     if judge:
         print(f"judge {counts['judge_model']}: invalid answers {counts['invalid_answers']} ({counts['invalid_unscored']} left out of the means "
               "by their spec, the rest scored as the spec says)")
     warn(outcome.warnings)
+    if not outcome.warnings and outcome.evidence.all_clear:
+        print(outcome.evidence.clear_line())
     scorer = summary["scorer"]
     out = Path(args.out) if args.out else outcome.run.path
     print(f"wrote {out / outcome.run.summary_file(scorer).name} and {out / outcome.run.metrics_csv_file(scorer).name}")
@@ -176,7 +182,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 def _generate_parser(p: argparse.ArgumentParser) -> None:
     G = pipeline.GenerateSettings
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
-    p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True)
+    p.add_argument("--backend", choices=["openai", "hf", "offline"], required=True,
+                   help="openai: an OpenAI-compatible endpoint; hf: a local transformers model; offline: "
+                        "placeholder replies, for trying the command")
     p.add_argument("--model", required=True, help="model name (API model id or local path)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint")
     p.add_argument("--concurrency", type=int, default=G.default("concurrency"),

@@ -82,6 +82,22 @@ class Rounds(Section):
     histogram: dict[NumberKey, int] = {}
 
 
+class ThinkingCounts(Section):
+    replies: int
+    with_block: int
+    removed: int
+    kept: int
+
+
+class ThinkingBlocks(Section):
+    """Replies that started with a thinking block and what the run's rule did with them
+    (``statistics.thinking_blocks``)."""
+
+    rule: str
+    roles: dict[str, ThinkingCounts]
+    total: ThinkingCounts
+
+
 class CoserSummary(Section):
     """The CoSER statistics of a run (see ``statistics.compute_summary``). Interval tables map a
     dimension (and ``average``) to its ``Interval``; empty when nothing is judged."""
@@ -107,6 +123,8 @@ class CoserSummary(Section):
     refused_turns: dict[str, int]
     # Reasoning tokens per kind of call and in total, where the servers report them (else None).
     reasoning_tokens: dict[str, int] | None = None
+    # None for a run without turn records (an import) and in summaries written before it was recorded.
+    thinking_blocks: ThinkingBlocks | None = None
     # Per role, what the servers reported for its calls (``engine.served.ServedCounts.as_dict``);
     # None in summaries written before it was recorded.
     served: dict[str, dict[str, Any]] | None = None

@@ -27,7 +27,18 @@ from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
-from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView, model_label
+from charactereval_lib.engine.board import (
+    FAILED,
+    REPRODUCED,
+    AnchorCheck,
+    BoardSpec,
+    Rule,
+    RunView,
+    model_label,
+    thinking_facts,
+    thinking_label,
+    thinking_rule,
+)
 from charactereval_lib.engine.served import ALIASES, caveats, mismatches
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
@@ -167,6 +178,14 @@ RULES = (
          "false} in the body, recorded per role in run.json); the environment, next-speaker and judge roles pin the "
          "vendor of their fixed models (H03, H27). A reasoning setting is allowed and named in the row label (H25).",
          _one_host),
+    thinking_rule("No reply that started with a <think>...</think> block went into the simulation as received. The "
+                  "simulation removes such a block from every role's reply by default (seed 004 C17a, F19: a "
+                  "reasoning model's thinking is not its line; docs/platform-rules.md#thinking-blocks); a run made "
+                  "with --keep-thinking (upstream's rule, G08), or before the rule existed, is ranked when none of "
+                  "its replies starts with a block, since both rules then give the same dialogue. Its row says "
+                  "thinking was kept.",
+                  ("reply starts", "replies start"), "the simulation used as received (in the dialogue, so the "
+                  "judge's input and the length term, or in the next speaker's parse)"),
     Rule("score-formula", f"Every dimension is scored with the protocol's formula {SCORE_FORMULAS[PROTOCOL_FORMULA]}; "
          "an imported ablation file re-scored with another (such as max(0, 100 - S * 5), without the length "
          "penalty) is shown, not ranked.", _formula),
@@ -195,13 +214,16 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     facts = {"scenes": len(coser.scenes), "repeats": coser.repeats,
              "preset": coser.preset, "test_scenes": anchor["scenes"], "anchor_repeats": anchor["repeats"],
              "sessions_expected": summary.counts.sessions_expected, "not_run": ended.not_run,
-             "unjudged": summary.sessions_unjudged, "summary": summary}
+             "unjudged": summary.sessions_unjudged, "summary": summary,
+             # Counted from the turn records (the replies as received); an import has none.
+             **thinking_facts(coser.identity, summary.thinking_blocks.total.with_block
+                              if summary.thinking_blocks else None)}
     average = summary.overall.get("average") or Interval()
     actor = (coser.identity.get("roles") or {}).get("actor") or {}
     facts["served_roles"] = served_roles(manifest, summary.served)
     view = RunView(path, BENCHMARK, str(manifest.get("protocol_version")), f"judge {coser.models.get('judge')}",
                    model_label(str(coser.models.get("actor") or path.name),
-                               {"request_params": actor.get("request_params")}), manifest,
+                               thinking_label({"request_params": actor.get("request_params")}, facts)), manifest,
                    score=average.mean, ci=(average.low, average.high),
                    n=summary.counts.sessions, failures=failures, facts=facts,
                    caveats=caveats(facts["served_roles"].values()))

@@ -32,7 +32,7 @@ from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import PAPER_ROLE_MODELS, get_version, names_snapshot
-from charactereval_lib.engine import reportkit, runs
+from charactereval_lib.engine import reportkit, runs, thinking
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence
@@ -373,12 +373,14 @@ class CoserAnalysis:
         return pd.DataFrame([{k: fmt(getattr(rounds, k), DISPLAY_DIGITS) for k in ("mean", "median", "min", "max")}])
 
     def judge_table(self) -> pd.DataFrame:
-        """Judge failures per dimension, the sessions they touch, refused turns per role."""
+        """Judge failures per dimension, the sessions they touch, refused turns per role, and per
+        role the replies that started with a thinking block and what the run did with them."""
         s = self.summary
         rows = [{"what": f"failed judgements: {d}", "count": n} for d, n in s.judge_failed_dimensions.items()]
         rows.append({"what": "sessions with a failed judgement", "count": s.judge_failures})
         rows.append({"what": "finished scene runs not judged yet", "count": s.sessions_unjudged})
         rows += [{"what": f"refused turns: {k}", "count": v} for k, v in s.refused_turns.items()]
+        rows += thinking_rows(s)
         return pd.DataFrame(rows)
 
     def settings_table(self) -> pd.DataFrame:
@@ -490,6 +492,24 @@ def paired_differences(analyses: Sequence[CoserAnalysis], *, n_boot: int, seed: 
                                        "Wilcoxon p"])
 
 
+# What each recorded rule (engine.thinking) did with a reply's leading block.
+THINKING_TREATMENT = {thinking.REMOVED: "removed before the simulation used it",
+                      thinking.KEPT: "kept in the simulation as received, upstream's rule"}
+
+
+def thinking_rows(summary: CoserSummary) -> list[dict[str, Any]]:
+    """The report's rows of replies that started with a thinking block (``summary.thinking_blocks``):
+    one per role and the total, each naming what the run's rule did with them."""
+    blocks = summary.thinking_blocks
+    what = "replies starting with a <think> block"
+    if blocks is None:
+        return [{"what": what, "count": "not recorded (no turn records: an imported run, or a summary written "
+                                        "before they were counted)"}]
+    treated = THINKING_TREATMENT.get(blocks.rule, blocks.rule)
+    return [{"what": f"{what}: {role} ({treated})", "count": f"{counts.with_block} of {counts.replies}"}
+            for role, counts in {**blocks.roles, "total": blocks.total}.items()]
+
+
 def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
     """``coser summarize`` on the terminal, like ``summarize``: per score (the four dimensions and
     their average) the mean and 95% interval, overall and per split, then the scenes, sessions,
@@ -514,7 +534,10 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
                  + f"; judge failures {typed.judge_failures}, refused turns {typed.refused_turns['total']}"
                  + (f", reasoning tokens {typed.reasoning_tokens['total']:,} ("
                     + ", ".join(f"{k} {v:,}" for k, v in typed.reasoning_tokens.items() if k != "total") + ")"
-                    if typed.reasoning_tokens else ""))
+                    if typed.reasoning_tokens else "")
+                 + (f", replies starting with a <think> block {typed.thinking_blocks.total.with_block} "
+                    f"({THINKING_TREATMENT.get(typed.thinking_blocks.rule, typed.thinking_blocks.rule)})"
+                    if typed.thinking_blocks and typed.thinking_blocks.total.with_block else ""))
     if (typed.repeats or 0) > 1:
         lines.append(REPEATS_NOTE)
     models = typed.models or {}

@@ -1,7 +1,8 @@
 """The statistics of a CoSER run, from its artifacts: ``coser_summary.json`` holds per-dimension
 means with cluster-bootstrap intervals by scene, per split (id/ood), per book, per repeat and the
-run-to-run spread, how scenes ended, judge failures, refused turns, what the servers reported
-about each role's model (``served``) and BLEU/ROUGE-L beside them.
+run-to-run spread, how scenes ended, judge failures, refused turns, replies with a thinking block
+and what the run did with them, what the servers reported about each role's model (``served``)
+and BLEU/ROUGE-L beside them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 # A run's files are named where the benchmark declares what its runs contain.
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.upstream import DIMENSIONS
+from charactereval_lib.engine import thinking
 from charactereval_lib.engine.artifacts import read_jsonl, write_json_atomic
 from charactereval_lib.engine.runs import RunDir
 from charactereval_lib.engine.served import ServedCounts
@@ -148,6 +150,24 @@ def reasoning_totals(latest_turns: Sequence[dict[str, Any]]) -> dict[str, int] |
     return {**counts, "total": sum(counts.values())}
 
 
+def thinking_blocks(latest_turns: Sequence[dict[str, Any]], identity: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Replies that started with a thinking block (``engine.thinking``), per kind of call (actor,
+    env, nsp) and in total, and what the run's recorded rule did with them: ``removed`` before the
+    reply entered the simulation, or ``kept`` in it as received. The turn records hold the replies
+    as received; None when the run has none (an imported run: its dialogues are upstream's)."""
+    if not latest_turns:
+        return None
+    kept = thinking.recorded(identity) == thinking.KEPT
+    roles: dict[str, dict[str, int]] = {}
+    for kind in ("actor", "env", "nsp"):
+        replies = [t.get("reply") or "" for t in latest_turns if t["kind"] == kind]
+        blocks = thinking.count_blocks(replies)
+        roles[kind] = {"replies": len(replies), "with_block": blocks, "removed": 0 if kept else blocks,
+                       "kept": blocks if kept else 0}
+    total = {key: sum(r[key] for r in roles.values()) for key in ("replies", "with_block", "removed", "kept")}
+    return {"rule": thinking.recorded(identity), "roles": roles, "total": total}
+
+
 def latest_turns(run_dir: RunDir) -> list[dict[str, Any]]:
     """The latest record of each turn (a turn asked again on resume counts once)."""
     return list({(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}.values())
@@ -186,10 +206,10 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0, break
     """The CoSER statistics of a run, computed from its artifacts without writing anything: the
     four dimensions and their average (version variant) with scene-cluster bootstrap intervals,
     overall, per split (id/ood) and per book; per repeat and the run-to-run spread; rounds per
-    scene, how scenes ended, judge failures, refused turns, BLEU and ROUGE-L beside them.
-    ``breakdowns=False``: without the intervals per split, per book and of BLEU/ROUGE-L (left
-    empty), most of the bootstrap work, for a caller that needs only the overall ones (the
-    leaderboard's reader)."""
+    scene, how scenes ended, judge failures, refused turns, replies with a thinking block, BLEU and
+    ROUGE-L beside them. ``breakdowns=False``: without the intervals per split, per book and of
+    BLEU/ROUGE-L (left empty), most of the bootstrap work, for a caller that needs only the
+    overall ones (the leaderboard's reader)."""
     import pandas as pd
 
     manifest = run_dir.manifest()
@@ -234,6 +254,7 @@ def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0, break
         "sessions_unjudged": len({(r["repeat"], r["scene"]) for r in done} - judged),
         "refused_turns": refused_turns(turns),
         "reasoning_tokens": reasoning_totals(turns),
+        "thinking_blocks": thinking_blocks(turns, coser.get("identity")),
         "served": {role: counts.as_dict() for role, counts in served_by_role(turns, latest).items()},
         "bleu_mean": _mean([m.get("bleu") for m in metrics]),
         "rouge_l_mean": _mean([m.get("rouge_l") for m in metrics]),

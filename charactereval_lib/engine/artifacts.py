@@ -84,9 +84,29 @@ class JsonlRead:
     lines: list[int] = field(default_factory=list)
 
 
+# Every torn last line read in this process, worded by ``torn_notice``, in the order met: the
+# command line says those its command met on stderr whatever the command (``cli.main``), so that
+# a torn score file is named as a torn generations file is, not only where a caller passes
+# warnings on.
+_TORN_NOTICES: list[str] = []
+
+
+def torn_notice(path: Path, line: int, kept: int) -> str:
+    """The one wording of a torn last line, for every JSON Lines file the workbench reads."""
+    return f"ignored a torn last line {line} of {path} (an interrupted write); kept {kept} row(s)"
+
+
+def torn_notices(since: int = 0) -> list[str]:
+    """The torn-line notices of the ``read_jsonl`` calls of this process, from the ``since``-th
+    on (``len(torn_notices())`` taken before some work: those of that work)."""
+    return _TORN_NOTICES[since:]
+
+
 def read_jsonl(path: Path) -> JsonlRead:
-    """Read a JSON Lines artifact. A torn last line (a crash mid-write) is skipped and reported
-    in ``warnings``; a bad line anywhere else is corruption and raises RunError naming it."""
+    """Read a JSON Lines artifact: the one reader of every JSON Lines file the workbench reads.
+    A torn last line (no newline and not a record: a crash mid-write) is skipped, reported in
+    ``warnings`` as ``torn_notice`` words it and kept in ``torn_notices``; a complete line that
+    is not a record is corruption, a RunError naming the file and line."""
     path = Path(path)
     if not path.exists():
         return JsonlRead([])
@@ -100,7 +120,10 @@ def read_jsonl(path: Path) -> JsonlRead:
             continue
         try:
             result.records.append(json.loads(raw.decode("utf-8")))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise RunError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start} of "
+                           "the line)") from None
+        except json.JSONDecodeError as exc:
             raise RunError(f"{path}:{number}: not a JSON record ({exc})") from None
         result.lines.append(number)
     if tail.strip():
@@ -112,10 +135,9 @@ def read_jsonl(path: Path) -> JsonlRead:
         except (UnicodeDecodeError, json.JSONDecodeError):
             result.torn_line = number
             result.torn_text = tail.decode("utf-8", errors="replace")
-            result.warnings.append(
-                f"{path}:{number}: ignored a torn last line ({len(tail)} bytes) left by an "
-                "interrupted write"
-            )
+            notice = torn_notice(path, number, len(result.records))
+            result.warnings.append(notice)
+            _TORN_NOTICES.append(notice)
     return result
 
 

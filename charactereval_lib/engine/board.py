@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from charactereval_lib.engine import thinking
 from charactereval_lib.engine.generation.base import DEFAULT_MAX_TOKENS, ROUTING_PARAMS
 from charactereval_lib.engine.stats import wilcoxon_p
 
@@ -181,6 +182,39 @@ def setting_text(value: Any) -> str:
 
 def _names_reasoning(key: str) -> bool:
     return "reasoning" in key or "thinking" in key
+
+
+def thinking_facts(identity: Mapping[str, Any] | None, blocks: int | None) -> dict[str, Any]:
+    """What a board knows of a run's thinking blocks (``engine.thinking``, docs/platform-rules.md
+    #thinking-blocks): ``keep_thinking``, whether the run recorded the upstream rule
+    (``--keep-thinking``; an import of upstream's own output records it too), and
+    ``thinking_blocks_scored``, how many of the ``blocks`` replies that started with a block went
+    into what was scored as received: none under the default rule, which removed them; all of
+    them under the upstream rule, which a run made before the rule existed followed."""
+    return {"keep_thinking": (identity or {}).get(thinking.KEY) == thinking.KEPT,
+            "thinking_blocks_scored": 0 if thinking.recorded(identity) == thinking.REMOVED else blocks or 0}
+
+
+def thinking_rule(text: str, counted: tuple[str, str], fate: str) -> Rule:
+    """The ``thinking`` rule of a benchmark whose views carry ``thinking_facts``: a run is left out
+    when a reply's leading block was scored as received. ``counted``: what a reason counts, in
+    the singular and the plural ("scored reply starts", "scored replies start"); ``fate``: what
+    happened to such a block ("S5 scored as the answer")."""
+
+    def check(view: RunView) -> list[str]:
+        blocks = view.facts.get("thinking_blocks_scored", 0)
+        if not blocks:
+            return []
+        return [f"{blocks} {counted[blocks != 1]} with a <think> block that {fate} (thinking kept: made with "
+                "--keep-thinking, or before the rule)"]
+
+    return Rule("thinking", text, check)
+
+
+def thinking_label(parameters: Mapping[str, Any] | None, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """``parameters`` for ``model_label``, with ``keep_thinking=True`` when the run kept its thinking
+    blocks (``thinking_facts``): its row says so, as a reasoning setting's does (seed 004 H25)."""
+    return {**(parameters or {}), **({"keep_thinking": True} if facts.get("keep_thinking") else {})}
 
 
 def _num(value: float | None) -> float | None:

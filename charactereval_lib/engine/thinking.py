@@ -16,7 +16,7 @@ returned unchanged, byte for byte (the golden vectors hold none).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REMOVED = "leading <think> block removed"
@@ -34,6 +34,16 @@ def rule(keep_thinking: bool) -> str:
 def strip_leading_block(text: str) -> str:
     """``text`` without a leading thinking block and the whitespace around it (module docstring)."""
     return _LEADING_BLOCK.sub("", text, count=1)
+
+
+def has_block(text: str) -> bool:
+    """Whether ``text`` starts with a thinking block (module docstring)."""
+    return _LEADING_BLOCK.match(text) is not None
+
+
+def count_blocks(texts: Iterable[str]) -> int:
+    """How many of ``texts`` start with a thinking block."""
+    return sum(1 for text in texts if has_block(text))
 
 
 def apply(text: str, recorded_rule: str) -> str:

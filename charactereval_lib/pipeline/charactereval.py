@@ -184,12 +184,20 @@ def run_warnings(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str
                  judge_model: str | None = None) -> list[str]:
     """What a reader must know before any number of this run: refuses a run whose ``scorer``
     scores mix configurations unless ``allow_mixed`` (then the mix is the first warning)."""
+    return warnings_and_evidence(run, allow_mixed=allow_mixed, scorer=scorer, judge_model=judge_model)[0]
+
+
+def warnings_and_evidence(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str = layout.REWARD_MODEL,
+                          judge_model: str | None = None, data: Any = None) -> tuple[list[str], Any]:
+    """``run_warnings`` and the evidence checks (``engine.evidence.Evidence``) they rest on;
+    ``data``: the official data, which the samples check counts against when given."""
     from charactereval_lib.charactereval import analysis
 
     mixed = run.check_consistent(allow_mixed=allow_mixed, scorer=scorer, judge_model=judge_model)
     notes = [f"MIXED SCORERS: {problem}" for problem in mixed]
-    caveats = analysis.run_warnings(run.path, scorer=scorer, judge_model=judge_model, mix_said=bool(mixed))
-    return notes + [_plain(warning) for warning in caveats]
+    caveats, evidence = analysis.run_warnings_and_evidence(run.path, scorer=scorer, judge_model=judge_model,
+                                                           mix_said=bool(mixed), data=data)
+    return notes + [_plain(warning) for warning in caveats], evidence
 
 
 def _report_scorers(run: layout.CharacterEvalRun, settings: ReportSettings) -> tuple[list[str], list[str]]:
@@ -231,8 +239,9 @@ def summarize(
         outdir.check(out, outdir.REPORTS, inputs=[run.path], default=run.path)
     faults.check_writable(out or run.path, "summary directory")
     judge_model = run.select_judge(settings.judge_model) if settings.scorer == layout.JUDGE else None
-    warnings = run_warnings(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer, judge_model=judge_model)
     data, note = optional_data(data_dir)
+    warnings, evidence = warnings_and_evidence(run, allow_mixed=settings.allow_mixed, scorer=settings.scorer,
+                                               judge_model=judge_model, data=data)
     if note:
         warnings.append(note)
     summary = summarize_run(run, id2metric=data.id2metric if data else None, n_boot=settings.n_boot,
@@ -240,7 +249,7 @@ def summarize(
                             judge_model=judge_model, out=Path(out) if out else None)
     if out:
         outdir.mark(out, outdir.REPORTS, default=run.path)
-    return SummaryOutcome(run, summary, warnings)
+    return SummaryOutcome(run, summary, warnings, evidence)
 
 
 def _analysable(run: str | os.PathLike[str] | layout.CharacterEvalRun) -> layout.CharacterEvalRun:

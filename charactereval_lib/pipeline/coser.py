@@ -227,12 +227,14 @@ def coser_data_facts(data_dir: str | os.PathLike[str] | None = None) -> tuple[li
     return check(load_test_set(data_dir))
 
 
-def coser_data_use(directory: str | os.PathLike[str]) -> DataUse:
+def coser_data_use(directory: str | os.PathLike[str], *, force: bool = False) -> DataUse:
     """Make ``directory`` the CoSER data directory of the workspace, unless a flag or
-    $COSER_DATA_DIR says otherwise."""
+    $COSER_DATA_DIR says otherwise. It is verified first (``coser_data_verify``): one that fails
+    is refused, unless ``force``."""
     from charactereval_lib.coser.data import BENCHMARK, DATA_DIR_ENV
 
-    return remember(BENCHMARK, directory, DATA_DIR_ENV, coser_data_verify)
+    return remember(BENCHMARK, directory, DATA_DIR_ENV, coser_data_verify, verify_command="charactereval coser data",
+                    force=force)
 
 
 def coser_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:

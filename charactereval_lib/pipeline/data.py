@@ -58,8 +58,8 @@ def data_verify(data_dir: str | os.PathLike[str] | None = None, *, with_results:
 @dataclass
 class DataUse:
     """What ``data use`` remembered: the workspace file written, the directory, its problems
-    (missing or altered files; empty: all verified) and the environment variable that overrides
-    it in this process, if set."""
+    (missing or altered files; empty: all verified; only ever non-empty with ``force``) and the
+    environment variable that overrides it in this process, if set."""
 
     config: Path
     data_dir: Path
@@ -68,22 +68,37 @@ class DataUse:
 
 
 def remember(benchmark: str, directory: str | os.PathLike[str], env_var: str,
-             problems: Callable[[Path], list[str]]) -> DataUse:
-    """Record ``directory`` as the workspace's data directory of ``benchmark``; ``problems`` (the
-    benchmark's verify: directory -> lines) says what it lacks."""
+             problems: Callable[[Path], list[str]], *, verify_command: str, force: bool = False) -> DataUse:
+    """Record ``directory`` as the workspace's data directory of ``benchmark`` once it passed
+    ``problems`` (the benchmark's verify: directory -> lines). A directory that fails is a
+    ``DataError`` naming its first problem, and the workspace keeps what it had; ``force``
+    records it anyway (its problems are then in the result)."""
     from charactereval_lib.engine import workspace
+    from charactereval_lib.engine.pinned import DataError
 
-    config = workspace.remember_data_dir(benchmark, directory)
-    located = workspace.remembered_data_dir(benchmark)
-    return DataUse(config, located, problems(located), env_var if os.environ.get(env_var) else None)
+    target = Path(directory).expanduser().absolute()
+    if target.exists() and not target.is_dir():
+        raise DataError(f"{target}: not a directory")
+    # Read first: a malformed workspace file is its own error, before the folder is judged.
+    before = workspace.remembered_data_dir(benchmark)
+    found = problems(target) if target.is_dir() else [f"{target}: no such directory"]
+    if found and not force:
+        kept = f"the workspace keeps {before}" if before else "nothing was recorded"
+        raise DataError(f"{target}: not a verified {benchmark} data directory: {len(found)} problem(s), the first: "
+                        f"{found[0]} (`{verify_command} verify --dir {target}` lists them; {kept}; "
+                        "--force records it anyway)")
+    config = workspace.remember_data_dir(benchmark, target)
+    return DataUse(config, target, found, env_var if os.environ.get(env_var) else None)
 
 
-def data_use(directory: str | os.PathLike[str]) -> DataUse:
+def data_use(directory: str | os.PathLike[str], *, force: bool = False) -> DataUse:
     """Make ``directory`` the official data directory of the workspace (every command and notebook
-    started in it or below it), unless a flag or $CHARACTEREVAL_DATA_DIR says otherwise."""
+    started in it or below it), unless a flag or $CHARACTEREVAL_DATA_DIR says otherwise. It is
+    verified first (``data_verify``): one that fails is refused, unless ``force``."""
     from charactereval_lib.charactereval.data import BENCHMARK, DATA_DIR_ENV
 
-    return remember(BENCHMARK, directory, DATA_DIR_ENV, lambda located: data_verify(located).problems)
+    return remember(BENCHMARK, directory, DATA_DIR_ENV, lambda located: data_verify(located).problems,
+                    verify_command="charactereval data", force=force)
 
 
 def data_subset(size: int, *, out: str | os.PathLike[str] | None = None,

@@ -21,6 +21,9 @@ class SummaryOutcome:
     run: runs.RunDir
     summary: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    # The checks of the run's files the warnings rest on (``engine.evidence.Evidence``; None for
+    # a benchmark without them).
+    evidence: Any = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from charactereval_lib.charactereval.official import export_official, import_off
 from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
 from charactereval_lib.engine import runs
+from charactereval_lib.engine.evidence import Evidence, Finding
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 TINY = "TINY RANDOM CHECKPOINT: its scores are meaningless (demos and tests only)"
@@ -34,7 +35,13 @@ def test_real_runs_have_no_caveats():
     manifest = {"protocol_version": "charactereval-1.0", "generation": {"backend": "openai"},
                 "scoring": {"checkpoint": {"label": None, "sha256": "abc"}}, "transform": {"counts": {"missing": 0}}}
     assert analysis.run_caveats(manifest) == []
-    assert "No warnings" in analysis.warnings_html([]) and "<li>" not in analysis.warnings_html([])
+    checks = Evidence([Finding("run.json"), Finding("replies")], subject="r1")
+    box = analysis.warnings_html([], checks)
+    assert "No warnings: all 2 checks of r1's files ran and passed (run.json, replies)." in box
+    assert "<li>" not in box
+    # A check that could not run, or none at all: never "No warnings".
+    for unsure in (Evidence([Finding("run.json"), Finding("samples", not_run="no records")]), Evidence([])):
+        assert "No warnings" not in analysis.warnings_html([], unsure)
 
 
 def test_offline_subset_unscored_and_protocol_caveats():
@@ -45,7 +52,7 @@ def test_offline_subset_unscored_and_protocol_caveats():
     assert caveats[1].startswith("4364 test sample(s) have no reply (a subset run")
     assert caveats[2].startswith("Scoring is incomplete: 3 row(s)")
     assert "protocol charactereval-0.9" in caveats[3]
-    box = analysis.warnings_html(caveats)
+    box = analysis.warnings_html(caveats, Evidence([Finding("run.json")]))
     assert box.count("<li>") == 4 and box.startswith('<div class="ce-warnings">') and "Warnings (4)" in box
 
 

@@ -20,6 +20,7 @@ from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_PROFILES, SYNTHETIC_SA
 
 
 def test_locate_prefers_flag_then_env_then_default(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # a folder with no workspace file: the default is the default
     monkeypatch.setenv("CHARACTEREVAL_DATA_DIR", str(tmp_path / "env"))
     assert locate_data_dir(tmp_path / "flag") == tmp_path / "flag"
     assert locate_data_dir(None) == tmp_path / "env"
@@ -37,7 +38,13 @@ def test_tests_find_the_data_where_the_cli_does(monkeypatch, tmp_path):
     fetched = tmp_path / data_mod.DEFAULT_DATA_DIR
     fetched.mkdir(parents=True)
     (fetched / "test_data.jsonl").write_text("[]", encoding="utf-8")
-    assert real_data_dir() == locate_data_dir() == data_mod.DEFAULT_DATA_DIR
+    assert real_data_dir() == locate_data_dir().absolute() == tmp_path / data_mod.DEFAULT_DATA_DIR
+    # The workspace's `data use DIR` comes before it.
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "test_data.jsonl").write_text("[]", encoding="utf-8")
+    (tmp_path / ".charactereval.json").write_text(json.dumps({"data_dirs": {"charactereval": str(used)}}))
+    assert real_data_dir() == locate_data_dir() == used
     # The variable comes first, as for the CLI.
     monkeypatch.setenv("CHARACTEREVAL_DATA_DIR", str(tmp_path / "env"))
     assert real_data_dir() == locate_data_dir() == tmp_path / "env"

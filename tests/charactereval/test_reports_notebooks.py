@@ -136,7 +136,8 @@ def test_report_of_an_imported_evaluation_says_its_scorer_is_unknown(synthetic_r
     evaluation = [p for p in export_official(run_a, data, tmp_path / "official") if p.name == "evaluation.jsonl"][0]
     imported = tmp_path / "imported"
     import_official(evaluation, imported, data)
-    box = analysis.warnings_html(analysis.load_run(imported, data=data, n_boot=20).warnings())
+    run = analysis.load_run(imported, data=data, n_boot=20)
+    box = analysis.warnings_html(run.warnings(), run.evidence)
     assert "ce-warnings" in box and "the scorer is unknown" in box
 
 

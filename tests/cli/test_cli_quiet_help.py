@@ -3,6 +3,7 @@ help every argument deserves (item 15)."""
 
 from __future__ import annotations
 
+import argparse
 import io
 
 import pytest
@@ -84,3 +85,30 @@ def test_argument_errors_point_to_the_subcommand_help(argv, capsys):
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {prog}: unrecognized arguments: {argv[-1]}") and f"(see {prog} --help)" in err
+
+
+def _commands(parser, path=("charactereval",)):
+    """Every (command path, parser, help line) below ``parser``, walking its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name)
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_and_argument_of_the_whole_tree_has_help():
+    """Walks the parser itself (every benchmark's command loaded): each command and subcommand
+    has a help line in its parent's list, and each of its arguments, positional or option, has
+    a help text; and each --help renders."""
+    root = build_parser()
+    commands = [(("charactereval",), root, root.description), *_commands(root)]
+    names = {" ".join(path[1:]) for path, _, _ in commands}
+    assert {"coser data fetch", "coser data verify", "coser data use", "rm check", "battle", "coser run"} <= names
+    missing = [" ".join(path) for path, _, text in commands if not (text or "").strip()]
+    for path, parser, _ in commands:
+        missing += [f"{' '.join(path)} {'/'.join(a.option_strings) or a.metavar or a.dest}" for a in parser._actions
+                    if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+                    and a.help != argparse.SUPPRESS and not (a.help or "").strip()]
+        assert parser.format_help()
+    assert missing == []

@@ -34,6 +34,7 @@ def test_real_data_verifies_and_loads():
 
 
 def test_lookup_order(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # a folder with no workspace file
     monkeypatch.setenv(D.DATA_DIR_ENV, str(tmp_path))
     assert D.locate_data_dir("explicit") == D.Path("explicit")
     assert D.locate_data_dir() == tmp_path

@@ -117,7 +117,7 @@ def sweep_cases(ws: Path, data: str, not_ray: int) -> list[tuple[list[str], int,
          "scores.jsonl:2: field 'score' must be a number or null, got 'high'"),
         (["summarize", str(damaged / "not-an-object"), "--n-boot", "10"], 2, "scores.jsonl:1: not a JSON object"),
         (["metaeval", str(labels), "--out", str(ws / "meta"), "--scorer", "judge", "--judge-model", "j", *flags], 2,
-         "labels.jsonl: not UTF-8 text (byte 0xff at offset 0)"),
+         "labels.jsonl:1: not UTF-8 text (byte 0xff at offset 0 of the line)"),
         (["batch", str(config)], 2, "batch.yaml: not UTF-8 text (byte 0xff at offset 6)"),
         # Values out of range, refused where they are parsed.
         (["score", run, "--rm", run, "--device", "banana"], 2, "--device 'banana': expected cpu, cuda or cuda:N"),

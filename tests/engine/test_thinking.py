@@ -103,8 +103,16 @@ def test_coser_dialogue_judge_input_and_length_term_never_see_a_removed_block(tm
     assert judged and ("<think>" in dialogue) == keep and ("<think>" in judge_input) == keep
     turns = artifacts.read_jsonl(run / "coser_turns.jsonl").records
     assert turns and all("<think>" in t["reply"] for t in turns if t.get("kind") in ("actor", "env"))  # nothing lost
-    settings = load_analysis(layout.CharacterEvalRun(run), n_boot=10, seed=0).settings_table()
+    analysis = load_analysis(layout.CharacterEvalRun(run), n_boot=10, seed=0)
+    settings = analysis.settings_table()
     assert dict(zip(settings["setting"], settings["value"]))["identity / thinking"] == identity["thinking"]
+    # The summary counts every reply's block per role and says what the rule did with it.
+    blocks = analysis.summary.thinking_blocks
+    assert blocks.rule == identity["thinking"]
+    for kind in ("actor", "env", "nsp"):
+        counts = blocks.roles[kind]
+        assert counts.with_block == counts.replies == sum(1 for t in turns if t["kind"] == kind) > 0
+        assert (counts.kept, counts.removed) == ((counts.with_block, 0) if keep else (0, counts.with_block))
     if not keep:
         # The NSP still reads the label after the block: the scenes end by <END CHAT> or 20 rounds as
         # the scripted NSP decides, never by an unparsed name.

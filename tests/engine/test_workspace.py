@@ -30,10 +30,10 @@ def test_data_use_is_remembered_below_the_workspace_and_overridden_by_variable_a
     assert locate_data_dir() == Path("data/official")  # no workspace file: the default
     data = tmp_path / "copy"
     data.mkdir()
-    assert main(["data", "use", str(data)]) == 0
+    assert main(["data", "use", str(data), "--force"]) == 0
     out, err = capsys.readouterr()
     assert str(workspace / ".charactereval.json") in out and str(data) in out
-    assert "problem(s)" in err  # an empty directory: said, not silent
+    assert "recorded with --force" in err and "problem(s)" in err  # an empty directory: said, not silent
     assert json.loads((workspace / ".charactereval.json").read_text()) == {"data_dirs": {"charactereval": str(data)}}
 
     # A kernel Jupyter starts beside a run's notebook works in the workspace above it.
@@ -51,8 +51,8 @@ def test_data_use_is_remembered_below_the_workspace_and_overridden_by_variable_a
 
 
 def test_coser_data_use_keeps_the_other_benchmark(workspace, tmp_path, capsys):
-    assert main(["data", "use", "official"]) == 0
-    assert main(["coser", "data", "use", str(tmp_path / "not-yet")]) == 0
+    assert main(["data", "use", "official", "--force"]) == 0
+    assert main(["coser", "data", "use", str(tmp_path / "not-yet"), "--force"]) == 0
     out, _ = capsys.readouterr()
     assert "CoSER data directory" in out
     assert locate_data_dir() == workspace / "official"
@@ -73,3 +73,48 @@ def test_a_malformed_workspace_file_is_one_line_and_a_file_is_not_a_data_directo
     assert main(["data", "use", str(not_a_dir)]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert not (workspace / ".charactereval.json").exists()
+
+
+@pytest.mark.parametrize("command", [["data", "use"], ["coser", "data", "use"]])
+def test_data_use_refuses_a_folder_that_fails_verification_and_keeps_the_setting(workspace, tmp_path, capsys,
+                                                                                 command):
+    """A missing folder, or the other benchmark's files: exit 2, one line, the setting unchanged."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert main([*command, str(kept), "--force"]) == 0
+    before = (workspace / ".charactereval.json").read_bytes()
+    capsys.readouterr()
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "test_data.jsonl").write_text("[]")  # CharacterEval's file name: right for neither digest
+    for folder in (tmp_path / "nonexistent", wrong):
+        assert main([*command, str(folder)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"error: {folder}: not a verified ") and f"the workspace keeps {kept}" in err
+        assert "--force" in err
+        assert (workspace / ".charactereval.json").read_bytes() == before
+
+
+def test_data_use_records_a_verified_folder_without_a_word_on_stderr(workspace, official_dir, capsys):
+    assert main(["data", "use", str(official_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and str(official_dir.absolute()) in out
+    assert locate_data_dir() == official_dir.absolute()
+
+
+def test_every_test_runs_without_the_users_home_workspace_or_data_settings():
+    """The autouse ``hermetic`` fixture (tests/conftest.py): a home and XDG directories of the
+    session's own, no $CHARACTEREVAL_HOME, and the data variables set to what the session
+    resolved when it started (or unset), so that no lookup reads a workspace file."""
+    import os
+
+    from conftest import HOME_VARS, session_data_dir
+
+    home = Path(os.environ["HOME"])
+    assert Path("~").expanduser() == home and home.name.startswith("home")
+    assert all(Path(os.environ[name]).parent == home for name in HOME_VARS)
+    assert runs.WORKSPACE_ENV not in os.environ
+    for benchmark, variable in (("charactereval", "CHARACTEREVAL_DATA_DIR"), ("coser", "COSER_DATA_DIR")):
+        found = session_data_dir(benchmark)
+        assert os.environ.get(variable) == (str(found) if found else None)

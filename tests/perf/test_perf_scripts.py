@@ -79,3 +79,18 @@ def test_the_benchmark_runs_at_its_smallest_size_and_prints_its_ratio(script, of
         pytest.skip(f"CoSER data not found at {coser_data_dir()} (set COSER_DATA_DIR)")
     printed = run_benchmark(script, args, {"CHARACTEREVAL_DATA_DIR": str(official_dir)}, tmp_path, request)
     assert re.search(ratio, printed, re.DOTALL if coser else 0), printed[-3000:]
+
+
+def test_the_leaderboard_benchmark_says_why_it_skips_the_browser_where_playwright_is_missing(monkeypatch):
+    """Chromium installed but not the playwright package: the browser part is skipped with a line,
+    not a ModuleNotFoundError at the end of the run (``None`` in ``sys.modules`` hides a package)."""
+    import importlib.util
+
+    monkeypatch.setitem(sys.modules, "playwright", None)
+    spec = importlib.util.spec_from_file_location("bench_leaderboard_under_test", BENCHMARKS / "bench_leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "CHROMIUM", sys.executable)  # a file that exists, as chromium would
+    assert "playwright package is not installed" in module.browser_missing()
+    monkeypatch.setattr(module, "CHROMIUM", str(ROOT / "no-such-chromium"))
+    assert "is missing" in module.browser_missing()

@@ -90,3 +90,13 @@ def test_the_test_extra_installs_the_docs_extra_as_written():
     very requirements."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["docs"] and set(extras["docs"]) <= set(extras["test"])
+
+
+def test_ci_names_the_data_with_data_use_and_sets_no_data_variable():
+    """.ci/run runs the suite in the README's workspace (docs/hermetic-tests.md): the data named
+    with `data use` and `coser data use`, no data variable set."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("charactereval data use") < ci.index("make test")
+    assert ci.index("charactereval coser data use") < ci.index("make test")
+    assert "unset CHARACTEREVAL_DATA_DIR COSER_DATA_DIR" in ci
+    assert "export CHARACTEREVAL_DATA_DIR" not in ci and "export COSER_DATA_DIR" not in ci

@@ -440,7 +440,9 @@ def _score_locked(
                                                  "rows": len(inputs)})
 
             def emit(record: dict[str, Any]) -> None:
-                out.write(record)
+                # A test checkpoint's label travels with each score it made: the score file alone
+                # says the scores are meaningless (``charactereval.evidence``).
+                out.write({**record, "checkpoint_label": label} if label else record)
                 report.scored += 1
 
             start = time.perf_counter()

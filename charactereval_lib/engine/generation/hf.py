@@ -35,6 +35,7 @@ from charactereval_lib.engine.generation.base import (
     request_sha256,
 )
 from charactereval_lib.engine.generation.context import ContextWindow, chat_prompt_ids, config_context
+from charactereval_lib.engine.generation.hub import check_hub_model
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Requests generated together, each with its prompt's token ids.
@@ -71,6 +72,8 @@ class HFPrompts:
     def __init__(self, model: str, params: DecodingParams, *, batch_size: int, trust_remote_code: bool,
                  max_context: int | None) -> None:
         check_model_path(model)
+        # A Hub id that is not there: one line in seconds, not the Hub client's retries.
+        check_hub_model(model)
         from transformers import AutoConfig, AutoTokenizer
 
         if batch_size < 1:

@@ -31,6 +31,9 @@ _BODIES = (
     "事情没那么简单。",
 )
 OFFLINE_NOTICE = "offline backend: deterministic placeholder replies that mean nothing"
+# The mark every placeholder reply carries in its record: a run's files say what made its
+# replies even without its run.json (``engine.evidence``).
+BACKEND_MARK = {"backend": "offline"}
 
 
 def offline_reply(role: str, digest: str, separator: str) -> str:
@@ -112,4 +115,5 @@ class OfflineBackend(RetryingBackend):
             finish_reason="stop",
             usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
             model=self.model,
+            extra=dict(BACKEND_MARK),
         )

@@ -3,6 +3,8 @@ template built here (nothing downloaded), through the engine."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -191,7 +193,8 @@ def test_without_settings_the_models_own_generation_config_decides_and_the_value
 
 
 @pytest.mark.parametrize("name", ["{tmp}/no-such-model", "./no-such-model", "../no-such-model", "~/no-such-model-here"])
-def test_a_model_path_that_is_not_there_is_one_line_before_anything_is_loaded(name, tmp_path, monkeypatch, capsys):
+def test_a_model_path_that_is_not_there_is_one_line_before_anything_is_loaded(name, official_dir, tmp_path, monkeypatch,
+                                                                             capsys):
     """Not transformers' "Repo id must be in the form ..." after seconds of imports; and a Hub id
     (NAME or ORG/NAME) is left to the Hub."""
     from charactereval_lib.cli import main
@@ -199,9 +202,86 @@ def test_a_model_path_that_is_not_there_is_one_line_before_anything_is_loaded(na
 
     monkeypatch.chdir(tmp_path)
     model = name.format(tmp=tmp_path)
-    assert main(["generate", str(tmp_path / "run"), "--backend", "hf", "--model", model, "--limit", "1"]) == 2
+    assert main(["generate", str(tmp_path / "run"), "--backend", "hf", "--model", model, "--limit", "1",
+                 "--data-dir", str(official_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {model}: no such model directory (a path; a Hugging Face Hub model is named NAME or "
                    "ORG/NAME)"]
     assert not (tmp_path / "run").exists()
     check_model_path("some-org/some-model")
+
+
+class _HubAnswering:
+    """A local stand-in for the Hub's API ($HF_ENDPOINT): every request answered with ``status``,
+    each one counted (a retry would show)."""
+
+    def __init__(self, status: int) -> None:
+        import http.server
+        import threading
+
+        seen = self.paths = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error": "Repository not found"}')
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [404, 401])
+def test_a_hub_model_that_is_not_there_is_one_line_from_one_request(status, official_dir, tmp_path):
+    """The real command in its own process: one request to the Hub's API, no retry messages, one
+    line, and no run directory made. (Seconds, not the Hub client's 49 s of retries.)"""
+    import subprocess
+    import sys
+
+    hub = _HubAnswering(status)
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+           "HF_TOKEN": ""}
+    try:
+        done = subprocess.run([sys.executable, "-m", "charactereval_lib.cli", "generate", str(tmp_path / "run"),
+                               "--backend", "hf", "--model", "no-such-org/no-such-model", "--limit", "1",
+                               "--data-dir", str(official_dir)], env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        hub.close()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: no-such-org/no-such-model: no such model on the Hugging Face Hub ({hub.url} answered {status}; a "
+        "gated or private one needs `hf auth login` or $HF_TOKEN), and not a local directory"]
+    assert hub.paths == ["/api/models/no-such-org/no-such-model"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_offline_hub_and_an_unreachable_one_are_one_line(tmp_path, monkeypatch):
+    from charactereval_lib.engine.generation.base import ConfigError
+    from charactereval_lib.engine.generation.hub import check_hub_model
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"^some-org/some-model: not a local directory, and not in the Hugging "
+                                          r"Face cache \(HF_HUB_OFFLINE is set"):
+        check_hub_model("some-org/some-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    # A port nothing listens on: refused at once.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match=r"cannot reach the Hugging Face Hub at http://127.0.0.1:\d+ .* not in the "
+                                          "local cache"):
+        check_hub_model("some-org/some-model")
+    check_hub_model(str(tmp_path))  # a local directory: nothing asked
