@@ -131,12 +131,15 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
                 cached = specs[name].read(path, manifest, context)
                 if cache:
                     cache.put_views(path, name, cached)
-            if cache and redact is not None:
-                for view in cached:
-                    explorer_data(view, context, redact, cache, known)
-            views += cached
         except (runs.RunError, ValueError, KeyError) as exc:
             warnings.append(f"{path}: cannot be read ({exc}); left out")
+            cached = []
+        # Outside the ``try``: a malformed explorer fails the build, as when the pages are written,
+        # rather than leaving the run out.
+        if cache and redact is not None:
+            for view in cached:
+                explorer_data(view, context, redact, cache, known)
+        views += cached
         if bar is not None:
             bar.update()
     return views, warnings
