@@ -334,6 +334,8 @@ SHARED = "shared"
 SCORE_DECIMALS = 4  # the table shows three; the detail's key-value floats keep KV_DECIMALS
 KV_DECIMALS = 6
 _TEXT_FIELD = {"text": "text", "computation": "text", "note": "text"}
+# The field of each kind of section that holds its values (the rest is the chunk's template).
+_VALUE_FIELD = {**_TEXT_FIELD, "kv": "items", "table": "rows", "dialogue": "messages"}
 
 
 def text_digest(text: str) -> str:
@@ -376,7 +378,8 @@ def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, st
         flat: list[Any] = []
         for section in detail:
             kind = section["kind"]
-            template = {k: v for k, v in section.items() if k not in ("text", "items", "rows", "messages")}
+            template = dict(section)
+            template.pop(_VALUE_FIELD[kind], None)
             if kind in _TEXT_FIELD:
                 body = section["text"]
                 if section.get("shared") and body is not None:
