@@ -38,7 +38,7 @@ from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_
 from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, partial_pooling
 from charactereval_lib.engine.texttable import fmt
 
 OFFLINE_BACKEND = "offline"
@@ -517,34 +517,33 @@ def group_results(
     scores: pd.DataFrame, by: str, *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
 ) -> pd.DataFrame:
-    """Per group (``role`` or ``novel_name``): samples, rows, metrics, the raw mean score and the
-    centred mean (``statistics.group_summary``: score minus its metric's run mean) with a
-    cluster-bootstrap interval over the group's sample ids (NaN where the group has fewer than
-    two samples). The metric means used for centring are held fixed. Sorted from the lowest
-    centred mean."""
+    """Per group (``role`` or ``novel_name``): samples, rows, metrics, the raw mean score, the
+    raw centred mean (``statistics.group_summary``: score minus its metric's run mean) and the
+    partially pooled centred mean with its interval (``stats.partial_pooling``: empirical Bayes
+    over the groups' sample means, so a group of one or two samples is drawn toward the
+    average instead of topping a chart). Sorted from the lowest pooled mean. ``n_boot`` and
+    ``seed`` are accepted for a uniform signature: pooling draws no resamples."""
+    del n_boot, seed
     summary = group_summary(scores, by)
+    columns = ["pooled", "shrinkage", "pooled_low", "pooled_high"]
+    if summary.empty:
+        return summary.assign(mean_score=[], **{c: [] for c in columns})
     centred = scores.assign(centred=scores["score"] - scores.groupby("metric_en")["score"].transform("mean"))
-    low, high, raw = [], [], []
-    for group in summary[by]:
-        part = centred[centred[by] == group]
-        raw.append(float(part["score"].mean()))
-        per_id = part.groupby("id")["centred"].agg(["sum", "count"])
-        if not estimable(len(per_id)):
-            low.append(math.nan)
-            high.append(math.nan)
-            continue
-        weights = resample_counts(len(per_id), n_boot, seed)
-        draws = (weights @ per_id["sum"].to_numpy(float)) / (weights @ per_id["count"].to_numpy(float))
-        lo, hi = percentile_interval(draws[:, None], level)
-        low.append(float(lo[0]))
-        high.append(float(hi[0]))
-    return summary.assign(mean_score=raw, ci_low=low, ci_high=high)
+    per_sample = centred.groupby([by, "id"], as_index=False, sort=False).agg(total=("centred", "sum"),
+                                                                             rows=("centred", "size"))
+    pooled = partial_pooling(per_sample["total"].to_numpy(float), per_sample["rows"].to_numpy(float),
+                             per_sample[by].to_numpy(), level=level).set_index("group")
+    raw = centred.groupby(by)["score"].mean()
+    table = summary.assign(mean_score=summary[by].map(raw).to_numpy(float),
+                           pooled=summary[by].map(pooled["pooled"]).to_numpy(float),
+                           shrinkage=summary[by].map(pooled["shrinkage"]).to_numpy(float),
+                           pooled_low=summary[by].map(pooled["low"]).to_numpy(float),
+                           pooled_high=summary[by].map(pooled["high"]).to_numpy(float))
+    return table.sort_values("pooled", kind="stable").reset_index(drop=True)
 
 
 def group_display(table: pd.DataFrame, by: str, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
-    """``group_results`` as shown: the interval of the centred mean as text (n<2 for a group of
-    one sample)."""
-    ok = estimable(table["n_ids"])
+    """``group_results`` as shown: the raw means beside the pooled one and its interval."""
     return pd.DataFrame(
         {
             COLUMN_LABELS.get(by, by): table[by],
@@ -552,8 +551,9 @@ def group_display(table: pd.DataFrame, by: str, level: float = DEFAULT_LEVEL) ->
             "rows": table["n_rows"],
             "metrics": table["n_metrics"],
             "mean score": table["mean_score"],
-            "centred mean": table["mean_centred"],
-            f"{round(level * 100)}% CI (centred)": [interval_text(lo, hi, k)
-                                                    for lo, hi, k in zip(table["ci_low"], table["ci_high"], ok)],
+            "centred mean (raw)": table["mean_centred"],
+            "centred mean (pooled)": table["pooled"],
+            f"{round(level * 100)}% CI (pooled)": [interval_text(lo, hi, True)
+                                                   for lo, hi in zip(table["pooled_low"], table["pooled_high"])],
         }
     )

@@ -297,29 +297,28 @@ def failure_figure(breakdown: pd.DataFrame) -> Figure:
 
 @with_cjk_font
 def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, level: float = 0.95) -> Figure:
-    """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest centred
-    mean (``analysis.group_results``), with their intervals; all groups when there are at most
-    2k. Groups of one sample have no interval and say n<2."""
+    """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest pooled
+    centred mean (``analysis.group_results``: empirical Bayes, so a group of one sample sits
+    near the average, not at an end), with their intervals and n; all groups when there are at
+    most 2k. A grey cross marks each group's raw mean, to show how far pooling moved it."""
     if table.empty:
         return message_figure(f"No scores yet: no {label} to rank.")
     shown = table if len(table) <= 2 * k else pd.concat([table.head(k), table.tail(k)])
     fig = new_figure(9, 0.32 * len(shown) + 1.6)
     ax = fig.add_subplot()
     y = np.arange(len(shown))
-    ok = estimable(shown["n_ids"])
-    mean = shown["mean_centred"].to_numpy(float)
-    err = np.vstack([mean - shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float) - mean])
+    pooled = shown["pooled"].to_numpy(float)
+    err = np.vstack([pooled - shown["pooled_low"].to_numpy(float), shown["pooled_high"].to_numpy(float) - pooled])
     color = color_palette(RUN_PALETTE)[0]
-    ax.errorbar(mean[ok], y[ok], xerr=err[:, ok], fmt="o", color=color, capsize=2, markersize=4)
-    ax.plot(mean[~ok], y[~ok], "o", markerfacecolor="white", color=color, markersize=4)
-    names = [f"{name} (n={n})" if good else f"{name} ({NOT_ESTIMABLE})"
-             for name, n, good in zip(shown[by], shown["n_ids"], ok)]
-    ax.set_yticks(y, names)
+    ax.errorbar(pooled, y, xerr=err, fmt="o", color=color, capsize=2, markersize=4, label="pooled (empirical Bayes)")
+    ax.plot(shown["mean_centred"].to_numpy(float), y, "x", color="grey", markersize=4, label="raw mean")
+    ax.set_yticks(y, [f"{name} (n={n})" for name, n in zip(shown[by], shown["n_ids"])])
     ax.invert_yaxis()
     ax.axvline(0, color="grey", linewidth=0.8)
     if len(shown) < len(table):
         ax.axhline(k - 0.5, color="lightgrey", linewidth=0.8, linestyle="--")
-    ax.set_xlabel(f"centred mean score (score minus its metric's run mean), {round(level * 100)}% interval")
+    ax.legend(loc="best", fontsize="small")
+    ax.set_xlabel(f"centred mean score (score minus its metric's run mean), pooled, {round(level * 100)}% interval")
     which = f"lowest and highest {k} of {len(table)}" if len(shown) < len(table) else f"all {len(table)}"
     ax.set_title(f"{label.capitalize()}: {which} (n = samples)")
     return fig
