@@ -242,10 +242,12 @@ def partial_pooling(
     between-group variance tau^2 is estimated by the method of moments (DerSimonian-Laird) from
     the raw effects and their within-group sampling variances sigma^2 / n (sigma^2: the pooled
     within-group variance of cluster means). Each group is shrunk toward the grand mean by
-    B = (sigma^2/n) / (sigma^2/n + tau^2): a group of one sample moves most of the way, a group
-    of 50 barely. Its interval is the normal posterior's, est +- z sqrt((1-B) sigma^2/n), which
-    at a group of one sample is as wide as the spread between groups allows. Returns one row per
-    group: n (clusters), raw, pooled, shrinkage, low, high, in the order groups first appear."""
+    B = (k-3)/(k-1) (sigma^2/n) / (sigma^2/n + tau^2) over k groups: a group of one sample moves
+    most of the way, a group of 50 barely. Its interval is Morris's (1983) empirical-Bayes one,
+    est +- z sqrt(V) with V = (sigma^2/n)(1 - (k-1)/k B) + 2/(k-3) B^2 (raw - grand)^2, which
+    counts the uncertainty of tau^2 and the grand mean (fewer than 4 groups: no shrinkage, the
+    raw means with their own standard errors). Returns one row per group: n (clusters), raw,
+    pooled, shrinkage, low, high, in the order groups first appear."""
     import numpy as np
     import pandas as pd
     from scipy.special import ndtri
@@ -265,11 +267,18 @@ def partial_pooling(
     q = float(np.sum((raw - grand_fixed) ** 2 / v)) if np.all(v > 0) else 0.0
     c = float(np.sum(1 / v) - np.sum(1 / v ** 2) / np.sum(1 / v)) if np.all(v > 0) else 0.0
     tau2 = max(0.0, (q - (len(n) - 1)) / c) if c > 0 else 0.0
+    k = len(n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        grand = float(np.sum(raw / (v + tau2)) / np.sum(1 / (v + tau2))) if tau2 + v.min(initial=0) > 0 else float(np.mean(raw))
-        shrink = np.where(v + tau2 > 0, v / (v + tau2), 1.0)
+        precision = 1 / (v + tau2)
+        grand = float(np.sum(raw * precision) / np.sum(precision)) if np.all(np.isfinite(precision)) else float(np.mean(raw))
+        # Morris's corrections: the shrinkage factor (k-3)/(k-1) for estimating tau^2 and the
+        # grand mean, and the variance term for the uncertainty of the shrinkage itself (the
+        # naive posterior variance undercovers, most where it shrinks most).
+        correction = (k - 3) / (k - 1) if k > 3 else 0.0
+        shrink = np.where(v + tau2 > 0, correction * v / (v + tau2), 0.0)
+        variance = v * (1 - (k - 1) / k * shrink) + (2 / (k - 3) if k > 3 else 0.0) * shrink ** 2 * (raw - grand) ** 2
     pooled = grand + (1 - shrink) * (raw - grand)
-    half = ndtri(1 - (1 - level) / 2) * np.sqrt((1 - shrink) * v)
+    half = ndtri(1 - (1 - level) / 2) * np.sqrt(variance)
     return pd.DataFrame({"group": names, "n": n.astype(int), "raw": raw, "pooled": pooled, "shrinkage": shrink,
                          "low": pooled - half, "high": pooled + half})
 

@@ -203,7 +203,11 @@ def character_effects(tally: Tally, n_samples: int, rng: np.random.Generator, n_
     frame = reward_run(n_samples, rng, characters=characters, effects=latent)
     found = group_results(frame, "role", n_boot=n_boot, seed=int(rng.integers(2**31)))
     grid, curve = _effect_curve()
-    truth = np.interp(latent[found["role"].to_numpy(int)], grid, curve)
+    effect = np.interp(latent, grid, curve)
+    # Centred means are relative to the run's metric means, which carry the run's own mix of
+    # characters: the estimand is a character's effect minus the sample-weighted mean effect.
+    share = np.bincount(characters, minlength=n_characters) / n_samples
+    truth = (effect - np.sum(share * effect))[found["role"].to_numpy(int)]
     tally.add("character effect (pooled)", found["n_ids"], found["pooled_low"], found["pooled_high"], truth)
 
 
@@ -263,7 +267,8 @@ def judge_metascores(tally: Tally, n_items: int, rng: np.random.Generator, n_boo
     hits = rng.random(len(item)) < rate[item]
     human = np.where(rng.random(len(item)) < 0.5, "A", "B")
     predicted = np.where(hits, human, np.where(human == "A", "B", "A"))
-    found = label_agreement(predicted, human, item.tolist(), n_boot=n_boot, seed=int(rng.integers(2**31)))
+    found = label_agreement(predicted.tolist(), human.tolist(), item.tolist(), alpha_level="nominal", n_boot=n_boot,
+                            seed=int(rng.integers(2**31)))
     tally.add("judge metascore", [n_items], [found.metascore.low], [found.metascore.high], [_true_hit_rate()])
 
 
