@@ -38,7 +38,7 @@ from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_
 from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, partial_pooling
+from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, TOO_FEW_REASON, partial_pooling
 from charactereval_lib.engine.texttable import fmt
 
 OFFLINE_BACKEND = "offline"
@@ -227,7 +227,7 @@ def run_caveats(
     small = [f"{metric_label(name)} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
     if small and any(metric_n.values()):
         caveats.append(
-            f"No interval can be estimated for {', '.join(small)}: fewer than 2 scored rows. "
+            f"No interval is given for {', '.join(small)}: {TOO_FEW_REASON}. "
             f"Tables and figures mark these {NOT_ESTIMABLE}, and dimension averages that include them."
         )
     if manifest.get("protocol_version") not in (None, PROTOCOL_VERSION):
@@ -363,7 +363,7 @@ def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> 
 
 
 def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> pd.DataFrame:
-    """The per-metric table: mean, interval (n<2 where it cannot be estimated), SD, rows and the
+    """The per-metric table: mean, interval (n<4 where it cannot be estimated), SD, rows and the
     rows lost to failed generations ("–" without the official data)."""
     m = stats.metrics
     ok = estimable(m["n"])
@@ -403,7 +403,7 @@ def _cell_labels(stats_metrics: pd.DataFrame, dimension_names: Sequence[str]) ->
 
 def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
     """Metric and dimension means of several runs, one "mean [CI]" column per run in the order
-    given (n<2 where the interval cannot be estimated)."""
+    given (n<4 where the interval cannot be estimated)."""
     if not analyses:
         raise ValueError("no runs to compare")
 
@@ -453,7 +453,7 @@ def paired_tables(
 ) -> dict[str, pd.DataFrame]:
     """One display table per comparison (``compare_to_first``'s order), columns named by run:
     the first run's mean, the other run's mean, their difference with its paired interval
-    (n<2 where it cannot be estimated), the Wilcoxon p (n<2 for fewer than two shared rows) and
+    (n<4 where it cannot be estimated), the Wilcoxon p (n<4 for fewer than four shared rows) and
     the Holm-adjusted p over every test in the report (all cells of all comparisons), and the
     MDD at 80% power."""
     if len(comparisons) != len(analyses) - 1:
@@ -464,8 +464,8 @@ def paired_tables(
         dims = comparison.dimensions.assign(n=comparison.dimensions["n_ids"])
         cells = pd.concat([metrics, dims], ignore_index=True)
         cells["estimable"] = paired_estimable(comparison)
-        # A test of fewer than two differences says nothing (one difference gives p = 1): it is
-        # shown as n<2 and left out of the Holm family.
+        # A test of fewer than four differences says little (three give p >= 0.25 at best): it
+        # is shown as n<4 and left out of the Holm family.
         cells["p_wilcoxon"] = cells["p_wilcoxon"].where(estimable(cells["n"]))
         cells["cell"] = _cell_labels(metrics, comparison.dimensions["name"])
         cells_by_label[label] = cells

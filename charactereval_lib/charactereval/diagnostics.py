@@ -128,7 +128,7 @@ def dimension_estimable(stats: Statistics) -> np.ndarray:
 
 def paired_estimable(comparison: PairedComparison) -> np.ndarray:
     """Per cell of a paired comparison (12 metrics, then 3 dimensions): whether its difference
-    has an estimable interval (>= 2 shared rows; for a dimension, >= 2 shared samples and every
+    has an estimable interval (>= 4 shared rows; for a dimension, >= 4 shared samples and every
     one of its metrics estimable)."""
     dims = comparison.dimensions
     dim_ok = _dimensions_estimable(comparison.metrics, dims["dimension"]) & estimable(dims["n_ids"])
@@ -149,7 +149,7 @@ def sample_size_table(stats: Statistics, *, alpha: float = 0.05, power: float = 
     The MDD assumes no pairing gain (independent rows of equal n and this run's SD). Two models
     scored on the same rows usually correlate positively, which makes the paired MDD smaller:
     the comparison report shows the paired value measured on real differences. Metrics with
-    n < 2 have no half-width (NaN), not a zero one."""
+    n < 4 have no half-width (NaN), not a zero one."""
     table = stats.metrics[["metric_en", "abbr", "dimension", "n", "sd"]].copy()
     half_width = (stats.metrics["ci_high"] - stats.metrics["ci_low"]) / 2
     table["ci_half_width"] = half_width.where(estimable(table["n"]))

@@ -70,7 +70,7 @@ def _paper_values(baselines: Sequence[str], level: str, table: pd.DataFrame | No
 
 
 def _not_estimable_labels(names: Sequence[str], runs: Mapping[str, Statistics], level: str) -> list[str]:
-    """Axis labels, with "(n<2)" where some run has a value on that axis but no interval (an
+    """Axis labels, with "(n<4)" where some run has a value on that axis but no interval (an
     axis without any value, before scoring, is simply left empty)."""
     flagged = set()
     for stats in runs.values():
@@ -89,7 +89,7 @@ def radars(
 ) -> Figure:
     """Two radars side by side on the declared 1-5 scale: the 12 metric means and the 3
     dimension averages of one or more runs (intervals shaded) with chosen paper baselines
-    (dashed), one legend for both. Axes whose interval cannot be estimated say n<2."""
+    (dashed), one legend for both. Axes whose interval cannot be estimated say n<4."""
     fig = new_figure(14, 7.2)
     fig.suptitle("Mean scores on the 1-5 scale (shaded: bootstrap interval; dashed: paper, Table 4)")
     ax_m, ax_d = fig.subplots(1, 2, subplot_kw={"projection": "polar"})
@@ -169,7 +169,7 @@ def sample_size_figure(
     alpha: float = 0.05, power: float = 0.8,
 ) -> Figure:
     """Four panels: rows per metric (failed rows stacked when known), interval half-width vs n
-    with the 1.96*sd/sqrt(n) curve (metrics with n<2 named, not plotted), minimum detectable
+    with the 1.96*sd/sqrt(n) curve (metrics with n<4 named, not plotted), minimum detectable
     difference per metric, and a histogram of rows per character."""
     if scores.empty:
         return message_figure("No scores yet: sample sizes are shown once the run is scored.")
@@ -330,7 +330,7 @@ def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, leve
 @with_cjk_font
 def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Figure:
     """Forest plot: per metric and dimension, each comparison's mean difference (on shared rows)
-    with its paired bootstrap interval; a hollow marker where fewer than 2 shared rows leave no
+    with its paired bootstrap interval; a hollow marker where fewer than 4 shared rows leave no
     interval."""
     if not comparisons:
         return message_figure("No comparisons.")

@@ -36,6 +36,7 @@ from charactereval_lib.engine import reportkit, runs
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence
+from charactereval_lib.engine.stats import TOO_FEW
 from charactereval_lib.engine.texttable import fmt
 from charactereval_lib.engine.validation import validate
 
@@ -46,7 +47,7 @@ ROUTERS = ("openrouter.ai",)
 AVERAGE = "average"
 SCORES = (*DIMENSIONS, AVERAGE)
 DISPLAY_DIGITS = 2  # the paper prints two decimals
-NO_INTERVAL = "n<2 scenes"
+NO_INTERVAL = f"{TOO_FEW} scenes"
 # Seed 004 H30: the repeats are not independent runs.
 REPEATS_NOTE = ("The repeats share their prompts (each scene's random stream is seeded from the scene alone, as "
                 "upstream reuses its setup) and every turn's first call is at temperature 0, so they differ only where "

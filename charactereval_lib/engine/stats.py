@@ -238,31 +238,34 @@ def partial_pooling(
     """Empirical-Bayes estimates of group effects from per-cluster totals.
 
     ``sums`` and ``counts``: one row per cluster (a sample), ``groups``: the group of each
-    cluster (a character, a novel). A group's raw effect is its mean of cluster means; the
-    between-group variance tau^2 is estimated by the method of moments (DerSimonian-Laird) from
-    the raw effects and their within-group sampling variances sigma^2 / n (sigma^2: the pooled
-    within-group variance of cluster means). Each group is shrunk toward the grand mean by
-    B = (k-3)/(k-1) (sigma^2/n) / (sigma^2/n + tau^2) over k groups: a group of one sample moves
-    most of the way, a group of 50 barely. Its interval is Morris's (1983) empirical-Bayes one,
-    est +- z sqrt(V) with V = (sigma^2/n)(1 - (k-1)/k B) + 2/(k-3) B^2 (raw - grand)^2, which
-    counts the uncertainty of tau^2 and the grand mean (fewer than 4 groups: no shrinkage, the
-    raw means with their own standard errors). Returns one row per group: n (clusters), raw,
-    pooled, shrinkage, low, high, in the order groups first appear."""
+    cluster (a character, a novel). A group's raw effect is its row mean (its sums over its
+    counts), with sampling variance v = sigma^2 sum(c^2) / sum(c)^2 (sigma^2: the pooled
+    within-group variance of cluster means, so rows of one cluster count as one observation
+    of it). The between-group variance tau^2 is estimated by the method of moments
+    (DerSimonian-Laird). Each group is shrunk toward the precision-weighted grand mean by
+    B = (k-3)/(k-1) v / (v + tau^2) over k groups: a group of one sample moves most of the way,
+    a group of 50 barely. Its interval is Morris's (1983) empirical-Bayes one, est +- z sqrt(V)
+    with V = v (1 - (k-1)/k B) + 2/(k-3) B^2 (raw - grand)^2, which counts the uncertainty of
+    tau^2 and the grand mean (fewer than 4 groups: no shrinkage, the raw means with their own
+    standard errors). Returns one row per group: n (clusters), raw, pooled, shrinkage, low,
+    high, in the order groups first appear."""
     import numpy as np
     import pandas as pd
     from scipy.special import ndtri
 
     _check_level(level)
-    cluster_means = np.asarray(sums, dtype=float) / np.asarray(counts, dtype=float)
-    frame = pd.DataFrame({"group": groups, "value": cluster_means})
-    by = frame.groupby("group", sort=False)["value"]
+    sums, counts = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
+    frame = pd.DataFrame({"group": groups, "sum": sums, "count": counts, "count2": counts ** 2,
+                          "value": sums / counts})
+    by = frame.groupby("group", sort=False)
+    totals = by[["sum", "count", "count2"]].sum()
+    names = totals.index
     n = by.size().to_numpy(float)
-    raw = by.mean().to_numpy(float)
-    names = by.size().index
-    within = frame["value"] - by.transform("mean")
+    raw = (totals["sum"] / totals["count"]).to_numpy(float)
+    within = frame["value"] - frame["group"].map(pd.Series(raw, index=names))
     dof = len(frame) - len(n)
-    sigma2 = float((within ** 2).sum() / dof) if dof > 0 else float(np.var(cluster_means))
-    v = sigma2 / n
+    sigma2 = float((within ** 2).sum() / dof) if dof > 0 else float(np.var(frame["value"]))
+    v = sigma2 * (totals["count2"] / totals["count"] ** 2).to_numpy(float)
     grand_fixed = np.sum(raw / v) / np.sum(1 / v) if np.all(v > 0) else float(np.mean(raw))
     q = float(np.sum((raw - grand_fixed) ** 2 / v)) if np.all(v > 0) else 0.0
     c = float(np.sum(1 / v) - np.sum(1 / v ** 2) / np.sum(1 / v)) if np.all(v > 0) else 0.0

@@ -360,7 +360,7 @@ def test_book_figure_keeps_markers_whole_titles_full_and_marks_one_scene_books()
     low, high = ax.get_ylim()
     assert low <= -0.5 and high >= 1.5  # half a row of room around both markers
     assert [t.get_text() for t in ax.get_yticklabels()] == [long_title, "Short"]
-    assert [t.get_text() for t in ax.texts] == ["n<2"]
+    assert [t.get_text() for t in ax.texts] == ["n<4"]
     assert "not clipped" in ax.get_xlabel()
     many = {f"book {k}": {"tag": "id", "scores": {"average": {"mean": float(k), "low": k - 1.0, "high": k + 1.0}}}
             for k in range(100)}
