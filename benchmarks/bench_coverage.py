@@ -70,15 +70,17 @@ def main() -> None:
     others = coverage.alternatives(args.reps, n_boot=args.n_boot, seed=2).table()
 
     print(f"coverage at a nominal 95% ({args.reps} runs per size, {args.n_boot} resamples; {simulated:.0f} s)")
-    print(f"{'interval':42} {'n':>6} {'trials':>7} {'coverage':>9}")
+    header = f"{'interval':42} {'n':>6} {'trials':>7} {'coverage':>9} {'median width':>13}"
+    print(header)
     for row in table.itertuples():
-        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%}")
+        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.median_width:13.3f}")
     worst = table.loc[table["coverage"].idxmin()]
     print(f"worst printed cell: {worst['kind']}, n {worst['band']}: {worst['coverage']:.1%} "
           f"(target {coverage.TARGET:.0%})")
-    print("\nmethods not chosen (metric means)")
+    print("\nmethods not chosen (metric means; scores span 1-5, so a width above 4 says nothing)")
+    print(header)
     for row in others.itertuples():
-        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%}")
+        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.median_width:13.3f}")
 
     rng = np.random.default_rng(3)
     scores = coverage.reward_run(args.samples, rng)

@@ -37,7 +37,7 @@ from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
 from charactereval_lib.engine import stats
 
 # Bands of n (clusters behind an interval) the coverage is reported in.
-BANDS: tuple[tuple[int, int], ...] = ((1, 1), (2, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 10**9))
+BANDS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 10**9))
 NOMINAL = 0.95
 TARGET = 0.93
 # The test set's mean number of metrics per sample (8,032 rows / 4,564 samples).
@@ -65,7 +65,7 @@ def _reward_scores(centre: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def true_metric_means(shift: bool = False, draws: int = 400_000) -> np.ndarray:
+def true_metric_means(shift: bool = False, draws: int = 200_000) -> np.ndarray:
     """Expected score per metric (run A, or run B with its shift) over samples and noise."""
     rng = np.random.default_rng(12345 + shift)
     centre = _METRIC_CENTRES + (_SHIFT_B if shift else 0.0)
@@ -106,10 +106,11 @@ class Tally:
 
     hits: dict[tuple[str, tuple[int, int]], int]
     trials: dict[tuple[str, tuple[int, int]], int]
+    widths: dict[tuple[str, tuple[int, int]], list[float]]
 
     @classmethod
     def empty(cls) -> Tally:
-        return cls(defaultdict(int), defaultdict(int))
+        return cls(defaultdict(int), defaultdict(int), defaultdict(list))
 
     def add(self, kind: str, n: Iterable[int], low: Iterable[float], high: Iterable[float],
             truth: Iterable[float]) -> None:
@@ -120,12 +121,15 @@ class Tally:
             band = band_of(int(k))
             self.trials[kind, band] += 1
             self.hits[kind, band] += int(lo <= t <= hi)
+            self.widths[kind, band].append(hi - lo)
 
     def table(self) -> pd.DataFrame:
-        """kind, band, trials, coverage (a row per cell with at least one printed interval)."""
-        rows = [{"kind": kind, "band": band_label(band), "trials": n, "coverage": self.hits[kind, band] / n}
+        """kind, band, trials, coverage, median width (a row per cell with at least one printed
+        interval)."""
+        rows = [{"kind": kind, "band": band_label(band), "trials": n, "coverage": self.hits[kind, band] / n,
+                 "median_width": float(np.median(self.widths[kind, band]))}
                 for (kind, band), n in sorted(self.trials.items(), key=lambda item: (item[0][0], item[0][1]))]
-        return pd.DataFrame(rows, columns=["kind", "band", "trials", "coverage"])
+        return pd.DataFrame(rows, columns=["kind", "band", "trials", "coverage", "median_width"])
 
 
 def band_of(n: int) -> tuple[int, int]:
@@ -155,10 +159,8 @@ def run_means(tally: Tally, n_samples: int, rng: np.random.Generator, n_boot: in
     found = metric_statistics(frame, n_boot=n_boot, seed=int(rng.integers(2**31)))
     truth = true_metric_means()
     tally.add("metric mean", found.metrics["n"], found.metrics["ci_low"], found.metrics["ci_high"], truth)
-    dim_n = [frame[frame["metric_en"].isin([m.metric_en for m in METRICS if m.dimension.key == d.key])]["id"].nunique()
-             for d in DIMENSIONS]
     dims = _dimension_truth(truth)
-    tally.add("dimension average", dim_n, found.dimensions["ci_low"], found.dimensions["ci_high"], dims)
+    tally.add("dimension average", _dimension_clusters(frame), found.dimensions["ci_low"], found.dimensions["ci_high"], dims)
     # The overall score's band is that of its smallest metric: that is what decides whether it
     # is printed at all.
     tally.add("board row (overall)", [int(found.metrics["n"].min())], [found.overall[1]], [found.overall[2]],
@@ -166,18 +168,28 @@ def run_means(tally: Tally, n_samples: int, rng: np.random.Generator, n_boot: in
 
 
 def paired_differences(tally: Tally, n_samples: int, rng: np.random.Generator, n_boot: int) -> None:
-    """Run A minus run B on the same rows, per metric and per dimension."""
-    from charactereval_lib.charactereval.statistics import paired_comparison
+    """Run A minus run B on the same rows, per metric and per dimension: the intervals
+    ``paired_comparison`` prints, which are ``metric_statistics`` of the paired differences
+    (called directly: its Wilcoxon tests, a permutation test on tied data, would be most of the
+    simulation's time and print no interval)."""
+    from charactereval_lib.charactereval.statistics import metric_statistics, paired_rows
 
     frame = reward_run(n_samples, rng, paired=True)
     a = frame[["id", "metric_en", "score"]]
     b = frame[["id", "metric_en", "score_b"]].rename(columns={"score_b": "score"})
-    found = paired_comparison(a, b, n_boot=n_boot, seed=int(rng.integers(2**31)))
+    rows = paired_rows(a, b)
+    found = metric_statistics(rows.rename(columns={"diff": "score"}), n_boot=n_boot, seed=int(rng.integers(2**31)))
     truth = true_metric_means() - true_metric_means(shift=True)
     tally.add("paired difference (metric)", found.metrics["n"], found.metrics["ci_low"], found.metrics["ci_high"],
               truth)
-    tally.add("paired difference (dimension)", found.dimensions["n_ids"], found.dimensions["ci_low"],
+    tally.add("paired difference (dimension)", _dimension_clusters(rows), found.dimensions["ci_low"],
               found.dimensions["ci_high"], _dimension_truth(truth))
+
+
+def _dimension_clusters(frame: pd.DataFrame) -> list[int]:
+    """Samples with a row in each dimension."""
+    return [frame[frame["metric_en"].isin([m.metric_en for m in METRICS if m.dimension.key == d.key])]["id"].nunique()
+            for d in DIMENSIONS]
 
 
 @lru_cache(maxsize=None)
@@ -186,7 +198,7 @@ def _effect_curve() -> tuple[np.ndarray, np.ndarray]:
     over metrics and samples minus the metric means, on a grid (clipping bends it)."""
     rng = np.random.default_rng(777)
     grid = np.linspace(-0.8, 0.8, 33)
-    latent = rng.normal(0.0, _SAMPLE_SD, size=(60_000, 1))
+    latent = rng.normal(0.0, _SAMPLE_SD, size=(20_000, 1))
     base = true_metric_means()
     values = [float((_reward_scores(_METRIC_CENTRES[None, :] + latent + a, rng).mean(axis=0) - base).mean())
               for a in grid]
@@ -220,22 +232,19 @@ def coser_frame(n_scenes: int, rng: np.random.Generator, repeats: int = 2) -> pd
 
     centres = np.array([62.0, 55.0, 48.0, 58.0])[: len(COSER_DIMENSIONS)]
     scene_effect = rng.normal(0.0, 9.0, size=n_scenes)
-    rows = []
-    for repeat in range(repeats):
-        noise = -(rng.gamma(2.0, 6.0, size=(n_scenes, len(centres))) - 12.0)
-        scores = np.clip(np.round(centres[None, :] + scene_effect[:, None] + noise), 0, 100)
-        for s in range(n_scenes):
-            for d, name in enumerate(COSER_DIMENSIONS):
-                rows.append({"repeat": repeat, "scene": f"s{s}", "tag": "id" if s % 2 == 0 else "ood",
-                             "book": f"b{s // 3}", "dimension": name, "score": float(scores[s, d])})
-    return pd.DataFrame(rows)
+    noise = -(rng.gamma(2.0, 6.0, size=(repeats, n_scenes, len(centres))) - 12.0)
+    scores = np.clip(np.round(centres[None, None, :] + scene_effect[None, :, None] + noise), 0, 100)
+    repeat, scene, dimension = (axis.ravel() for axis in np.indices(scores.shape))
+    return pd.DataFrame({"repeat": repeat, "scene": [f"s{k}" for k in scene],
+                         "tag": np.where(scene % 2 == 0, "id", "ood"), "book": [f"b{k // 3}" for k in scene],
+                         "dimension": np.asarray(COSER_DIMENSIONS)[dimension], "score": scores.ravel()})
 
 
 @lru_cache(maxsize=None)
 def coser_truth() -> np.ndarray:
     """Expected CoSER score per dimension, then their average."""
     rng = np.random.default_rng(4242)
-    frame = coser_frame(200_000, rng, repeats=1)
+    frame = coser_frame(100_000, rng, repeats=1)
     means = frame.groupby("dimension", sort=False)["score"].mean().to_numpy()
     return np.append(means, means.mean())
 
@@ -286,8 +295,8 @@ def _true_hit_rate() -> float:
 # Kind -> (simulation, the run sizes it is drawn at). Sizes are samples (CharacterEval), scenes
 # (CoSER) or items (metascore); a run's metrics then fall into several bands of n.
 SIMULATIONS: dict[str, tuple[Callable[[Tally, int, np.random.Generator, int], None], tuple[int, ...]]] = {
-    "means": (run_means, (10, 24, 48, 120, 400)),
-    "paired": (paired_differences, (10, 24, 48, 120, 400)),
+    "means": (run_means, (10, 24, 48, 120, 400, 1000)),
+    "paired": (paired_differences, (10, 24, 48, 120, 400, 1000)),
     "characters": (character_effects, (60, 200, 600)),
     "coser": (coser_scores, (4, 6, 10, 24, 60)),
     "metascore": (judge_metascores, (4, 8, 15, 30, 80)),
