@@ -91,7 +91,11 @@ def radars(
     dimension averages of one or more runs (intervals shaded) with chosen paper baselines
     (dashed), one legend for both. Axes whose interval cannot be estimated say n<4."""
     fig = new_figure(14, 7.2)
-    fig.suptitle("Mean scores on the 1-5 scale (shaded: bootstrap interval; dashed: paper, Table 4)")
+    halves = [np.nanmax((s.metrics["ci_high"] - s.metrics["ci_low"]).to_numpy(float) / 2) for s in runs.values()
+              if s.metrics["ci_low"].notna().any()]
+    widest = f", widest ±{max(halves):.2f}" if halves else ""
+    level = next((f"{round(s.level * 100)}% " for s in runs.values()), "")
+    fig.suptitle(f"Mean scores on the 1-5 scale (band and capped bars: {level}interval{widest}; dashed: paper, Table 4)")
     ax_m, ax_d = fig.subplots(1, 2, subplot_kw={"projection": "polar"})
     metric_axes = [m.abbr for m in METRICS]
     radar_axes(ax_m, pd.concat([_run_values(runs, "metric"), _paper_values(baselines, "metric", table)],
@@ -267,14 +271,24 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
 # --- failures ------------------------------------------------------------------------------------
 
 
+def failures_sentence(breakdown: pd.DataFrame) -> str | None:
+    """What a report says instead of the failures figure when it would draw no bar (nothing to
+    inspect, or every check at 0); None when some check counts something."""
+    if breakdown.empty:
+        return "No generations or rows to inspect."
+    if not breakdown["count"].any():
+        return f"No failures and no warning signs: all {len(breakdown)} checks are at 0."
+    return None
+
+
 @with_cjk_font
 def failure_figure(breakdown: pd.DataFrame) -> Figure:
     """Share of samples or rows affected by each failure kind, with counts. Labels keep the
-    ``role：`` marker as the tables spell it (full-width colon)."""
-    if breakdown.empty:
-        return message_figure("No generations or rows to inspect.")
-    if not breakdown["count"].any():
-        return message_figure(f"No failures and no warning signs: all {len(breakdown)} checks are at 0.")
+    ``role：`` marker as the tables spell it (full-width colon). Reports show
+    ``failures_sentence`` instead when it has one (an empty panel says less than a sentence)."""
+    sentence = failures_sentence(breakdown)
+    if sentence:
+        return message_figure(sentence)
     labels = breakdown["category"] + ": " + breakdown["detail"]
     fig = new_figure(10, 0.45 * len(breakdown) + 1.5)
     ax = fig.add_subplot()
