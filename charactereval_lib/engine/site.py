@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.stats import TOO_FEW, TOO_FEW_REASON
 from charactereval_lib.engine.texttable import fmt
 
 ASSETS = "assets"
@@ -121,11 +122,24 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
             '</body></html>\n')
 
 
+def _interval(row: Mapping[str, Any]) -> str:
+    """A board row's interval: [low, high], or why it has none (a score over too few clusters:
+    ``stats.TOO_FEW`` with its reason on hover); – without a score."""
+    low, high = row["ci"] or [None, None]
+    if low is None and row["score"] is not None:
+        return f'<span title="{esc(TOO_FEW_REASON)}">{TOO_FEW}</span>'
+    return f"[{fmt(low)}, {fmt(high)}]" if low is not None else "–"
+
+
 # --- the index -------------------------------------------------------------------------------
 
 
-LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
-                   "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
+# Said as the explorers show it: CharacterEval's shows each sample's context, the model's reply
+# and the judge's answer (no character profile); CoSER's, each scene's simulated dialogue and
+# the judge's flaws.
+LICENCE_WARNING = ("This site holds test-set text: the CharacterEval explorer shows each sample's context, the run's "
+                   "reply and any judge's answer (not the character profiles); the CoSER explorer shows each scene's "
+                   "simulated dialogue and the judge's critiques (flaws). Publish it only where the benchmarks' licences "
                    "allow (a benchmark's repository may carry none: docs/leaderboard.md). `charactereval "
                    "leaderboard --redact` writes a site without any test-set text.")
 REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
@@ -195,10 +209,9 @@ def _board_html(board: Mapping[str, Any]) -> str:
         rank = "–" if row["rank"] is None else str(row["rank"])
         if row.get("tie_test") and row["tie_test"]["tied_with_above"]:
             rank += ' <span class="tie" title="not separated from the row above">(tied)</span>'
-        ci = row["ci"] or [None, None]
         out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}{_decoding(row)}</td>'
                    f'<td><a href="runs/{esc(row["page"])}/index.html">{esc(row["run"])}</a></td>'
-                   f'<td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td><td>{row["n"]}</td>'
+                   f'<td>{fmt(row["score"])}</td><td>{_interval(row)}</td><td>{row["n"]}</td>'
                    f'<td>{row["failures"]}</td></tr>')
     out.append("</tbody></table>")
     if others:
@@ -207,9 +220,8 @@ def _board_html(board: Mapping[str, Any]) -> str:
                    'analysis, best first.</p><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
                    '<th>score</th><th>95% CI</th><th>n</th><th>failed</th><th>why not ranked</th></tr></thead><tbody>')
         for row in others:
-            ci = row["ci"] or [None, None]
             out.append(f'<tr><td>{esc(row["model"])}{_decoding(row)}</td><td><a href="runs/{esc(row["page"])}/index.html">'
-                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td>'
+                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>{_interval(row)}</td>'
                        f'<td>{row["n"]}</td><td>{row["failures"]}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
