@@ -239,19 +239,21 @@ def partial_pooling(
 
     ``sums`` and ``counts``: one row per cluster (a sample), ``groups``: the group of each
     cluster (a character, a novel). A group's raw effect is its row mean (its sums over its
-    counts), with sampling variance v = sigma^2 sum(c^2) / sum(c)^2 (sigma^2: the pooled
-    within-group variance of cluster means, so rows of one cluster count as one observation
-    of it). The between-group variance tau^2 is estimated by the method of moments
-    (DerSimonian-Laird). Each group is shrunk toward the precision-weighted grand mean by
+    counts), with sampling variance v = sum(c^2 sigma_c^2) / sum(c)^2 (sigma_c^2: the pooled
+    within-group variance of the means of clusters of c rows, so rows of one cluster count as
+    one observation of it). The between-group variance tau^2 is the Paule-Mandel estimate (the moment
+    estimate DerSimonian-Laird's one-step formula approximates: with group sizes from 1 to
+    hundreds, that step underestimates tau^2, shrinks too much and undercovers large groups). Each group is shrunk toward the precision-weighted grand mean by
     B = (k-3)/(k-1) v / (v + tau^2) over k groups: a group of one sample moves most of the way,
-    a group of 50 barely. Its interval is Morris's (1983) empirical-Bayes one, est +- z sqrt(V)
+    a group of 50 barely. Its interval is Morris's (1983) empirical-Bayes one, est +- t sqrt(V)
+    (t: Student's quantile with k-1 degrees of freedom)
     with V = v (1 - (k-1)/k B) + 2/(k-3) B^2 (raw - grand)^2, which counts the uncertainty of
     tau^2 and the grand mean (fewer than 4 groups: no shrinkage, the raw means with their own
     standard errors). Returns one row per group: n (clusters), raw, pooled, shrinkage, low,
     high, in the order groups first appear."""
     import numpy as np
     import pandas as pd
-    from scipy.special import ndtri
+    from scipy.special import ndtri, stdtrit
 
     _check_level(level)
     sums, counts = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
@@ -262,14 +264,19 @@ def partial_pooling(
     names = totals.index
     n = by.size().to_numpy(float)
     raw = (totals["sum"] / totals["count"]).to_numpy(float)
-    within = frame["value"] - frame["group"].map(pd.Series(raw, index=names))
+    within = (frame["value"] - frame["group"].map(pd.Series(raw, index=names))) ** 2
     dof = len(frame) - len(n)
-    sigma2 = float((within ** 2).sum() / dof) if dof > 0 else float(np.var(frame["value"]))
-    v = sigma2 * (totals["count2"] / totals["count"] ** 2).to_numpy(float)
-    grand_fixed = np.sum(raw / v) / np.sum(1 / v) if np.all(v > 0) else float(np.mean(raw))
-    q = float(np.sum((raw - grand_fixed) ** 2 / v)) if np.all(v > 0) else 0.0
-    c = float(np.sum(1 / v) - np.sum(1 / v ** 2) / np.sum(1 / v)) if np.all(v > 0) else 0.0
-    tau2 = max(0.0, (q - (len(n) - 1)) / c) if c > 0 else 0.0
+    sigma2 = float(within.sum() / dof) if dof > 0 else float(np.var(frame["value"]))
+    # A cluster of two rows varies less than one of one row: the variance of cluster means is
+    # estimated per cluster size (its share of the residual degrees of freedom), falling back to
+    # the common one where a size has fewer than 5 degrees of freedom.
+    share = dof / len(frame) if len(frame) else 0.0
+    by_size = within.groupby(frame["count"]).agg(["sum", "size"])
+    size_dof = by_size["size"] * share
+    variances = (by_size["sum"] / size_dof).where(size_dof >= 5, sigma2)
+    frame["weighted"] = frame["count2"] * frame["count"].map(variances)
+    v = (frame.groupby("group", sort=False)["weighted"].sum() / totals["count"] ** 2).to_numpy(float)
+    tau2 = _between_variance(raw, v)
     k = len(n)
     with np.errstate(invalid="ignore", divide="ignore"):
         precision = 1 / (v + tau2)
@@ -281,9 +288,36 @@ def partial_pooling(
         shrink = np.where(v + tau2 > 0, correction * v / (v + tau2), 0.0)
         variance = v * (1 - (k - 1) / k * shrink) + (2 / (k - 3) if k > 3 else 0.0) * shrink ** 2 * (raw - grand) ** 2
     pooled = grand + (1 - shrink) * (raw - grand)
-    half = ndtri(1 - (1 - level) / 2) * np.sqrt(variance)
+    # Student's t with k-1 degrees of freedom rather than z: the grand mean and tau^2 come from
+    # the k groups themselves (as Hartung-Knapp do for a meta-analysis' mean).
+    half = (stdtrit(k - 1, 1 - (1 - level) / 2) if k > 1 else ndtri(1 - (1 - level) / 2)) * np.sqrt(variance)
     return pd.DataFrame({"group": names, "n": n.astype(int), "raw": raw, "pooled": pooled, "shrinkage": shrink,
                          "low": pooled - half, "high": pooled + half})
+
+
+def _between_variance(raw: np.ndarray, v: np.ndarray) -> float:
+    """Paule-Mandel: the tau^2 >= 0 at which the weighted residuals sum(w (raw - mean_w)^2) with
+    w = 1/(v + tau^2) equal their expectation k - 1 (bisection: the sum falls as tau^2 grows)."""
+    import numpy as np
+
+    k = len(raw)
+    if k < 2 or not np.all(v > 0):
+        return 0.0
+
+    def excess(tau2: float) -> float:
+        w = 1 / (v + tau2)
+        mean = np.sum(w * raw) / np.sum(w)
+        return float(np.sum(w * (raw - mean) ** 2)) - (k - 1)
+
+    if excess(0.0) <= 0:
+        return 0.0
+    low, high = 0.0, float(np.var(raw)) * 2 + float(v.max())
+    while excess(high) > 0:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess(middle) > 0 else (low, middle)
+    return (low + high) / 2
 
 
 def clopper_pearson(successes: float, n: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:

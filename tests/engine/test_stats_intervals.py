@@ -75,12 +75,14 @@ def test_clopper_pearson_known_values():
 def test_partial_pooling_shrinks_small_groups_most():
     rng = np.random.default_rng(8)
     groups = np.array([f"g{k}" for k in range(10) for _ in range(15)] + ["lone"])
-    values = np.array([0.1 * (k - 5) + rng.normal(0, 0.4) for k in range(10) for _ in range(15)] + [2.0])
+    values = np.array([0.1 * (k - 5) + rng.normal(0, 0.4) for k in range(10) for _ in range(15)] + [1.0])
     table = stats.partial_pooling(values, np.ones(len(values)), groups).set_index("group")
     lone, big = table.loc["lone"], table.loc["g9"]
-    assert lone["raw"] == 2.0 and lone["n"] == 1 and lone["shrinkage"] > 0.4 > 0.1 > big["shrinkage"]
-    assert lone["pooled"] < 1.2 and lone["low"] < lone["pooled"] < lone["high"]
+    assert lone["raw"] == 1.0 and lone["n"] == 1 and lone["shrinkage"] > 3 * big["shrinkage"]
+    assert lone["pooled"] < 0.8 and lone["low"] < lone["pooled"] < lone["high"]
     assert big["raw"] == pytest.approx(values[groups == "g9"].mean())
+    # The one-sample group's interval is wider than any 15-sample group's.
+    assert lone["high"] - lone["low"] > (table["high"] - table["low"]).drop("lone").max()
 
 
 def test_simulated_coverage_of_every_printed_interval():
