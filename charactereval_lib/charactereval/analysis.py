@@ -38,7 +38,14 @@ from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_
 from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, TOO_FEW_REASON, partial_pooling
+from charactereval_lib.engine.stats import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    DEFAULT_SEED,
+    TOO_FEW_REASON,
+    how_to_read,
+    partial_pooling,
+)
 from charactereval_lib.engine.texttable import fmt
 
 OFFLINE_BACKEND = "offline"
@@ -64,6 +71,15 @@ JUDGE_CAVEAT = (
     "The scores are the grades of the LLM judge {judge_model}, not of CharacterEval's reward model: "
     "the paper's Table 4 (reward-model scores) is not their reference, and their deltas compare different scorers."
 )
+
+
+HOW_TO_READ = how_to_read(
+    "samples", "a sample's metric rows share one reply",
+    "Characters and novels are ranked by their partially pooled centred means (empirical Bayes: a character "
+    "of one or two samples is drawn toward the average, so it cannot top a chart), with Morris's "
+    "empirical-Bayes intervals; the raw means stand beside them. Paired differences resample the samples both "
+    "runs scored; their p-values are two-sided Wilcoxon signed-rank tests, Holm-adjusted over the report. A "
+    "judge's metascore (its exact agreement with human labels) has an exact Clopper-Pearson interval.")
 
 
 @dataclass

@@ -42,6 +42,19 @@ TOO_FEW_REASON = (f"fewer than {MIN_CLUSTERS} clusters: no interval method reach
 BOOTSTRAP_METHOD = "studentized (bootstrap-t) cluster bootstrap: sample ids resampled with replacement"
 
 
+def how_to_read(cluster: str, why: str, extra: str = "") -> str:
+    """The "How to read" paragraph of a report, naming its interval methods: ``cluster`` names
+    what is resampled (plural, e.g. "samples"), ``why`` why they are kept whole, ``extra`` the
+    report's own methods (pooling, tests) as further sentences."""
+    return (f"**How to read.** Means are the protocol's plain means, unchanged, each with its n. Every 95% "
+            f"interval is a studentized (bootstrap-t) cluster bootstrap: whole {cluster} are resampled ({why}), each "
+            f"resample's mean is divided by its own cluster-robust standard error, and the interval is never "
+            f"narrower than Student's t with one degree of freedom fewer than {cluster}; averages get theirs "
+            f"from the same resamples. With fewer than {MIN_CLUSTERS} {cluster} a cell reads {TOO_FEW} instead: "
+            f"{TOO_FEW_REASON}, at a usable width (benchmarks/bench_coverage.py measures the coverage of every "
+            f"kind of interval on simulated data; docs/performance.md). {extra}").strip()
+
+
 @dataclass(frozen=True)
 class Clusters:
     """Per-cluster totals: everything the bootstrap needs, one row per cluster."""
