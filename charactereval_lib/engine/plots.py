@@ -221,8 +221,10 @@ def radar_axes(ax: Axes, values: pd.DataFrame, axes: Sequence[str], labels: Sequ
             ax.fill_between(closed, np.append(low, low[0]), np.append(high, high[0]), color=color, alpha=0.35,
                             linewidth=0.8, edgecolor=color, zorder=2)
             values_now = part["value"].to_numpy(float)
-            ax.errorbar(angles, values_now, yerr=np.vstack([values_now - low, high - values_now]), fmt="none",
-                        ecolor=color, elinewidth=1.2, capsize=3, zorder=3)
+            has = np.isfinite(low) & np.isfinite(high) & np.isfinite(values_now)
+            if has.any():
+                ax.errorbar(angles[has], values_now[has], yerr=np.vstack([values_now - low, high - values_now])[:, has],
+                            fmt="none", ecolor=color, elinewidth=1.2, capsize=3, zorder=3)
             ax.plot(closed, ring, color=color, linewidth=1.4, marker="o", markersize=3, label=series, zorder=4)
         else:
             ax.plot(closed, ring, color=next(paper_colors), linewidth=1.2, linestyle="--", label=f"{series} (paper)")
