@@ -365,7 +365,10 @@ def proportion_interval(hits: np.ndarray, clusters: Sequence[Hashable] | None = 
     effective = float(n)
     if clusters is not None and 0 < share < 1:
         codes, ids = pd.factorize(pd.Series(list(clusters), dtype=object))
-        if len(ids) < n:
+        if len(ids) == 1:
+            # One item holding every label: its design effect cannot be estimated; it counts once.
+            effective = 1.0
+        elif len(ids) < n:
             residual = np.bincount(codes, weights=hits - share, minlength=len(ids))
             robust = len(ids) / max(len(ids) - 1, 1) * float(np.sum(residual ** 2)) / n ** 2
             binomial = share * (1 - share) / n
