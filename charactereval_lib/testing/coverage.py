@@ -65,7 +65,7 @@ def _reward_scores(centre: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def true_metric_means(shift: bool = False, draws: int = 200_000) -> np.ndarray:
+def true_metric_means(shift: bool = False, draws: int = 1_000_000) -> np.ndarray:
     """Expected score per metric (run A, or run B with its shift) over samples and noise."""
     rng = np.random.default_rng(12345 + shift)
     centre = _METRIC_CENTRES + (_SHIFT_B if shift else 0.0)
