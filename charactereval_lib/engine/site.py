@@ -20,7 +20,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -40,13 +40,15 @@ _COMMENTS = re.compile(r"/\*.*?\*/", re.S)
 class Explorer:
     """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
     one table row per sample (values in column order), one detail per row (a list of the typed
-    sections of ``engine.details``), and a note on what is missing (None: nothing)."""
+    sections of ``engine.details``), a note on what is missing (None: nothing), and what test-set
+    text its details show, as the site's index says it ("the X explorer shows ...")."""
 
     columns: Sequence[tuple[str, str, str]]
     filters: Sequence[str]
     rows: list[list[Any]]
     details: list[list[dict[str, Any]]]
     note: str | None
+    shows: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,21 +136,24 @@ def _interval(row: Mapping[str, Any]) -> str:
 # --- the index -------------------------------------------------------------------------------
 
 
-# Said as the explorers show it: CharacterEval's shows each sample's context, the model's reply
-# and the judge's answer (no character profile); CoSER's, each scene's simulated dialogue and
-# the judge's flaws.
-LICENCE_WARNING = ("This site holds test-set text: the CharacterEval explorer shows each sample's context, the run's "
-                   "reply and any judge's answer (not the character profiles); the CoSER explorer shows each scene's "
-                   "simulated dialogue and the judge's critiques (flaws). Publish it only where the benchmarks' licences "
-                   "allow (a benchmark's repository may carry none: docs/leaderboard.md). `charactereval "
-                   "leaderboard --redact` writes a site without any test-set text.")
+LICENCE_WARNING = ("Publish it only where the benchmarks' licences allow (a benchmark's repository may carry none: "
+                   "docs/leaderboard.md). `charactereval leaderboard --redact` writes a site without any test-set "
+                   "text.")
 REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
                    "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
 
 
-def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str) -> str:
+def licence_warning(shows: Iterable[str]) -> str:
+    """The index's warning: what test-set text the site holds, as each benchmark's explorer
+    says it shows it (``Explorer.shows``), then ``LICENCE_WARNING``."""
+    held = "; ".join(dict.fromkeys(phrase for phrase in shows if phrase))
+    return f"This site holds test-set text: {held}. {LICENCE_WARNING}" if held else LICENCE_WARNING
+
+
+def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str,
+               shows: Iterable[str] = ()) -> str:
     notice = (f'<p class="redacted">{esc(REDACTED_NOTICE)}</p>' if content.get("redacted")
-              else f'<p class="licence warning">{esc(LICENCE_WARNING)}</p>')
+              else f'<p class="licence warning">{esc(licence_warning(shows))}</p>')
     parts = ['<header><h1>Leaderboard</h1>',
              f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
              '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
@@ -373,7 +378,8 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
                 target = staging / compare_page(board)
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(compare_html(board), encoding="utf-8")
-        (staging / "index.html").write_text(index_html(content, rules, built), encoding="utf-8")
+        shows = sorted({run.explorer.shows for run in pages})
+        (staging / "index.html").write_text(index_html(content, rules, built, shows), encoding="utf-8")
         outdir.mark(staging, outdir.SITE)
         staging.chmod(0o755)
         outdir.replace(staging, out)
