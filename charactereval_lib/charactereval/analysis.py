@@ -47,7 +47,14 @@ from charactereval_lib.engine import artifacts, reportkit, runs
 from charactereval_lib.engine.evidence import Evidence
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.reportkit import rendered_by
-from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED, percentile_interval, resample_counts
+from charactereval_lib.engine.stats import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    DEFAULT_SEED,
+    TOO_FEW_REASON,
+    how_to_read,
+    partial_pooling,
+)
 from charactereval_lib.engine.texttable import fmt
 
 # The scorer mode import-official records for scores read from an official evaluation file.
@@ -63,6 +70,15 @@ JUDGE_CAVEAT = (
     "The scores are the grades of the LLM judge {judge_model}, not of CharacterEval's reward model: "
     "the paper's Table 4 (reward-model scores) is not their reference, and their deltas compare different scorers."
 )
+
+
+HOW_TO_READ = how_to_read(
+    "samples", "a sample's metric rows share one reply",
+    "Characters and novels are ranked by their partially pooled centred means (empirical Bayes: a character "
+    "of one or two samples is drawn toward the average, so it cannot top a chart), with Morris's "
+    "empirical-Bayes intervals; the raw means stand beside them. Paired differences resample the samples both "
+    "runs scored; their p-values are two-sided Wilcoxon signed-rank tests, Holm-adjusted over the report. A "
+    "judge's metascore (its exact agreement with human labels) has an exact Clopper-Pearson interval.")
 
 
 @dataclass
@@ -231,7 +247,7 @@ def run_caveats(
     small = [f"{metric_label(name)} (n={n})" for name, n in (metric_n or {}).items() if not estimable(n)]
     if small and any(metric_n.values()):
         caveats.append(
-            f"No interval can be estimated for {', '.join(small)}: fewer than 2 scored rows. "
+            f"No interval is given for {', '.join(small)}: {TOO_FEW_REASON}. "
             f"Tables and figures mark these {NOT_ESTIMABLE}, and dimension averages that include them."
         )
     if manifest.get("protocol_version") not in (None, PROTOCOL_VERSION):
@@ -382,7 +398,7 @@ def interval_text(low: float, high: float, ok: bool, *, empty: bool = False) -> 
 
 
 def metric_display(stats: Statistics, failed: dict[str, int] | None = None) -> pd.DataFrame:
-    """The per-metric table: mean, interval (n<2 where it cannot be estimated), SD, rows and the
+    """The per-metric table: mean, interval (n<4 where it cannot be estimated), SD, rows and the
     rows lost to failed generations ("–" without the official data)."""
     m = stats.metrics
     ok = estimable(m["n"])
@@ -422,7 +438,7 @@ def _cell_labels(stats_metrics: pd.DataFrame, dimension_names: Sequence[str]) ->
 
 def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
     """Metric and dimension means of several runs, one "mean [CI]" column per run in the order
-    given (n<2 where the interval cannot be estimated)."""
+    given (n<4 where the interval cannot be estimated)."""
     if not analyses:
         raise ValueError("no runs to compare")
 
@@ -472,7 +488,7 @@ def paired_tables(
 ) -> dict[str, pd.DataFrame]:
     """One display table per comparison (``compare_to_first``'s order), columns named by run:
     the first run's mean, the other run's mean, their difference with its paired interval
-    (n<2 where it cannot be estimated), the Wilcoxon p (n<2 for fewer than two shared rows) and
+    (n<4 where it cannot be estimated), the Wilcoxon p (n<4 for fewer than four shared rows) and
     the Holm-adjusted p over every test in the report (all cells of all comparisons), and the
     MDD at 80% power."""
     if len(comparisons) != len(analyses) - 1:
@@ -483,8 +499,8 @@ def paired_tables(
         dims = comparison.dimensions.assign(n=comparison.dimensions["n_ids"])
         cells = pd.concat([metrics, dims], ignore_index=True)
         cells["estimable"] = paired_estimable(comparison)
-        # A test of fewer than two differences says nothing (one difference gives p = 1): it is
-        # shown as n<2 and left out of the Holm family.
+        # A test of fewer than four differences says little (three give p >= 0.25 at best): it
+        # is shown as n<4 and left out of the Holm family.
         cells["p_wilcoxon"] = cells["p_wilcoxon"].where(estimable(cells["n"]))
         cells["cell"] = _cell_labels(metrics, comparison.dimensions["name"])
         cells_by_label[label] = cells
@@ -536,34 +552,33 @@ def group_results(
     scores: pd.DataFrame, by: str, *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
 ) -> pd.DataFrame:
-    """Per group (``role`` or ``novel_name``): samples, rows, metrics, the raw mean score and the
-    centred mean (``statistics.group_summary``: score minus its metric's run mean) with a
-    cluster-bootstrap interval over the group's sample ids (NaN where the group has fewer than
-    two samples). The metric means used for centring are held fixed. Sorted from the lowest
-    centred mean."""
+    """Per group (``role`` or ``novel_name``): samples, rows, metrics, the raw mean score, the
+    raw centred mean (``statistics.group_summary``: score minus its metric's run mean) and the
+    partially pooled centred mean with its interval (``stats.partial_pooling``: empirical Bayes
+    over the groups' sample means, so a group of one or two samples is drawn toward the
+    average instead of topping a chart). Sorted from the lowest pooled mean. ``n_boot`` and
+    ``seed`` are accepted for a uniform signature: pooling draws no resamples."""
+    del n_boot, seed
     summary = group_summary(scores, by)
+    columns = ["pooled", "shrinkage", "pooled_low", "pooled_high"]
+    if summary.empty:
+        return summary.assign(mean_score=[], **{c: [] for c in columns})
     centred = scores.assign(centred=scores["score"] - scores.groupby("metric_en")["score"].transform("mean"))
-    low, high, raw = [], [], []
-    for group in summary[by]:
-        part = centred[centred[by] == group]
-        raw.append(float(part["score"].mean()))
-        per_id = part.groupby("id")["centred"].agg(["sum", "count"])
-        if not estimable(len(per_id)):
-            low.append(math.nan)
-            high.append(math.nan)
-            continue
-        weights = resample_counts(len(per_id), n_boot, seed)
-        draws = (weights @ per_id["sum"].to_numpy(float)) / (weights @ per_id["count"].to_numpy(float))
-        lo, hi = percentile_interval(draws[:, None], level)
-        low.append(float(lo[0]))
-        high.append(float(hi[0]))
-    return summary.assign(mean_score=raw, ci_low=low, ci_high=high)
+    per_sample = centred.groupby([by, "id"], as_index=False, sort=False).agg(total=("centred", "sum"),
+                                                                             rows=("centred", "size"))
+    pooled = partial_pooling(per_sample["total"].to_numpy(float), per_sample["rows"].to_numpy(float),
+                             per_sample[by].to_numpy(), level=level).set_index("group")
+    raw = centred.groupby(by)["score"].mean()
+    table = summary.assign(mean_score=summary[by].map(raw).to_numpy(float),
+                           pooled=summary[by].map(pooled["pooled"]).to_numpy(float),
+                           shrinkage=summary[by].map(pooled["shrinkage"]).to_numpy(float),
+                           pooled_low=summary[by].map(pooled["low"]).to_numpy(float),
+                           pooled_high=summary[by].map(pooled["high"]).to_numpy(float))
+    return table.sort_values("pooled", kind="stable").reset_index(drop=True)
 
 
 def group_display(table: pd.DataFrame, by: str, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
-    """``group_results`` as shown: the interval of the centred mean as text (n<2 for a group of
-    one sample)."""
-    ok = estimable(table["n_ids"])
+    """``group_results`` as shown: the raw means beside the pooled one and its interval."""
     return pd.DataFrame(
         {
             COLUMN_LABELS.get(by, by): table[by],
@@ -571,8 +586,9 @@ def group_display(table: pd.DataFrame, by: str, level: float = DEFAULT_LEVEL) ->
             "rows": table["n_rows"],
             "metrics": table["n_metrics"],
             "mean score": table["mean_score"],
-            "centred mean": table["mean_centred"],
-            f"{round(level * 100)}% CI (centred)": [interval_text(lo, hi, k)
-                                                    for lo, hi, k in zip(table["ci_low"], table["ci_high"], ok)],
+            "centred mean (raw)": table["mean_centred"],
+            "centred mean (pooled)": table["pooled"],
+            f"{round(level * 100)}% CI (pooled)": [interval_text(lo, hi, True)
+                                                   for lo, hi in zip(table["pooled_low"], table["pooled_high"])],
         }
     )

@@ -20,7 +20,7 @@ import pandas as pd
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, ERROR_OUTPUT, METRICS
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
-from charactereval_lib.engine.stats import minimum_detectable_difference
+from charactereval_lib.engine.stats import MIN_CLUSTERS, TOO_FEW, minimum_detectable_difference
 
 # --- the bf16 grid ------------------------------------------------------------------------------
 
@@ -101,11 +101,10 @@ def grid_check(scores: pd.DataFrame) -> pd.DataFrame:
 
 # --- sample size -------------------------------------------------------------------------------
 
-# A bootstrap of one row always redraws that row, so its "interval" has zero width: it is not an
-# estimate of anything. Intervals need at least this many rows (or sample ids).
-MIN_N_FOR_INTERVAL = 2
+# Below this many rows (or sample ids) no interval keeps its promise (``stats.TOO_FEW_REASON``).
+MIN_N_FOR_INTERVAL = MIN_CLUSTERS
 # How tables and figures mark an interval that cannot be estimated.
-NOT_ESTIMABLE = "n<2"
+NOT_ESTIMABLE = TOO_FEW
 
 
 def metric_label(metric_en: str) -> str:
@@ -115,7 +114,7 @@ def metric_label(metric_en: str) -> str:
 
 
 def estimable(n: int | float | Iterable[int | float] | np.ndarray) -> bool | np.ndarray:
-    """True where ``n`` rows are enough for an interval (n >= 2); NaN counts are not."""
+    """True where ``n`` rows are enough for an interval (n >= MIN_N_FOR_INTERVAL); NaN counts are not."""
     n = np.asarray(n, dtype=float)
     result = np.nan_to_num(n, nan=0.0) >= MIN_N_FOR_INTERVAL
     return bool(result) if result.ndim == 0 else result
@@ -129,7 +128,7 @@ def dimension_estimable(stats: Statistics) -> np.ndarray:
 
 def paired_estimable(comparison: PairedComparison) -> np.ndarray:
     """Per cell of a paired comparison (12 metrics, then 3 dimensions): whether its difference
-    has an estimable interval (>= 2 shared rows; for a dimension, >= 2 shared samples and every
+    has an estimable interval (>= 4 shared rows; for a dimension, >= 4 shared samples and every
     one of its metrics estimable)."""
     dims = comparison.dimensions
     dim_ok = _dimensions_estimable(comparison.metrics, dims["dimension"]) & estimable(dims["n_ids"])
@@ -150,7 +149,7 @@ def sample_size_table(stats: Statistics, *, alpha: float = 0.05, power: float = 
     The MDD assumes no pairing gain (independent rows of equal n and this run's SD). Two models
     scored on the same rows usually correlate positively, which makes the paired MDD smaller:
     the comparison report shows the paired value measured on real differences. Metrics with
-    n < 2 have no half-width (NaN), not a zero one."""
+    n < 4 have no half-width (NaN), not a zero one."""
     table = stats.metrics[["metric_en", "abbr", "dimension", "n", "sd"]].copy()
     half_width = (stats.metrics["ci_high"] - stats.metrics["ci_low"]) / 2
     table["ci_half_width"] = half_width.where(estimable(table["n"]))

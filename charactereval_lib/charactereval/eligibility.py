@@ -22,7 +22,7 @@ from charactereval_lib.charactereval.documents import CharacterEvalManifest
 from charactereval_lib.charactereval.identity import generation_served, judge_served
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
 from charactereval_lib.charactereval.reference import PAPER_DECIMALS, deltas, load_paper_table
-from charactereval_lib.charactereval.statistics import dimension_draws, metric_statistics
+from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.engine import thinking
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
@@ -42,7 +42,6 @@ from charactereval_lib.engine.board import (
 from charactereval_lib.engine.generation.base import ROUTING_PARAMS
 from charactereval_lib.engine.manifest import GenerationSection
 from charactereval_lib.engine.served import ALIASES, caveats, mismatches
-from charactereval_lib.engine.stats import percentile_interval
 
 HEADLINE = "overall: mean of the 3 dimension averages (a platform choice; the paper has no overall score)"
 # Failed samples (None/"ERROR" replies) leave every mean, which raises a score (seed 001 row 11);
@@ -224,10 +223,8 @@ def _view(run: layout.CharacterEvalRun, manifest: dict[str, Any], typed: Charact
                    caveats=caveats(facts["served_roles"]), parsed=parsed)
     if len(frame):
         stats = metric_statistics(frame)
-        overall = dimension_draws(stats.draws).mean(axis=1)
-        low, high = percentile_interval(overall[:, None], stats.level)
-        view.score = float(stats.dimensions["mean"].mean())
-        view.ci = (float(low[0]), float(high[0]))
+        view.score, low, high = stats.overall
+        view.ci = (None, None) if math.isnan(low) else (low, high)
         view.clusters = frame.groupby("id")["score"].mean().to_dict()
         view.facts["stats"] = stats
     return view

@@ -14,6 +14,9 @@ from charactereval_lib.engine import details as sections
 from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
+# What test-set text the details show, for the site's licence warning: the context and replies,
+# never the character profile (a sample's detail has no profile section).
+SHOWS = "the CharacterEval explorer shows each sample's context, the run's reply and any judge's answer (no character profiles)"
 COLUMNS = [("id", "sample", "int"), ("character", "character", "text"), ("novel", "novel", "text"),
            ("metric", "metric", "text"), ("dimension", "dimension", "text"), ("rm", "RM score", "num"),
            ("judge", "judge score", "num"), ("disagreement", "|RM − judge|", "num"), ("failure", "failure", "text")]
@@ -54,7 +57,7 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
             details.append([sections.note("Failure (left out of every mean)", failure, failure=True),
                             *_detail(samples.get(sample_id), generation.get("model_output"), None, {}, None, {})])
     note = None if data else "contexts are not shown: the official data could not be loaded"
-    return Explorer(COLUMNS, FILTERS, rows, details, note)
+    return Explorer(COLUMNS, FILTERS, rows, details, note, SHOWS)
 
 
 def _detail(sample: Any, reply: str | None, first_line: str | None, rm: Mapping[str, Any], judge_model: str | None,

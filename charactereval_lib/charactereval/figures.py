@@ -70,7 +70,7 @@ def _paper_values(baselines: Sequence[str], level: str, table: pd.DataFrame | No
 
 
 def _not_estimable_labels(names: Sequence[str], runs: Mapping[str, Statistics], level: str) -> list[str]:
-    """Axis labels, with "(n<2)" where some run has a value on that axis but no interval (an
+    """Axis labels, with "(n<4)" where some run has a value on that axis but no interval (an
     axis without any value, before scoring, is simply left empty)."""
     flagged = set()
     for stats in runs.values():
@@ -89,9 +89,13 @@ def radars(
 ) -> Figure:
     """Two radars side by side on the declared 1-5 scale: the 12 metric means and the 3
     dimension averages of one or more runs (intervals shaded) with chosen paper baselines
-    (dashed), one legend for both. Axes whose interval cannot be estimated say n<2."""
+    (dashed), one legend for both. Axes whose interval cannot be estimated say n<4."""
     fig = new_figure(14, 7.2)
-    fig.suptitle("Mean scores on the 1-5 scale (shaded: bootstrap interval; dashed: paper, Table 4)")
+    halves = [np.nanmax((s.metrics["ci_high"] - s.metrics["ci_low"]).to_numpy(float) / 2) for s in runs.values()
+              if s.metrics["ci_low"].notna().any()]
+    widest = f", widest ±{max(halves):.2f}" if halves else ""
+    level = next((f"{round(s.level * 100)}% " for s in runs.values()), "")
+    fig.suptitle(f"Mean scores on the 1-5 scale (band and capped bars: {level}interval{widest}; dashed: paper, Table 4)")
     ax_m, ax_d = fig.subplots(1, 2, subplot_kw={"projection": "polar"})
     metric_axes = [m.abbr for m in METRICS]
     radar_axes(ax_m, pd.concat([_run_values(runs, "metric"), _paper_values(baselines, "metric", table)],
@@ -169,7 +173,7 @@ def sample_size_figure(
     alpha: float = 0.05, power: float = 0.8,
 ) -> Figure:
     """Four panels: rows per metric (failed rows stacked when known), interval half-width vs n
-    with the 1.96*sd/sqrt(n) curve (metrics with n<2 named, not plotted), minimum detectable
+    with the 1.96*sd/sqrt(n) curve (metrics with n<4 named, not plotted), minimum detectable
     difference per metric, and a histogram of rows per character."""
     if scores.empty:
         return message_figure("No scores yet: sample sizes are shown once the run is scored.")
@@ -267,14 +271,24 @@ def context_length_figure(scores_with_context: pd.DataFrame, *, bins: int = 8) -
 # --- failures ------------------------------------------------------------------------------------
 
 
+def failures_sentence(breakdown: pd.DataFrame) -> str | None:
+    """What a report says instead of the failures figure when it would draw no bar (nothing to
+    inspect, or every check at 0); None when some check counts something."""
+    if breakdown.empty:
+        return "No generations or rows to inspect."
+    if not breakdown["count"].any():
+        return f"No failures and no warning signs: all {len(breakdown)} checks are at 0."
+    return None
+
+
 @with_cjk_font
 def failure_figure(breakdown: pd.DataFrame) -> Figure:
     """Share of samples or rows affected by each failure kind, with counts. Labels keep the
-    ``role：`` marker as the tables spell it (full-width colon)."""
-    if breakdown.empty:
-        return message_figure("No generations or rows to inspect.")
-    if not breakdown["count"].any():
-        return message_figure(f"No failures and no warning signs: all {len(breakdown)} checks are at 0.")
+    ``role：`` marker as the tables spell it (full-width colon). Reports show
+    ``failures_sentence`` instead when it has one (an empty panel says less than a sentence)."""
+    sentence = failures_sentence(breakdown)
+    if sentence:
+        return message_figure(sentence)
     labels = breakdown["category"] + ": " + breakdown["detail"]
     fig = new_figure(10, 0.45 * len(breakdown) + 1.5)
     ax = fig.add_subplot()
@@ -297,29 +311,28 @@ def failure_figure(breakdown: pd.DataFrame) -> Figure:
 
 @with_cjk_font
 def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, level: float = 0.95) -> Figure:
-    """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest centred
-    mean (``analysis.group_results``), with their intervals; all groups when there are at most
-    2k. Groups of one sample have no interval and say n<2."""
+    """Forest plot of the ``k`` groups with the lowest and the ``k`` with the highest pooled
+    centred mean (``analysis.group_results``: empirical Bayes, so a group of one sample sits
+    near the average, not at an end), with their intervals and n; all groups when there are at
+    most 2k. A grey cross marks each group's raw mean, to show how far pooling moved it."""
     if table.empty:
         return message_figure(f"No scores yet: no {label} to rank.")
     shown = table if len(table) <= 2 * k else pd.concat([table.head(k), table.tail(k)])
     fig = new_figure(9, 0.32 * len(shown) + 1.6)
     ax = fig.add_subplot()
     y = np.arange(len(shown))
-    ok = estimable(shown["n_ids"])
-    mean = shown["mean_centred"].to_numpy(float)
-    err = np.vstack([mean - shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float) - mean])
+    pooled = shown["pooled"].to_numpy(float)
+    err = np.vstack([pooled - shown["pooled_low"].to_numpy(float), shown["pooled_high"].to_numpy(float) - pooled])
     color = color_palette(RUN_PALETTE)[0]
-    ax.errorbar(mean[ok], y[ok], xerr=err[:, ok], fmt="o", color=color, capsize=2, markersize=4)
-    ax.plot(mean[~ok], y[~ok], "o", markerfacecolor="white", color=color, markersize=4)
-    names = [f"{name} (n={n})" if good else f"{name} ({NOT_ESTIMABLE})"
-             for name, n, good in zip(shown[by], shown["n_ids"], ok)]
-    ax.set_yticks(y, names)
+    ax.errorbar(pooled, y, xerr=err, fmt="o", color=color, capsize=2, markersize=4, label="pooled (empirical Bayes)")
+    ax.plot(shown["mean_centred"].to_numpy(float), y, "x", color="grey", markersize=4, label="raw mean")
+    ax.set_yticks(y, [f"{name} (n={n})" for name, n in zip(shown[by], shown["n_ids"])])
     ax.invert_yaxis()
     ax.axvline(0, color="grey", linewidth=0.8)
     if len(shown) < len(table):
         ax.axhline(k - 0.5, color="lightgrey", linewidth=0.8, linestyle="--")
-    ax.set_xlabel(f"centred mean score (score minus its metric's run mean), {round(level * 100)}% interval")
+    ax.legend(loc="best", fontsize="small")
+    ax.set_xlabel(f"centred mean score (score minus its metric's run mean), pooled, {round(level * 100)}% interval")
     which = f"lowest and highest {k} of {len(table)}" if len(shown) < len(table) else f"all {len(table)}"
     ax.set_title(f"{label.capitalize()}: {which} (n = samples)")
     return fig
@@ -331,7 +344,7 @@ def group_extremes(table: pd.DataFrame, by: str, *, label: str, k: int = 8, leve
 @with_cjk_font
 def paired_difference_figure(comparisons: Mapping[str, PairedComparison]) -> Figure:
     """Forest plot: per metric and dimension, each comparison's mean difference (on shared rows)
-    with its paired bootstrap interval; a hollow marker where fewer than 2 shared rows leave no
+    with its paired bootstrap interval; a hollow marker where fewer than 4 shared rows leave no
     interval."""
     if not comparisons:
         return message_figure("No comparisons.")

@@ -19,7 +19,7 @@ from charactereval_lib.charactereval import judge_figures, layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.analysis import interval_text, show
 from charactereval_lib.charactereval.calibration import calibration_caveat
-from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, dimension_estimable, estimable, metric_label
+from charactereval_lib.charactereval.diagnostics import dimension_estimable, estimable, metric_label
 from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
 from charactereval_lib.charactereval.statistics import Statistics, metric_statistics
 from charactereval_lib.charactereval.summary import load_run_scores
@@ -240,7 +240,7 @@ def _estimate_text(value: float, low: float, high: float, ok: bool) -> str:
 
 def scorer_table(comparison: ScorerComparison) -> pd.DataFrame:
     """Metric means and dimension averages of both scorers, one row per cell: per scorer its
-    rows ``n`` and "mean [CI]" (n<2 where no interval), and the judge's invalid answers."""
+    rows ``n`` and "mean [CI]" (n<4 where no interval), and the judge's invalid answers."""
     pct = round(next(iter(comparison.stats.values())).level * 100)
     columns: dict[str, list] = {}
     for scorer in layout.SCORERS:
@@ -276,7 +276,8 @@ def agreement_display(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.D
                "samples": int(first["n_clusters"]), "invalid left out": int(first["invalid_left_out"])}
         for statistic, name in names.items():
             estimate = part.loc[statistic]
-            undefined = NOT_ESTIMABLE if row["n"] < 2 else "undefined"
+            # Agreement statistics keep their percentile bootstrap: undefined below two rows.
+            undefined = "n<2" if row["n"] < 2 else "undefined"
             row[name] = undefined if math.isnan(estimate["value"]) else _estimate_text(
                 estimate["value"], estimate["low"], estimate["high"], bool(np.isfinite(estimate["low"])))
         rows.append(row)
@@ -338,7 +339,7 @@ def comparison_items(run_dirs: Sequence[str | layout.CharacterEvalRun], *, score
     other_name = f"the LLM judge {judge_model}" if other == layout.JUDGE else "the reward model"
     items: list[Any] = [
         Markdown(f"## Reward model and LLM judge\n\nThe same rows scored by {other_name}: mean [{pct}% interval] "
-                 "per metric and dimension average, runs in the order given (n<2: too few rows for an "
+                 "per metric and dimension average, runs in the order given (n<4: too few rows for an "
                  "interval)."),
         show(side_by_side(analyses)),
     ]

@@ -1,9 +1,10 @@
 """Intervals, comparisons and breakdowns around the S9 means of CharacterEval.
 
-Intervals come from a cluster bootstrap over sample ids (``engine.stats``): one sample can carry
-up to 11 metrics and its rows share one reply, so they are not independent; resampling whole
-samples keeps a sample's rows together and gives the dimension averages intervals from the same
-resamples.
+Intervals come from a studentized cluster bootstrap over sample ids (``engine.stats``): one
+sample can carry up to 11 metrics and its rows share one reply, so they are not independent;
+resampling whole samples keeps a sample's rows together and gives the dimension averages and
+the overall score intervals from the same resamples. A metric with fewer than
+``stats.MIN_CLUSTERS`` rows (one sample scores a metric once) has none.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from charactereval_lib.engine.stats import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
     minimum_detectable_difference,
-    percentile_interval,
     wilcoxon_p,
 )
 
@@ -43,6 +43,19 @@ def dimension_draws(metric_draws: np.ndarray) -> np.ndarray:
     return np.stack([metric_draws[:, cols].mean(axis=1) for cols in _DIMENSION_COLUMNS], axis=1)
 
 
+def _combinations() -> np.ndarray:
+    """(12, 16) weights of the metric means in each reported value: the 12 metrics, the 3
+    dimension averages (1/k over a dimension's k metrics) and the overall score (the unweighted
+    mean of the dimension averages, the board's headline)."""
+    dims = np.zeros((len(METRIC_ORDER), len(DIMENSIONS)))
+    for d, cols in enumerate(_DIMENSION_COLUMNS):
+        dims[cols, d] = 1.0 / len(cols)
+    return np.hstack([np.eye(len(METRIC_ORDER)), dims, dims.mean(axis=1, keepdims=True)])
+
+
+_COMBINATIONS = _combinations()
+
+
 @dataclass(frozen=True)
 class Statistics:
     """Per-metric and per-dimension means with bootstrap intervals, and the draws behind them."""
@@ -53,6 +66,9 @@ class Statistics:
     n_boot: int
     seed: int
     level: float
+    # The overall score (mean of the dimension averages) and its interval (NaN where a metric
+    # has too few rows for one).
+    overall: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     def settings(self) -> dict[str, Any]:
         return {"method": BOOTSTRAP_METHOD, "n_boot": self.n_boot, "seed": self.seed, "level": self.level}
@@ -61,25 +77,31 @@ class Statistics:
 def metric_statistics(
     scores: pd.DataFrame, *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL
 ) -> Statistics:
-    """S9 means plus, per metric, the row SD and a cluster-bootstrap interval; dimension
-    averages with intervals from the same resamples. A metric with fewer than two rows has no
-    interval (NaN, written as null): resampling one row gives a zero-width interval that would
-    claim a precision the run does not have; a dimension with such a metric has none either."""
+    """S9 means plus, per metric, the row SD and a studentized cluster-bootstrap interval;
+    dimension averages and the overall score with intervals from the same resamples. A metric
+    with fewer than ``stats.MIN_CLUSTERS`` rows has no interval (NaN, written as null): with so
+    few samples no interval keeps its 95% promise (``stats.TOO_FEW_REASON``); a dimension with
+    such a metric, and then the overall score, has none either."""
     means = metric_means(scores)
     sd = scores.groupby("metric_en")["score"].std(ddof=1) if len(scores) else pd.Series(dtype=float)
     means["sd"] = [float(sd.get(name, math.nan)) for name in METRIC_ORDER]
+    width = len(METRIC_ORDER)
     if len(scores):
-        draws = stats.bootstrap_means(metric_clusters(scores), n_boot, seed)
+        found = stats.studentized_intervals(metric_clusters(scores), _COMBINATIONS, n_boot=n_boot, seed=seed,
+                                            level=level)
+        low, high, draws = found.low, found.high, found.draws[:, :width]
     else:
-        draws = np.full((n_boot, len(METRIC_ORDER)), math.nan)
-    means["ci_low"], means["ci_high"] = percentile_interval(draws, level)
-    too_few = means["n"] < 2
-    means.loc[too_few, ["ci_low", "ci_high"]] = math.nan
+        low = high = np.full(_COMBINATIONS.shape[1], math.nan)
+        draws = np.full((n_boot, width), math.nan)
+    too_few = means["n"] < stats.MIN_CLUSTERS
+    means["ci_low"], means["ci_high"] = np.where(too_few, math.nan, low[:width]), np.where(too_few, math.nan, high[:width])
     dims = dimension_averages(means)
-    dims["ci_low"], dims["ci_high"] = percentile_interval(dimension_draws(draws), level)
     lacking = {m.dimension.key for m, few in zip(METRICS, too_few) if few}
-    dims.loc[dims["dimension"].isin(lacking), ["ci_low", "ci_high"]] = math.nan
-    return Statistics(means, dims, draws, n_boot, seed, level)
+    dim_lacks = dims["dimension"].isin(lacking).to_numpy()
+    dims["ci_low"] = np.where(dim_lacks, math.nan, low[width:width + len(DIMENSIONS)])
+    dims["ci_high"] = np.where(dim_lacks, math.nan, high[width:width + len(DIMENSIONS)])
+    overall = (float(dims["mean"].mean()), *((math.nan, math.nan) if lacking else (float(low[-1]), float(high[-1]))))
+    return Statistics(means, dims, draws, n_boot, seed, level, overall)
 
 
 # --- paired comparison ---------------------------------------------------------------------

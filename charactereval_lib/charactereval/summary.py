@@ -176,7 +176,7 @@ def summary_table_lines(summary: Mapping[str, Any], *, columns: Sequence[str] = 
     """A summary's metric means and dimension averages as terminal lines (``summarize``,
     ``panel``): metrics named as the reports name them, each dimension average on an "(avg)" row
     in the same columns, ``columns`` (of each metric record: n, failed, invalid) before the mean,
-    and the interval (n<2 where there is none)."""
+    and the interval (n<4 where there is none)."""
     from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, metric_label
     from charactereval_lib.engine.texttable import text_table
 

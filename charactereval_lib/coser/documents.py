@@ -41,7 +41,7 @@ NumberKey = Annotated[int, Strict(False)]
 
 
 class Interval(Section):
-    """A mean with its 95% scene-bootstrap interval (low and high None with fewer than two scenes)."""
+    """A mean with its 95% scene-bootstrap interval (low and high None with fewer than four scenes)."""
 
     mean: float | None = None
     low: float | None = None

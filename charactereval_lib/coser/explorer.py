@@ -18,6 +18,8 @@ from charactereval_lib.engine.board import RunView
 from charactereval_lib.engine.site import Explorer
 
 ABBR = {"Storyline Consistency": "SC", "Anthropomorphism": "AN", "Character Fidelity": "CF", "Storyline Quality": "SQ"}
+# What test-set text the details show, for the site's licence warning.
+SHOWS = "the CoSER explorer shows each scene's simulated dialogue and the judge's critiques (flaws)"
 COLUMNS = [("scene", "scene", "text"), ("book", "book", "text"), ("split", "split", "text"),
            ("repeat", "repeat", "int"), *[(ABBR[d], ABBR[d], "num") for d in DIMENSIONS],
            ("average", "average", "num"), ("ended", "ended by", "text"), ("failure", "failure", "text")]
@@ -49,7 +51,7 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
                      key[0], *(None if failure else v for v in values), average,
                      scene.get("ended_by") or ("failed" if scene.get("status") == "error" else None), failure])
         details.append(_detail(scene, computations, SCORE_FORMULAS[formula], bool(clip)))
-    return Explorer(COLUMNS, FILTERS, rows, details, None)
+    return Explorer(COLUMNS, FILTERS, rows, details, None, SHOWS)
 
 
 def _detail(scene: Mapping[str, Any], computations: Mapping[str, Mapping[str, Any]], formula: str,

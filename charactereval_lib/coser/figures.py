@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.plots import RUN_PALETTE, color_palette, count_axis, new_figure, with_cjk_font
+from charactereval_lib.engine.stats import MIN_CLUSTERS, TOO_FEW
 
 SCORES = (*DIMENSIONS, "average")
 SPLIT_COLORS = {"id": "#1f77b4", "ood": "#d62728"}
@@ -59,8 +60,8 @@ def scores_figure(tables: Mapping[str, Mapping[str, Any]], anchor: Mapping[str, 
 @with_cjk_font
 def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Each book's average score with its 95% interval (over the book's own scenes), sorted,
-    coloured by split, its full title on the axis. A book of one scene has no interval: a hollow
-    marker labelled n<2. The rows fill the axis with half a row of margin, so no marker is cut."""
+    coloured by split, its full title on the axis. A book of fewer than 4 scenes has no interval: a hollow
+    marker labelled n<4. The rows fill the axis with half a row of margin, so no marker is cut."""
     books = sorted(((b, e) for b, e in by_book.items() if e["scores"].get("average", {}).get("mean") is not None),
                    key=lambda item: item[1]["scores"]["average"]["mean"])
     fig = new_figure(9, BOOK_BASE_INCHES + BOOK_ROW_INCHES * max(1, len(books)))
@@ -77,9 +78,9 @@ def book_figure(by_book: Mapping[str, Mapping[str, Any]]) -> Figure:
                         markersize=4, label=f"{tag} books")
         if alone:
             ax.plot([cells[k]["mean"] for k in alone], y[[chosen[k] for k in alone]], "o", markersize=4,
-                    markerfacecolor="white", color=color, label=f"{tag} books, one scene (n<2)")
+                    markerfacecolor="white", color=color, label=f"{tag} books, fewer than {MIN_CLUSTERS} scenes ({TOO_FEW})")
             for k in alone:
-                ax.annotate("n<2", (cells[k]["mean"], y[chosen[k]]), xytext=(5, 0), textcoords="offset points",
+                ax.annotate(TOO_FEW, (cells[k]["mean"], y[chosen[k]]), xytext=(5, 0), textcoords="offset points",
                             va="center", fontsize="x-small", color="grey")
     ax.set_yticks(y, [b for b, _ in books], fontsize="small")
     ax.set_ylim(-0.6, max(0.6, len(books) - 0.4))

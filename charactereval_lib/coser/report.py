@@ -36,6 +36,7 @@ from charactereval_lib.engine import reportkit, runs, thinking
 from charactereval_lib.engine.reportkit import rendered_by, warnings_box
 from charactereval_lib.engine.resources import resource_path
 from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence
+from charactereval_lib.engine.stats import TOO_FEW, how_to_read
 from charactereval_lib.engine.texttable import fmt
 from charactereval_lib.engine.validation import validate
 
@@ -46,7 +47,12 @@ ROUTERS = ("openrouter.ai",)
 AVERAGE = "average"
 SCORES = (*DIMENSIONS, AVERAGE)
 DISPLAY_DIGITS = 2  # the paper prints two decimals
-NO_INTERVAL = "n<2 scenes"
+NO_INTERVAL = f"{TOO_FEW} scenes"
+HOW_TO_READ = how_to_read(
+    "scenes", "a scene's dimensions and repeats come from one simulated dialogue",
+    "Per split and per book, the same method runs over that part's scenes only. Paired differences resample the "
+    "scenes both runs judged in full; their p-values are two-sided Wilcoxon signed-rank tests over the per-scene "
+    "differences.")
 # Seed 004 H30: the repeats are not independent runs.
 REPEATS_NOTE = ("The repeats share their prompts (each scene's random stream is seeded from the scene alone, as "
                 "upstream reuses its setup) and every turn's first call is at temperature 0, so they differ only where "
@@ -259,6 +265,7 @@ class CoserAnalysis:
     manifest: dict[str, Any]
     summary: CoserSummary
     anchor: dict[str, Any]
+    how_to_read = HOW_TO_READ  # the report's methods in one paragraph
 
     @property
     def name(self) -> str:

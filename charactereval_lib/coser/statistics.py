@@ -39,30 +39,28 @@ def judged_frame(latest: Sequence[dict[str, Any]], version_clip: bool) -> Any:
 
 def interval_table(frame: Any, n_boot: int, seed: int, categories: Sequence[str] = DIMENSIONS,
                    average: bool = True) -> dict[str, Any]:
-    """Means per category (the four dimensions) and their average, with 95% percentile intervals
-    from a cluster bootstrap that resamples whole scenes (all repeats and categories of a scene
-    together). With fewer than two scenes there is no interval (low and high None)."""
+    """Means per category (the four dimensions) and their average, with 95% studentized
+    intervals from a cluster bootstrap that resamples whole scenes (all repeats and categories
+    of a scene together; ``engine.stats.studentized_intervals``). With fewer than
+    ``stats.MIN_CLUSTERS`` scenes there is no interval (low and high None)."""
     import numpy as np
 
-    from charactereval_lib.engine.stats import bootstrap_means, cluster_totals, percentile_interval
+    from charactereval_lib.engine.stats import cluster_totals, studentized_intervals
 
     if frame.empty:
         return {}
     clusters = cluster_totals(frame, categories, cluster="scene", category="dimension", value="score",
                               label="dimension")
-    draws = bootstrap_means(clusters, n_boot, seed)
+    width = len(categories)
+    combos = np.hstack([np.eye(width), np.full((width, 1), 1.0 / width)]) if average else np.eye(width)
+    found = studentized_intervals(clusters, combos, n_boot=n_boot, seed=seed)
     means = [frame[frame.dimension == d].score.mean() for d in categories]
     names = list(categories)
     if average:
-        draws = np.column_stack([draws, draws.mean(axis=1)])
         means.append(sum(means) / len(means))
         names.append("average")
-    if len(clusters.ids) < 2:
-        low = high = [None] * len(names)
-    else:
-        low, high = percentile_interval(draws)
     return {name: {"mean": _num(m), "low": _num(lo), "high": _num(hi)}
-            for name, m, lo, hi in zip(names, means, low, high)}
+            for name, m, lo, hi in zip(names, means, found.low, found.high)}
 
 
 def _num(value: float | None) -> float | None:

@@ -213,11 +213,19 @@ def radar_axes(ax: Axes, values: pd.DataFrame, axes: Sequence[str], labels: Sequ
         ring = np.append(part["value"].to_numpy(float), part["value"].iloc[0])
         if kind == "run":
             color = next(run_colors)
-            ax.plot(closed, ring, color=color, linewidth=2, marker="o", markersize=3, label=series)
             low = part["ci_low"].where(part["estimable"].astype(bool)).to_numpy(float)
             high = part["ci_high"].where(part["estimable"].astype(bool)).to_numpy(float)
-            ax.fill_between(closed, np.append(low, low[0]), np.append(high, high[0]), color=color, alpha=0.2,
-                            linewidth=0)
+            # A full run's intervals are a few hundredths of a point wide: a pale fill under a
+            # 2-point line vanished. The band is drawn opaque enough to see, its edges are
+            # outlined, and each spoke carries a capped bar (the caller says how wide they are).
+            ax.fill_between(closed, np.append(low, low[0]), np.append(high, high[0]), color=color, alpha=0.35,
+                            linewidth=0.8, edgecolor=color, zorder=2)
+            values_now = part["value"].to_numpy(float)
+            has = np.isfinite(low) & np.isfinite(high) & np.isfinite(values_now)
+            if has.any():
+                ax.errorbar(angles[has], values_now[has], yerr=np.vstack([values_now - low, high - values_now])[:, has],
+                            fmt="none", ecolor=color, elinewidth=1.2, capsize=3, zorder=3)
+            ax.plot(closed, ring, color=color, linewidth=1.4, marker="o", markersize=3, label=series, zorder=4)
         else:
             ax.plot(closed, ring, color=next(paper_colors), linewidth=1.2, linestyle="--", label=f"{series} (paper)")
     ax.set_ylim(low_end, high_end)

@@ -27,7 +27,7 @@ DISPLAY_DIGITS = 3
 
 # Text that reads as a number (signed, scientific, an interval, a ± spread, or a marker in a
 # column of numbers): aligned right with the numbers.
-_NUMBER_LIKE = re.compile(r"(?:[-+−–\d.,e\[\] ±]|n<2(?: scenes)?|n/a|unavailable)*")
+_NUMBER_LIKE = re.compile(r"(?:[-+−–\d.,e\[\] ±]|n<\d+(?: scenes)?|n/a|unavailable)*")
 
 
 def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS, columns: Mapping[str, str] | None = None,

@@ -22,13 +22,14 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.stats import TOO_FEW, TOO_FEW_REASON
 from charactereval_lib.engine.texttable import fmt
 
 ASSETS = "assets"
@@ -41,13 +42,15 @@ _COMMENTS = re.compile(r"/\*.*?\*/", re.S)
 class Explorer:
     """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
     one table row per sample (values in column order), one detail per row (a list of the typed
-    sections of ``engine.details``), and a note on what is missing (None: nothing)."""
+    sections of ``engine.details``), a note on what is missing (None: nothing), and what test-set
+    text its details show, as the site's index says it ("the X explorer shows ...")."""
 
     columns: Sequence[tuple[str, str, str]]
     filters: Sequence[str]
     rows: list[list[Any]]
     details: list[list[dict[str, Any]]]
     note: str | None
+    shows: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,20 +126,36 @@ def page(title: str, body: str, *, depth: int, scripts: Sequence[str] = ()) -> s
             '</body></html>\n')
 
 
+def _interval(row: Mapping[str, Any]) -> str:
+    """A board row's interval: [low, high], or why it has none (a score over too few clusters:
+    ``stats.TOO_FEW`` with its reason on hover); – without a score."""
+    low, high = row["ci"] or [None, None]
+    if low is None and row["score"] is not None:
+        return f'<span title="{esc(TOO_FEW_REASON)}">{TOO_FEW}</span>'
+    return f"[{fmt(low)}, {fmt(high)}]" if low is not None else "–"
+
+
 # --- the index -------------------------------------------------------------------------------
 
 
-LICENCE_WARNING = ("This site holds the runs' replies, the test samples' contexts and profiles, simulated dialogues "
-                   "and judge critiques, that is the benchmarks' test sets: publish it only where their licences "
-                   "allow (a benchmark's repository may carry none: docs/leaderboard.md). `charactereval "
-                   "leaderboard --redact` writes a site without any test-set text.")
+LICENCE_WARNING = ("Publish it only where the benchmarks' licences allow (a benchmark's repository may carry none: "
+                   "docs/leaderboard.md). `charactereval leaderboard --redact` writes a site without any test-set "
+                   "text.")
 REDACTED_NOTICE = ("Redacted: ranks, scores, intervals, per-sample ids, scores and flaw severities only; no test-set "
                    "text (no context, profile, scene, dialogue, reply or critique), and no rendered reports.")
 
 
-def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str) -> str:
+def licence_warning(shows: Iterable[str]) -> str:
+    """The index's warning: what test-set text the site holds, as each benchmark's explorer
+    says it shows it (``Explorer.shows``), then ``LICENCE_WARNING``."""
+    held = "; ".join(dict.fromkeys(phrase for phrase in shows if phrase))
+    return f"This site holds test-set text: {held}. {LICENCE_WARNING}" if held else LICENCE_WARNING
+
+
+def index_html(content: Mapping[str, Any], rules: Mapping[str, Sequence[Any]], built: str,
+               shows: Iterable[str] = ()) -> str:
     notice = (f'<p class="redacted">{esc(REDACTED_NOTICE)}</p>' if content.get("redacted")
-              else f'<p class="licence warning">{esc(LICENCE_WARNING)}</p>')
+              else f'<p class="licence warning">{esc(licence_warning(shows))}</p>')
     parts = ['<header><h1>Leaderboard</h1>',
              f'<p class="meta">Built {esc(built)} from {content["runs"]} run(s). Machine-readable: '
              '<a href="leaderboard.json">leaderboard.json</a>, <a href="leaderboard.csv">leaderboard.csv</a>. '
@@ -197,10 +216,9 @@ def _board_html(board: Mapping[str, Any]) -> str:
         rank = "–" if row["rank"] is None else str(row["rank"])
         if row.get("tie_test") and row["tie_test"]["tied_with_above"]:
             rank += ' <span class="tie" title="not separated from the row above">(tied)</span>'
-        ci = row["ci"] or [None, None]
         out.append(f'<tr class="eligible"><td class="rank">{rank}</td><td>{esc(row["model"])}{_decoding(row)}</td>'
                    f'<td><a href="runs/{esc(row["page"])}/index.html">{esc(row["run"])}</a></td>'
-                   f'<td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td><td>{row["n"]}</td>'
+                   f'<td>{fmt(row["score"])}</td><td>{_interval(row)}</td><td>{row["n"]}</td>'
                    f'<td>{row["failures"]}</td></tr>')
     out.append("</tbody></table>")
     if others:
@@ -209,9 +227,8 @@ def _board_html(board: Mapping[str, Any]) -> str:
                    'analysis, best first.</p><table class="ineligible"><thead><tr><th>model</th><th>run</th>'
                    '<th>score</th><th>95% CI</th><th>n</th><th>failed</th><th>why not ranked</th></tr></thead><tbody>')
         for row in others:
-            ci = row["ci"] or [None, None]
             out.append(f'<tr><td>{esc(row["model"])}{_decoding(row)}</td><td><a href="runs/{esc(row["page"])}/index.html">'
-                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>[{fmt(ci[0])}, {fmt(ci[1])}]</td>'
+                       f'{esc(row["run"])}</a></td><td>{fmt(row["score"])}</td><td>{_interval(row)}</td>'
                        f'<td>{row["n"]}</td><td>{row["failures"]}</td><td><ul class="reasons">'
                        + "".join(f"<li>{esc(r)}</li>" for r in row["reasons"]) + "</ul></td></tr>")
         out.append("</tbody></table>")
@@ -346,11 +363,13 @@ def text_digest(text: str) -> str:
 @dataclass(frozen=True)
 class RunData:
     """A run's explorer data: file name -> its text (or the cached file that holds it, linked into
-    the site), the shared texts it names (digest -> text) and the explorer's note."""
+    the site), the shared texts it names (digest -> text), the explorer's note and what test-set
+    text it shows (``Explorer.shows``)."""
 
     files: Mapping[str, str | Path]
     shared: Mapping[str, str]
     note: str | None
+    shows: str = ""
 
 
 def _round(value: Any, decimals: int) -> Any:
@@ -417,7 +436,7 @@ def run_data(explorer: Explorer) -> RunData:
     for k in range(meta["chunks"]):
         part = _encode_chunk(explorer.details[k * DETAIL_CHUNK:(k + 1) * DETAIL_CHUNK], shared)
         files[f"detail-{k}.js"] = f"window.LB_DETAIL = window.LB_DETAIL || {{}};\n{_js_data(f'window.LB_DETAIL[{k}]', part)}"
-    return RunData(files, shared, explorer.note)
+    return RunData(files, shared, explorer.note, explorer.shows)
 
 
 def write_shared(site_root: Path, texts: Mapping[str, str]) -> None:
@@ -521,7 +540,8 @@ def write_site(out: Path, content: Mapping[str, Any], csv_text: str, pages: Sequ
                 target = staging / compare_page(board)
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(compare_html(board), encoding="utf-8")
-        (staging / "index.html").write_text(index_html(content, rules, built), encoding="utf-8")
+        shows = sorted({run.data.shows for run in pages})
+        (staging / "index.html").write_text(index_html(content, rules, built, shows), encoding="utf-8")
         outdir.mark(staging, outdir.SITE)
         staging.chmod(0o755)
         outdir.replace(staging, out)

@@ -36,7 +36,7 @@ from charactereval_lib.engine.site import RunData
 
 # The version of what the cache holds: bump it when a board reader, an explorer or the site's
 # data encoding changes, so that no entry of the old form is reused.
-BUILD_VERSION = "site-data-3"
+BUILD_VERSION = "site-data-4"
 _VIEWS = "views.pickle"
 _ENTRY = "entry.json"
 
@@ -134,7 +134,8 @@ class RunCache:
             self.rebuilt.add(Path(view.path).resolve())
             return None
         self.used.add(name)
-        data = RunData({f: folder / f for f in entry["files"]}, {d: store[d] for d in entry["shared"]}, entry["note"])
+        data = RunData({f: folder / f for f in entry["files"]}, {d: store[d] for d in entry["shared"]}, entry["note"],
+                       entry["shows"])
         self._made[str(view.path), page, redact] = data
         return data
 
@@ -146,12 +147,12 @@ class RunCache:
             return data
         name = f"runs/{self._data_key(view, page, redact)}"
         self.used.add(name)
-        entry = {"files": sorted(data.files), "shared": sorted(data.shared), "note": data.note}
+        entry = {"files": sorted(data.files), "shared": sorted(data.shared), "note": data.note, "shows": data.shows}
         texts = {f: t.encode("utf-8") for f, t in data.files.items() if isinstance(t, str)}
         self._write(name, {**texts, _ENTRY: json.dumps(entry).encode()})
         self._store().update(data.shared)
         self._new_shared.update(data.shared)
-        cached = RunData({f: self.folder / name / f for f in data.files}, data.shared, data.note)
+        cached = RunData({f: self.folder / name / f for f in data.files}, data.shared, data.note, data.shows)
         self._made[str(view.path), page, redact] = cached
         return cached
 

@@ -82,8 +82,8 @@ def test_radar_marks_metrics_without_an_interval(two_runs):
     stats = metric_statistics(scores, n_boot=50)
     fig = figures.radars({"one": stats})
     metrics, dimensions = fig.axes
-    assert metrics.get_xticklabels()[0].get_text() == "Flu\n(n<2)"
-    assert "(n<2)" in dimensions.get_xticklabels()[0].get_text()
+    assert metrics.get_xticklabels()[0].get_text() == "Flu\n(n<4)"
+    assert "(n<4)" in dimensions.get_xticklabels()[0].get_text()
     assert metrics.get_xticklabels()[1].get_text() == "Coh"
 
 
@@ -217,7 +217,7 @@ def test_paired_differences_mark_cells_without_an_interval():
     b = a.assign(score=a["score"] - 0.25 * (a["id"] % 2))
     fig = figures.paired_difference_figure({"a − b": paired_comparison(a, b, n_boot=30)})
     ax = fig.axes[0]
-    assert "hollow: n<2 shared rows" in ax.get_xlabel()
+    assert "hollow: n<4 shared rows" in ax.get_xlabel()
     hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     # Fluency (one shared row) and the Conversational Ability average built on it.
     assert len(hollow) == 1 and len(hollow[0].get_xdata()) >= 2

@@ -19,12 +19,13 @@ def table() -> pd.DataFrame:
 
 
 def paper_like_scores(table: pd.DataFrame, model: str) -> pd.DataFrame:
-    """Two rows per metric whose mean is exactly the published value of ``model``."""
+    """Four rows per metric (enough for an interval) whose mean is exactly the published value
+    of ``model``."""
     rows = []
     for k, metric in enumerate(METRICS):
         value = float(table.loc[model, metric.metric_en])
-        rows += [{"id": 2 * k, "metric_en": metric.metric_en, "score": value - 0.25},
-                 {"id": 2 * k + 1, "metric_en": metric.metric_en, "score": value + 0.25}]
+        rows += [{"id": 4 * k + j, "metric_en": metric.metric_en, "score": value + (0.25 if j % 2 else -0.25)}
+                 for j in range(4)]
     return pd.DataFrame(rows)
 
 
@@ -104,8 +105,8 @@ def test_delta_table_marks_a_run_interval_of_one_row(table):
     scores = scores.drop(scores.index[scores["metric_en"] == "Fluency"][1:])
     stats = metric_statistics(scores, n_boot=20)
     shown = reference.delta_table(stats, ["GPT-4"], table)
-    assert shown.loc["Fluency (Flu)", "this run [95% CI]"].endswith(" n<2")
-    assert shown.loc["Conversational Ability avg.", "this run [95% CI]"].endswith(" n<2")
+    assert shown.loc["Fluency (Flu)", "this run [95% CI]"].endswith(" n<4")
+    assert shown.loc["Conversational Ability avg.", "this run [95% CI]"].endswith(" n<4")
     assert shown.loc["Empathy (Emp)", "this run [95% CI]"].endswith("]")
     long = reference.deltas(stats, ["GPT-4"], table).set_index("key")
     assert pd.isna(long.loc["Fluency", "paper_in_ci"]) and long.loc["Empathy", "paper_in_ci"] in (True, False)

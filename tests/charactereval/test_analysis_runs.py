@@ -170,13 +170,13 @@ def test_a_metric_of_one_row_has_no_interval_in_any_table(tmp_path):
     # summary.json), and no table shows one.
     assert math.isnan(stats.metrics.loc[0, "ci_low"]) and math.isnan(stats.metrics.loc[0, "ci_high"])
     metrics = analysis.metric_display(stats).set_index("metric")
-    assert metrics.loc["Fluency", "95% CI"] == "n<2" and metrics.loc["Coherence", "95% CI"].startswith("[")
+    assert metrics.loc["Fluency", "95% CI"] == "n<4" and metrics.loc["Coherence", "95% CI"].startswith("[")
     dims = analysis.dimension_display(stats).set_index("dimension")
-    assert dims.loc["Conversational Ability", "95% CI"] == "n<2"
+    assert dims.loc["Conversational Ability", "95% CI"] == "n<4"
     assert dims.loc["Character Consistency", "95% CI"].startswith("[")
     assert math.isnan(diagnostics.sample_size_table(stats).loc[0, "ci_half_width"])
     caveats = analysis.run_caveats({}, metric_n=dict(zip(stats.metrics["metric_en"], stats.metrics["n"])))
-    assert caveats == [caveats[0]] and "Fluency (n=1)" in caveats[0] and "n<2" in caveats[0]
+    assert caveats == [caveats[0]] and "Fluency (n=1)" in caveats[0] and "n<4" in caveats[0]
 
 
 def test_paired_cells_of_one_shared_row_have_no_interval():
@@ -187,10 +187,10 @@ def test_paired_cells_of_one_shared_row_have_no_interval():
     comparison = paired_comparison(a, b, n_boot=30)
     cells = analysis.paired_tables([SimpleNamespace(name="b"), SimpleNamespace(name="a")],
                                    {"a − b": comparison})["a − b"].set_index("cell")
-    assert cells.loc["Fluency (Flu)", "95% CI"] == "n<2"
-    assert cells.loc["Fluency (Flu)", "Wilcoxon p"] == "n<2" and cells.loc["Fluency (Flu)", "Holm p"] == "–"
+    assert cells.loc["Fluency (Flu)", "95% CI"] == "n<4"
+    assert cells.loc["Fluency (Flu)", "Wilcoxon p"] == "n<4" and cells.loc["Fluency (Flu)", "Holm p"] == "–"
     assert cells.loc["Empathy (Emp)", "95% CI"].startswith("[")
-    assert cells.loc["Conversational Ability avg.", "95% CI"] == "n<2"
+    assert cells.loc["Conversational Ability avg.", "95% CI"] == "n<4"
 
 
 # --- Holm, display, characters ----------------------------------------------------------------
@@ -243,16 +243,30 @@ def test_group_results_by_hand():
     table = analysis.group_results(scores, "role", n_boot=200).set_index("role")
     # Metric means: Fluency 3, Empathy 3; centred: 甲 (0, 1, -1) -> 0, 乙 (1, -1) -> 0.
     assert table.loc["甲", "mean_centred"] == pytest.approx(0.0) and table.loc["甲", "mean_score"] == pytest.approx(3.0)
-    assert table.loc["甲", "ci_low"] < 0 < table.loc["甲", "ci_high"]
-    single = analysis.group_results(scores[scores["id"] != 2].assign(role=["甲", "甲", "乙", "丙"]), "role", n_boot=50)
-    one = single.set_index("role")
-    assert math.isnan(one.loc["乙", "ci_low"]) and one.loc["甲", "n_ids"] == 1
-    shown = analysis.group_display(single, "role").set_index("character")
-    assert shown.loc["乙", "95% CI (centred)"] == "n<2"
+    # Fewer than 4 groups: nothing to pool toward, the raw means with their own intervals.
+    assert table.loc["甲", "pooled"] == pytest.approx(0.0) and table.loc["甲", "shrinkage"] == 0
+    assert table.loc["甲", "pooled_low"] < 0 < table.loc["甲", "pooled_high"]
+    shown = analysis.group_display(table.reset_index(), "role").set_index("character")
+    assert list(shown.columns[-3:]) == ["centred mean (raw)", "centred mean (pooled)", "95% CI (pooled)"]
+
+
+def test_a_character_of_one_sample_cannot_top_the_pooled_ranking():
+    # 12 characters of 20 samples spread around 0, one of a single sample far above them all.
+    rng = np.random.default_rng(3)
+    rows = [{"id": 100 * c + i, "role": f"c{c}", "metric_en": "Fluency", "score": 3.0 + 0.1 * (c - 6) + rng.normal(0, 0.5)}
+            for c in range(12) for i in range(20)]
+    rows.append({"id": 9999, "role": "lone", "metric_en": "Fluency", "score": 3.7})
+    table = analysis.group_results(pd.DataFrame(rows), "role")
+    lone = table.set_index("role").loc["lone"]
+    assert table["mean_centred"].idxmax() == table.index[table["role"] == "lone"][0]
+    assert table.iloc[-1]["role"] != "lone" and lone["shrinkage"] > 0.5
+    assert lone["pooled_low"] < lone["pooled"] < lone["pooled_high"] and lone["mean_centred"] > lone["pooled"]
+    big = table.set_index("role").loc["c11"]
+    assert big["shrinkage"] < lone["shrinkage"]
 
 
 def test_metrics_without_rows_show_a_dash_not_n_lt_2():
     stats = metric_statistics(pd.DataFrame([{"id": 1, "metric_en": "Fluency", "score": 3.0}]), n_boot=10)
     shown = analysis.metric_display(stats).set_index("metric")
-    assert shown.loc["Fluency", "95% CI"] == "n<2" and shown.loc["Empathy", "95% CI"] == "–"
+    assert shown.loc["Fluency", "95% CI"] == "n<4" and shown.loc["Empathy", "95% CI"] == "–"
     assert analysis.dimension_display(stats).set_index("dimension").loc["Conversational Ability", "95% CI"] == "–"

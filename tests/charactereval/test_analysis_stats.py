@@ -14,7 +14,14 @@ from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.statistics import group_breakdown, group_summary, metric_clusters, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import METRICS_TABLE_COLUMNS, summarize_run
-from charactereval_lib.engine.stats import BOOTSTRAP_METHOD, bootstrap_means, minimum_detectable_difference, percentile_interval, resample_counts
+from charactereval_lib.engine.stats import (
+    BOOTSTRAP_METHOD,
+    bootstrap_means,
+    minimum_detectable_difference,
+    percentile_interval,
+    resample_counts,
+    studentized_intervals,
+)
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
@@ -89,11 +96,15 @@ def test_metric_statistics_keeps_s9_means_and_adds_intervals():
         assert table.loc[name, "sd"] == pytest.approx(expected.loc[name, "std"], rel=1e-12)
         assert table.loc[name, "n"] == expected.loc[name, "count"]
         assert table.loc[name, "ci_low"] < table.loc[name, "mean"] < table.loc[name, "ci_high"]
-    # Dimension intervals come from the same resamples: the average of the metric draws.
+    # Dimension intervals come from the same resamples: the studentized interval of the average
+    # of the dimension's metric means.
     dims = stats.dimensions.set_index("dimension")
     cols = [METRIC_ORDER.index(n) for n in ("Fluency", "Coherence", "Consistency")]
-    dim_draws = stats.draws[:, cols].mean(axis=1)
-    assert dims.loc["conversational_ability", "ci_low"] == pytest.approx(np.percentile(dim_draws, 2.5))
+    combo = np.zeros((len(METRIC_ORDER), 1))
+    combo[cols, 0] = 1 / 3
+    direct = studentized_intervals(metric_clusters(scores), combo, n_boot=400, seed=0)
+    assert dims.loc["conversational_ability", "ci_low"] == pytest.approx(direct.low[0])
+    assert dims.loc["conversational_ability", "ci_high"] == pytest.approx(direct.high[0])
     assert dims.loc["conversational_ability", "mean"] == pytest.approx(table.loc[["Fluency", "Coherence", "Consistency"], "mean"].mean())
     assert stats.settings()["n_boot"] == 400
 

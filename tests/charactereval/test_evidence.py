@@ -71,7 +71,8 @@ def test_without_run_json_summarize_and_the_checks_say_what_the_files_show(offli
 
 
 def test_a_complete_real_looking_run_has_no_warnings_and_lists_its_checks(tmp_path):
-    data = load_official_data(write_synthetic_data(tmp_path / "data", 30), verify=False)
+    # 60 samples: every metric has the 4 samples an interval needs (a smaller run warns of n<4 cells).
+    data = load_official_data(write_synthetic_data(tmp_path / "data", 60), verify=False)
     run = write_synthetic_run(tmp_path / "real", data, backend="openai", rm_label="")
     loaded = analysis.load_run(run, data=data, n_boot=20)
     assert loaded.evidence.all_clear, loaded.evidence.warnings

@@ -32,7 +32,7 @@ def test_summarize_prints_every_row_in_its_columns(tmp_path, capsys):
     assert "Communication skills" in "\n".join(table) and "Communication_skills" not in "\n".join(table)
     assert sum(line.endswith("(avg)") or "(avg)" in line for line in table) == 3
     # The mean column ends at the same place on every row, the "(avg)" rows included.
-    ends = {re.search(r"\d\.\d{3}(?=\s+(\[|n<2|-))", line).end() for line in table[1:]}
+    ends = {re.search(r"\d\.\d{3}(?=\s+(\[|n<\d|-))", line).end() for line in table[1:]}
     assert len(ends) == 1
 
 

@@ -83,7 +83,7 @@ def test_report_renders_a_standalone_html(synthetic_runs, tmp_path, monkeypatch)
     assert parts["Score grid (bf16)"].count(PNG) == 1 and "off grid" in parts["Score grid (bf16)"]
     sample_size = parts["Sample size"]
     assert "<table" in sample_size and "CI half-width" in sample_size and "MDD" in sample_size
-    assert parts["Characters"].count(PNG) == 1 and "95% CI (centred)" in parts["Characters"]
+    assert parts["Characters"].count(PNG) == 1 and "95% CI (pooled)" in parts["Characters"]
     assert parts["Novels"].count(PNG) == 1
     assert sample_size.count(PNG) == 1
     assert parts["Score vs context length"].count(PNG) == 1

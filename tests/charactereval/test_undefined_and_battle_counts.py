@@ -29,7 +29,9 @@ def test_one_label_gives_no_kappa_alpha_or_interval_and_null_in_json():
     summary = metaevaluate(labels, predicted, n_boot=50)
     fluency = summary["groups"]["Fluency"]
     assert fluency["cohen_kappa"]["value"] is None and fluency["krippendorff_alpha"]["value"] is None
-    assert fluency["metascore"]["value"] == 0.0 and fluency["metascore"]["low"] is None
+    # A share of hits has an exact (Clopper-Pearson) interval at any n: 0 of 1 is [0, 0.975].
+    assert fluency["metascore"]["value"] == 0.0 and fluency["metascore"]["low"] == 0.0
+    assert abs(fluency["metascore"]["high"] - 0.975) < 1e-3
     assert json.loads(json.dumps(summary))["groups"]["Fluency"]["cohen_kappa"]["low"] is None
     assert summary["groups"]["Empathy"]["cohen_kappa"]["value"] is not None
 

@@ -76,7 +76,9 @@ def test_smoke_run_records_every_turn_judges_four_dimensions_and_summarizes(clea
     overall = summary["overall"]
     assert set(overall) == {"Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality",
                             "average"}
-    assert all(v["low"] <= v["mean"] <= v["high"] for v in overall.values())
+    # The smoke run's few scenes are too few for an interval (below 4 scenes: none).
+    assert all(v["mean"] is not None and (v["low"] is None) == (summary["counts"]["scenes"] < 4)
+               for v in overall.values())
     assert set(summary["by_split"]) == {"id", "ood"} and summary["judge_failures"] == 0
     assert summary["rouge_l_mean"] is not None
     # A second run on the finished directory sends nothing.

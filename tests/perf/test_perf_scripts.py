@@ -30,6 +30,8 @@ SMOKE = {
     "bench_analysis.py": (["--n-boot", "20", "--baseline-boot", "20", "--no-report"],
                           r"speed-up per resample \(pandas loop / vectorised\): +[\d.]+x", False),
     "bench_cli.py": (["--repeat", "1"], r"slowest --help \(median\): [\d.]+ s", False),
+    "bench_coverage.py": (["--reps", "1", "--n-boot", "50", "--samples", "200", "--no-write"],
+                          r"worst printed cell: .*: [\d.]+%[\s\S]*studentized vs [\d.]+ s percentile \([\d.]+x\)", False),
     "bench_coser.py": (["--scenes", "2", "--sequential-scenes", "1", "--latency", "0.01"],
                        r'"ours_over_ideal": [\d.]+,\s.*"speedup_vs_sequential": [\d.]+', True),
     "bench_coser_metrics.py": (["--scenes", "5"], r'"speedup": [\d.]+', True),

@@ -12,8 +12,10 @@ import pytest
 
 from charactereval_lib import cli
 from charactereval_lib.charactereval.data import load_official_data
+from charactereval_lib.charactereval.explorer import SHOWS as CHARACTEREVAL_SHOWS
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.coser.data import load_test_set
+from charactereval_lib.coser.explorer import SHOWS as COSER_SHOWS
 from charactereval_lib.engine.details import REDACTED
 from charactereval_lib.engine.site import LICENCE_WARNING, REDACTED_NOTICE, read_run_data
 from charactereval_lib.testing.coser_script import role_of, scripted_reply
@@ -116,7 +118,10 @@ def test_the_redacted_site_keeps_ranks_scores_ids_and_severities_and_says_what_i
     full_board, redacted_board = (json.loads((s / "leaderboard.json").read_text(encoding="utf-8")) for s in sites)
     assert redacted_board["redacted"] is True and full_board["redacted"] is False
     assert [b["rows"] for b in redacted_board["boards"]] == [b["rows"] for b in full_board["boards"]]
-    assert LICENCE_WARNING in html.unescape((full / "index.html").read_text(encoding="utf-8"))
+    full_index = html.unescape((full / "index.html").read_text(encoding="utf-8"))
+    # The warning says what each explorer shows: CharacterEval's shows no profile.
+    assert LICENCE_WARNING in full_index and CHARACTEREVAL_SHOWS in full_index and COSER_SHOWS in full_index
+    assert "(no character profiles)" in CHARACTEREVAL_SHOWS
     index = html.unescape((redacted / "index.html").read_text(encoding="utf-8"))
     assert REDACTED_NOTICE in index and LICENCE_WARNING not in index
     [coser_page] = [p for p in (redacted / "runs").iterdir() if p.name.startswith("coser-")]

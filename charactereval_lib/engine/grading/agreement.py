@@ -21,7 +21,7 @@ import krippendorff
 import numpy as np
 import pandas as pd
 
-from charactereval_lib.engine.stats import cluster_weights
+from charactereval_lib.engine.stats import cluster_weights, proportion_interval
 
 DEFAULT_SCALE = (1, 2, 3, 4, 5)
 OVERALL = "overall"
@@ -382,7 +382,8 @@ def label_agreement(
     intervals by `clusters`.
 
     metascore is evals' exact, case-sensitive agreement (an invalid parse matches only a label
-    `__invalid__`); Cohen's kappa and the confusion matrix treat `invalid` as one more category;
+    `__invalid__`), with a Clopper-Pearson interval (``stats.proportion_interval``); Cohen's
+    kappa and the confusion matrix treat `invalid` as one more category;
     Krippendorff's alpha (`alpha_level`) needs numeric labels for ordinal/interval and treats an
     invalid parse as a missing value.
     """
@@ -414,8 +415,13 @@ def label_agreement(
     kappa_point = kappa(ones)[0] if n >= 2 and len(set(human)) >= 2 else float("nan")
     # The share of agreeing rows among none is undefined too.
     exact_point = exact(ones)[0] if n else float("nan")
+    # The metascore is a share of hits: its interval is the exact binomial one (Clopper-Pearson,
+    # at the effective n when labels cluster), which keeps 95% at any n where a bootstrap of a
+    # few 0/1 rows cannot (all-hit resamples give a zero-width interval).
+    hits = np.array([p == h for p, h in zip(predicted, human, strict=True)], dtype=float)
+    meta_low, meta_high = proportion_interval(hits, clusters, confidence)
     return LabelAgreement(
-        with_interval(exact, exact_point),
+        Estimate(float(exact_point), meta_low, meta_high, n, n_clusters),
         with_interval(kappa, kappa_point),
         with_interval(alpha, krippendorff_alpha(data, alpha_level)),
         confusion_matrix(human, predicted, labels),
