@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
+    load_at_start = os.getloadavg()
     start = time.perf_counter()
     tally = coverage.simulate(args.reps, n_boot=args.n_boot, seed=1)
     table = tally.table()
@@ -70,17 +72,17 @@ def main() -> None:
     others = coverage.alternatives(args.reps, n_boot=args.n_boot, seed=2).table()
 
     print(f"coverage at a nominal 95% ({args.reps} runs per size, {args.n_boot} resamples; {simulated:.0f} s)")
-    header = f"{'interval':42} {'n':>6} {'trials':>7} {'coverage':>9} {'median width':>13}"
+    header = f"{'interval':42} {'n':>6} {'trials':>7} {'coverage':>9} {'MC s.e.':>8} {'median width':>13}"
     print(header)
     for row in table.itertuples():
-        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.median_width:13.3f}")
+        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.mc_se:8.1%} {row.median_width:13.3f}")
     worst = table.loc[table["coverage"].idxmin()]
     print(f"worst printed cell: {worst['kind']}, n {worst['band']}: {worst['coverage']:.1%} "
           f"(target {coverage.TARGET:.0%})")
     print("\nmethods not chosen (metric means; scores span 1-5, so a width above 4 says nothing)")
     print(header)
     for row in others.itertuples():
-        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.median_width:13.3f}")
+        print(f"{row.kind:42} {row.band:>6} {row.trials:7d} {row.coverage:9.1%} {row.mc_se:8.1%} {row.median_width:13.3f}")
 
     rng = np.random.default_rng(3)
     scores = coverage.reward_run(args.samples, rng)
@@ -100,6 +102,8 @@ def main() -> None:
                        "studentized_s": round(ours, 4), "percentile_s": round(before, 4),
                        "studentized_over_percentile": round(ours / before, 2)},
             "simulation_s": round(simulated, 1),
+            "load_average_1_5_15_at_start": [round(x, 2) for x in load_at_start],
+            "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
         }
         out = ROOT / "benchmarks" / "results" / f"bench_coverage_{args.label}.json"
         out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -124,12 +124,16 @@ class Tally:
             self.widths[kind, band].append(hi - lo)
 
     def table(self) -> pd.DataFrame:
-        """kind, band, trials, coverage, median width (a row per cell with at least one printed
-        interval)."""
-        rows = [{"kind": kind, "band": band_label(band), "trials": n, "coverage": self.hits[kind, band] / n,
-                 "median_width": float(np.median(self.widths[kind, band]))}
-                for (kind, band), n in sorted(self.trials.items(), key=lambda item: (item[0][0], item[0][1]))]
-        return pd.DataFrame(rows, columns=["kind", "band", "trials", "coverage", "median_width"])
+        """kind, band, trials, coverage, its Monte Carlo standard error, median width (a row per
+        cell with at least one printed interval). The standard error says how far a cell's
+        coverage may lie from the method's true coverage by the simulation's chance alone."""
+        rows = []
+        for (kind, band), n in sorted(self.trials.items(), key=lambda item: (item[0][0], item[0][1])):
+            covered = self.hits[kind, band] / n
+            rows.append({"kind": kind, "band": band_label(band), "trials": n, "coverage": covered,
+                         "mc_se": float(np.sqrt(covered * (1 - covered) / n)),
+                         "median_width": float(np.median(self.widths[kind, band]))})
+        return pd.DataFrame(rows, columns=["kind", "band", "trials", "coverage", "mc_se", "median_width"])
 
 
 def band_of(n: int) -> tuple[int, int]:
