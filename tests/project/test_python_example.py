@@ -23,8 +23,8 @@ def python_example(page: Path) -> str:
 def test_the_python_api_pages_example_runs(official_dir, tiny_rm, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    # The example's models/tiny-rm is the one `make demo` makes: the session's (conftest), whose
-    # tokenizer, trained on the data's text, gives a third of the tokens to score.
+    # The example's models/tiny-rm is the one `make demo` makes: the session's (conftest) stands in,
+    # with the same tokenizer (trained on the data's text, it gives a third of the tokens to score).
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny-rm").symlink_to(tiny_rm, target_is_directory=True)
     exec(compile(python_example(ROOT / "docs" / "python.md"), "docs/python.md", "exec"), {})
