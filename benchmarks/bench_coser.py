@@ -53,10 +53,10 @@ from charactereval_lib.coser.metrics_worker import metrics_worker
 from charactereval_lib.coser.run import Preset, run_coser, start_run
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import load_critic_prompts
-from charactereval_lib.engine.artifacts import JsonlAppender, read_jsonl
 from charactereval_lib.engine.generation import retry
 from charactereval_lib.engine.generation.retry import RetryPolicy
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage.artifacts import JsonlAppender, read_jsonl
+from charactereval_lib.engine.storage.runs import RunDir
 
 
 def settings(url: str) -> SimulationSettings:

@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, Sample, load_official_data
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.charactereval.requests import generation_task, make_requests
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload
 from charactereval_lib.engine.generation.engine import generate_async, run_generation
 from charactereval_lib.engine.generation.offline import OfflineBackend
 from charactereval_lib.engine.generation.openai_backend import OpenAIBackend
 from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.engine.storage import artifacts, runs
 
 MODEL = "bench-model"
 

@@ -30,8 +30,8 @@ from bench_generation import measure, run_raw, run_sdk, start_server, synthetic_
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge, layout
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data
-from charactereval_lib.engine import artifacts
 from charactereval_lib.engine.generation.base import build_payload
+from charactereval_lib.engine.storage import artifacts
 
 MODEL = "bench-judge"
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.apps.leaderboard import read_runs, run_cache, write
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run, full_size_data
 
 CHROMIUM = "/usr/bin/chromium"

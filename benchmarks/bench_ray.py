@@ -92,7 +92,7 @@ def main() -> int:
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
     from charactereval_lib.charactereval.reward.tiny import make_tiny
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
 
     if args.local_threads:
         torch.set_num_threads(args.local_threads)
@@ -168,7 +168,7 @@ def main() -> int:
 def bench_generation(data, tmp: Path, samples: int, workers: int, address: str | None) -> dict:
     """The hf backend in this process vs on ``workers`` Ray workers, through ``pipeline.generate``."""
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import artifacts, runs
+    from charactereval_lib.engine.storage import artifacts, runs
     from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 
     model = tmp / "chat-model"

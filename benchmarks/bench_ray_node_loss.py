@@ -36,7 +36,7 @@ def lose_a_node(cluster, data, rows, rm_dir: Path, reference: dict, run_dir: Pat
     from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.ray_scorer import RayEngine, RaySettings
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
 
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     write_run(run_dir, data, rows)
@@ -101,7 +101,7 @@ def main() -> int:
     from charactereval_lib.charactereval.data import load_official_data
     from charactereval_lib.charactereval.reward import scorer
     from charactereval_lib.charactereval.reward.tiny import make_tiny
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
 
     data = load_official_data(args.data_dir)
     all_rows = build_rows(data)

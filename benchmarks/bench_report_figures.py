@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from charactereval_lib.charactereval import figures, summary
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import plots
+from charactereval_lib.engine.reports import plots
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The first cell of notebooks/analyse.ipynb, as its kernel runs it.
 REPORT_IMPORTS = ("import pandas; from IPython.display import HTML, Markdown, display; "
                   "from charactereval_lib.charactereval import analysis, diagnostics, figures, judge_report, reference; "
-                  "from charactereval_lib.engine import plots")
+                  "from charactereval_lib.engine.reports import plots")
 
 
 @contextlib.contextmanager

@@ -451,7 +451,7 @@ def anchor_check(rm: Path, device: str, *, data_dir: Path | None = None, n_boot:
     import torch
 
     from charactereval_lib.charactereval.reproduce import anchor_verdict
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage.pinned import DataError
     from charactereval_lib.pipeline.charactereval import reproduction
 
     if not Path(rm, "config.json").is_file():

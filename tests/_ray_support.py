@@ -61,7 +61,7 @@ def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> d
     from _reward_support import write_rows
     from charactereval_lib.charactereval import layout
     from charactereval_lib.charactereval.reward import scorer
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
 
     ref = run_dir.parent / f"reference-{mode}"
     write_rows(ref, data_dir)
@@ -71,7 +71,7 @@ def reference(run_dir: Path, data_dir: Path, data, rm_dir: Path, mode: str) -> d
 
 def keys_once(path: Path) -> list[tuple[int, str]]:
     """The (id, metric) of every score in ``path``, checking that none was written twice."""
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
 
     keys = [(r["id"], r["metric_en"]) for r in artifacts.read_jsonl(path).records]
     assert len(keys) == len(set(keys)), "a row was written twice"

@@ -13,7 +13,7 @@ import pytest
 from charactereval_lib.charactereval.data import DATA_DIR_ENV, OfficialData, load_official_data, locate_data_dir
 from charactereval_lib.coser.data import DATA_DIR_ENV as COSER_DATA_ENV
 from charactereval_lib.coser.data import locate_data_dir as locate_coser_dir
-from charactereval_lib.engine.runs import WORKSPACE_ENV
+from charactereval_lib.engine.storage.runs import WORKSPACE_ENV
 
 NO_DATA_REASON = (
     f"official data not configured: run `charactereval data use DIR` (or set {DATA_DIR_ENV}) with a directory "

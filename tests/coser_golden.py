@@ -34,7 +34,7 @@ def data_dir() -> Path:
 @lru_cache(maxsize=None)
 def _records(path: str) -> tuple[dict[str, Any], ...]:
     # The workbench's one JSON Lines reader (a damaged golden file is named as any other).
-    from charactereval_lib.engine.artifacts import read_jsonl
+    from charactereval_lib.engine.storage.artifacts import read_jsonl
 
     return tuple(read_jsonl(Path(path)).records)
 

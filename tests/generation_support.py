@@ -68,7 +68,7 @@ def slow_writes(seconds: float) -> str:
     return textwrap.dedent(
         f"""
         import time
-        from charactereval_lib.engine import artifacts
+        from charactereval_lib.engine.storage import artifacts
         _write = artifacts.JsonlAppender.write
         def _slow_write(self, record):
             _write(self, record)

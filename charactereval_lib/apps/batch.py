@@ -3,7 +3,7 @@
 This module orchestrates: it reads the config, runs the models in order (or concurrently on Ray),
 draws the overall bar, stops on Ctrl-C or SIGTERM, writes the summary and makes the comparison.
 What a model's entry holds and which steps it runs are its benchmark's, through the batch plan
-it declares in the registry (``engine.batching``; CharacterEval's is
+it declares in the registry (``engine.registry.batching``; CharacterEval's is
 ``pipeline.charactereval_batch``): every entry is validated before anything runs (an unknown key
 names the key and the model), then each plan's pre-flight check looks at what it can (for
 CharacterEval the data, every reward-model directory, API key variables and endpoints; CoSER's
@@ -75,9 +75,11 @@ from charactereval_lib.apps.batch_stages import (
     interrupted_result,
     run_model,
 )
-from charactereval_lib.engine import artifacts, batching, faults, jobs, outdir, progress, ray_cluster, runs
-from charactereval_lib.engine.batching import ModelResult
+from charactereval_lib.engine import faults, outdir, progress, ray_cluster
 from charactereval_lib.engine.generation.base import ConfigError
+from charactereval_lib.engine.registry import batching
+from charactereval_lib.engine.registry.batching import ModelResult
+from charactereval_lib.engine.storage import artifacts, jobs, runs
 from charactereval_lib.engine.validation import Document, expect, problem, validate
 
 # The benchmark of the entries when the config names none.

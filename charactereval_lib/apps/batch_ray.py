@@ -20,8 +20,8 @@ from charactereval_lib.apps.batch_stages import (
     new_result,
     run_stages,
 )
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.batching import GENERATION, PARTS, SCORING, ModelResult
+from charactereval_lib.engine.registry.batching import GENERATION, PARTS, SCORING, ModelResult
+from charactereval_lib.engine.storage import runs
 
 # How long Ray tasks get, after Ctrl-C or SIGTERM, to save what they received and end. They end
 # as soon as they have (two generations of 400 samples, measured from the cancel to run.json

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from charactereval_lib.engine import batching, jobs, runs
-from charactereval_lib.engine.batching import PARTS, ModelResult
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
+from charactereval_lib.engine.registry import batching
+from charactereval_lib.engine.registry.batching import PARTS, ModelResult
+from charactereval_lib.engine.storage import jobs, runs
 from charactereval_lib.engine.validation import Document, expect, is_number
 
 

@@ -1,8 +1,8 @@
 """``charactereval leaderboard``: find runs of every registered benchmark, put them on boards and
-write the static site (``engine.board`` ranks, ``engine.site`` writes; each benchmark declares
+write the static site (``engine.leaderboard.board`` ranks, ``engine.leaderboard.site`` writes; each benchmark declares
 its rules and its explorer in its own package).
 
-Runs are found by their ``run.json`` alone: the benchmark registry (``engine.benchmarks``: every
+Runs are found by their ``run.json`` alone: the benchmark registry (``engine.registry.benchmarks``: every
 benchmark that declares a board, read when a site is built, not when this module is imported)
 says which benchmark a manifest belongs to and where that benchmark's board and explorer live.
 """
@@ -15,8 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, board, details, outdir, runs, site, sitecache
-from charactereval_lib.engine.board import BoardSpec, RunView
+from charactereval_lib.engine import outdir
+from charactereval_lib.engine.leaderboard import board, details, site, sitecache
+from charactereval_lib.engine.leaderboard.board import BoardSpec, RunView
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.storage import runs
 
 
 def boarded() -> dict[str, benchmarks.Benchmark]:
@@ -110,7 +113,7 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
               redact: bool | None = None) -> tuple[list[RunView], list[str]]:
     """Every run under ``paths`` read by its benchmark (one view per board it belongs to), and
     the warnings: runs left out, and why. ``cache``: views of unchanged runs are taken from it
-    (``engine.sitecache``); ``bar``: a progress bar ticked once per run. ``redact`` (given with
+    (``engine.leaderboard.sitecache``); ``bar``: a progress bar ticked once per run. ``redact`` (given with
     ``cache``): each run's explorer data is made (or found in the cache) as soon as the run is
     read, so that what its reader parsed is freed at once rather than held for every run until
     the pages are written (a build's memory, and the garbage collector's work, stay those of one
@@ -146,7 +149,7 @@ def read_runs(paths: Sequence[str | os.PathLike[str]], context: Mapping[str, Any
 
 
 def run_cache(out: str | os.PathLike[str] | None, context: Mapping[str, Any]) -> sitecache.RunCache:
-    """The per-run cache of the site ``out`` (``engine.sitecache``; None: none, every run built)."""
+    """The per-run cache of the site ``out`` (``engine.leaderboard.sitecache``; None: none, every run built)."""
     names = list(boarded())
     rules = {name: spec(name).rules for name in names}
     inputs = {name: sitecache.inputs_digest(context.get(name)) for name in names}
@@ -154,7 +157,7 @@ def run_cache(out: str | os.PathLike[str] | None, context: Mapping[str, Any]) ->
 
 
 def boards(views: Sequence[RunView]) -> dict[str, Any]:
-    """The ``leaderboard.json`` boards and archive of ``views`` (see ``engine.board``)."""
+    """The ``leaderboard.json`` boards and archive of ``views`` (see ``engine.leaderboard.board``)."""
     return board.build_boards({name: spec(name) for name in boarded()}, views)
 
 
@@ -165,7 +168,7 @@ def build(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], 
     ``leaderboard.json`` content and the warnings (runs left out, and why). ``out`` is checked
     first (``engine.outdir``: the paths are inputs; ``pipeline.leaderboard`` adds the data
     directories). ``cache``: keep and reuse the per-run
-    cache beside ``out`` (``engine.sitecache``); ``progress``: a progress bar on stderr."""
+    cache beside ``out`` (``engine.leaderboard.sitecache``); ``progress``: a progress bar on stderr."""
     outdir.check(out, outdir.SITE, inputs=[runs.resolve_run_dir(p) for p in paths])
     store = run_cache(out if cache else None, context)
     with progress_bar(progress) as bar:
@@ -187,7 +190,7 @@ def write(views: Sequence[RunView], warnings: Sequence[str], out: str | os.PathL
     """The site of already read runs written into ``out``; returns the ``leaderboard.json`` content.
     ``redact``: a site without test-set text (seed 004 H34): ranks, scores, intervals, per-sample
     ids, scores and flaw severities, but no context, profile, scene, dialogue, reply or critique
-    (``engine.details.redact`` drops the test-set text the explorers' sections mark; rendered
+    (``engine.leaderboard.details.redact`` drops the test-set text the explorers' sections mark; rendered
     reports are left out)."""
     outdir.check(out, outdir.SITE, inputs=[v.path for v in views])
     content = boards(views)

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import artifacts, benchmarks, outdir
-from charactereval_lib.engine import reproduction_kit as kit
-from charactereval_lib.engine.reportkit import rendered_by
+from charactereval_lib.engine import outdir
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.reports import reproduction as kit
+from charactereval_lib.engine.reports.kit import rendered_by
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import artifacts
 
 DOCUMENT = "reproduction.json"
 NOTEBOOK = "reproduce.ipynb"
@@ -62,9 +64,9 @@ def reproduce(benchmark: str, out: str | os.PathLike[str], *, data_dir: str | os
               **options: Any) -> ReproduceOutcome:
     """The reproduction of ``benchmark`` in ``out`` (new, empty or an earlier reproduction, which
     is replaced: ``engine.outdir``'s rule, the data directory an input), as its registry entry
-    declares it (``engine.benchmarks.Reproduction``); ``options`` are that benchmark's own
+    declares it (``engine.registry.benchmarks.Reproduction``); ``options`` are that benchmark's own
     (its declared options and keywords), refused for any other."""
-    from charactereval_lib.engine import report as notebooks
+    from charactereval_lib.engine.reports import notebook as notebooks
 
     declared = _declared(benchmark)
     for option in options:

@@ -43,10 +43,10 @@ from charactereval_lib.charactereval.official import EVALUATION
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics, group_summary, metric_statistics, paired_comparison
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
-from charactereval_lib.engine import artifacts, reportkit, runs
-from charactereval_lib.engine.evidence import Evidence
-from charactereval_lib.engine.manifest import GenerationSection
-from charactereval_lib.engine.reportkit import rendered_by
+from charactereval_lib.engine.reports import kit
+from charactereval_lib.engine.reports.evidence import Evidence
+from charactereval_lib.engine.reports.kit import rendered_by
+from charactereval_lib.engine.reports.texttable import fmt
 from charactereval_lib.engine.stats import (
     DEFAULT_LEVEL,
     DEFAULT_N_BOOT,
@@ -55,7 +55,8 @@ from charactereval_lib.engine.stats import (
     how_to_read,
     partial_pooling,
 )
-from charactereval_lib.engine.texttable import fmt
+from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage.manifest import GenerationSection
 
 # The scorer mode import-official records for scores read from an official evaluation file.
 IMPORTED_MODE = "imported"
@@ -306,7 +307,7 @@ def warnings_html(warnings: Sequence[str], checks: Evidence | Sequence[Evidence]
         names = dict.fromkeys(name for e in evidences for name in e.checks)
         clear = (f"No warnings: all {len(names)} checks ran and passed on the files of each of the "
                  f"{len(evidences)} runs ({', '.join(names)}).")
-    return reportkit.warnings_box(warnings, "Warnings", empty=clear)
+    return kit.warnings_box(warnings, "Warnings", empty=clear)
 
 
 # --- display tables ----------------------------------------------------------------------------
@@ -323,8 +324,8 @@ _DIMENSION_NAMES = {d.key: d.name for d in DIMENSIONS}
 
 def show(frame: pd.DataFrame, *, digits: int = DISPLAY_DIGITS) -> Styler:
     """The kit's ``show`` in CharacterEval's words: metric and dimension names instead of keys."""
-    return reportkit.show(frame, digits=digits, columns=COLUMN_LABELS,
-                          values={"metric_en": metric_label, "dimension": lambda v: _DIMENSION_NAMES.get(v, v)})
+    return kit.show(frame, digits=digits, columns=COLUMN_LABELS,
+                    values={"metric_en": metric_label, "dimension": lambda v: _DIMENSION_NAMES.get(v, v)})
 
 
 def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
@@ -338,7 +339,7 @@ def run_info(manifest: dict[str, Any]) -> pd.DataFrame:
     for section in ("generation", "scoring", "judge_scoring"):
         if manifest.get(section):
             fields += [(section.replace("_", " "), key, value)
-                       for key, value in reportkit.flatten(manifest[section], "", _summarised)]
+                       for key, value in kit.flatten(manifest[section], "", _summarised)]
     fields += [("transform", k, v) for k, v in manifest.get("transform", {}).get("counts", {}).items()]
     shown = [(section if section != previous else "", key.replace("_", " "), setting_text(value))
              for (section, key, value), previous in zip(fields, [None, *(f[0] for f in fields)])]
@@ -362,18 +363,18 @@ def setting_text(value: Any) -> str:
 
 
 def _summarised(value: Any, prefix: str) -> list[tuple[str, Any]] | None:
-    """How a manifest's settings table shortens what it repeats (``reportkit.flatten``'s
+    """How a manifest's settings table shortens what it repeats (``reports.kit.flatten``'s
     ``expand``); None: flattened as any mapping is."""
     if _uniform_records(value):
         # One row per field of many alike records (a judge's spec per metric), not one per record.
         return [item for key in next(iter(value.values()))
-                for item in reportkit.flatten(_same_or_count([inner[key] for inner in value.values()]),
-                                              f"{prefix} / each of {len(value)} / {key}" if prefix else key,
-                                              _summarised)]
+                for item in kit.flatten(_same_or_count([inner[key] for inner in value.values()]),
+                                        f"{prefix} / each of {len(value)} / {key}" if prefix else key,
+                                        _summarised)]
     if isinstance(value, dict) and not value:
         return [(prefix, value)]
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        return reportkit.flatten(value[-1], f"{prefix} (latest of {len(value)})", _summarised)
+        return kit.flatten(value[-1], f"{prefix} (latest of {len(value)})", _summarised)
     if isinstance(value, list) and len(value) > 8:
         return [(prefix, f"[{len(value)} items]")]
     return None
@@ -450,7 +451,7 @@ def side_by_side(analyses: Sequence[RunAnalysis]) -> pd.DataFrame:
                 for v, lo, hi, k in zip(cells["mean"], cells["ci_low"], cells["ci_high"], ok)]
 
     first = analyses[0].stats
-    return reportkit.side_by_side(analyses, "cell", _cell_labels(first.metrics, first.dimensions["name"]), column)
+    return kit.side_by_side(analyses, "cell", _cell_labels(first.metrics, first.dimensions["name"]), column)
 
 
 def compare_to_first(
@@ -542,7 +543,7 @@ def comparison_header_markdown(analyses: Sequence[RunAnalysis], data_note: str =
         role = "reference (every difference is against it)" if k == 0 else f"compared with {analyses[0].name}"
         entries.append(f"**{run.name}**: model {generation.model or 'unknown'}, backend "
                        f"{generation.backend or 'unknown'}, {len(run.scores)} scored rows; {role}")
-    return reportkit.comparison_header("CharacterEval comparison", entries, data_note)
+    return kit.comparison_header("CharacterEval comparison", entries, data_note)
 
 
 # --- characters and novels ---------------------------------------------------------------------

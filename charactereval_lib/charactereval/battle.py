@@ -17,7 +17,6 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.judge import sample_fields
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.battles import (
     ORDERS,
     OUTCOMES,
@@ -30,6 +29,7 @@ from charactereval_lib.engine.grading.battles import (
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.judging import JudgeItem
 from charactereval_lib.engine.grading.spec import ModelGradedSpec
+from charactereval_lib.engine.storage import artifacts, runs
 
 KEY_FIELDS = ("id", "order")
 JUDGEMENTS = "battle_judgements.jsonl"

@@ -1,4 +1,4 @@
-"""CharacterEval's declaration in the benchmark registry (``engine.benchmarks``).
+"""CharacterEval's declaration in the benchmark registry (``engine.registry.benchmarks``).
 
 Its stages live in the pipeline (``charactereval_lib.pipeline``), named here by reference and
 imported on first use; its commands are the command line's own top-level ones (``generate``,
@@ -11,7 +11,7 @@ from typing import Any
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
+from charactereval_lib.engine.registry.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "charactereval"
 

@@ -19,11 +19,11 @@ from charactereval_lib.charactereval.battle import INVALID_WARN_SHARE, run_repli
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.judge import sample_fields
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.choices import EVALS
 from charactereval_lib.engine.grading.judging import JudgeItem, make_item
 from charactereval_lib.engine.grading.multicomp import chosen_reply, multicomp_fill, multicomp_summary, orders
 from charactereval_lib.engine.grading.spec import ModelGradedSpec
+from charactereval_lib.engine.storage import artifacts, runs
 
 KEY_FIELDS = ("id", "order")
 JUDGEMENTS = "best_judgements.jsonl"

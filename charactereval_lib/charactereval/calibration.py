@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval import layout
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 # evals: "close to 1.0 for a good model-graded eval"; its docs give no number. (This module is
 # imported by the settings, which the CLI builds its parser from: pandas only when used.)

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
-from charactereval_lib.engine import pinned, workspace
-from charactereval_lib.engine.pinned import DataError, Upstream, digests
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.storage import pinned, workspace
+from charactereval_lib.engine.storage.pinned import DataError, Upstream, digests
 
 UPSTREAM_MANIFEST = "data/upstream.json"
 # Under the workspace root, like the run directories under ./outputs.
 DEFAULT_DATA_DIR = Path("data") / "official"
 DATA_DIR_ENV = "CHARACTEREVAL_DATA_DIR"
-# The key of this benchmark's directory in the workspace file (engine.workspace).
+# The key of this benchmark's directory in the workspace file (engine.storage.workspace).
 BENCHMARK = "charactereval"
 
 TEST_DATA = "test_data.jsonl"
@@ -81,7 +81,7 @@ def verify_files(data_dir: Path, groups: Iterable[str] = (REQUIRED_GROUP,), upst
 
 def fetch(data_dir: Path, groups: Iterable[str], *, mirror: str | None = None, timeout: float = 60.0,
           progress: bool = True, upstream: Upstream | None = None) -> list[Path]:
-    """Download the files of ``groups`` at the pinned commit (see ``engine.pinned.fetch``)."""
+    """Download the files of ``groups`` at the pinned commit (see ``engine.storage.pinned.fetch``)."""
     return pinned.fetch(data_dir, groups, upstream or load_upstream(), offline_hint=OFFLINE_HINT, mirror=mirror,
                         timeout=timeout, progress=progress)
 

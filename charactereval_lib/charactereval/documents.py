@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval.benchmark import NAME
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.manifest import Manifest, Section
+from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
 
 

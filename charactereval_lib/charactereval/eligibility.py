@@ -26,7 +26,9 @@ from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.summary import failed_rows_by_metric, load_run_scores
 from charactereval_lib.engine import thinking
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
-from charactereval_lib.engine.board import (
+from charactereval_lib.engine.generation.base import ROUTING_PARAMS
+from charactereval_lib.engine.generation.served import ALIASES, caveats, mismatches
+from charactereval_lib.engine.leaderboard.board import (
     FAILED,
     REPRODUCED,
     AnchorCheck,
@@ -39,9 +41,7 @@ from charactereval_lib.engine.board import (
     thinking_label,
     thinking_rule,
 )
-from charactereval_lib.engine.generation.base import ROUTING_PARAMS
-from charactereval_lib.engine.manifest import GenerationSection
-from charactereval_lib.engine.served import ALIASES, caveats, mismatches
+from charactereval_lib.engine.storage.manifest import GenerationSection
 
 HEADLINE = "overall: mean of the 3 dimension averages (a platform choice; the paper has no overall score)"
 # Failed samples (None/"ERROR" replies) leave every mean, which raises a score (seed 001 row 11);

@@ -1,4 +1,4 @@
-"""CharacterEval's checks of what a run's files show (``engine.evidence``).
+"""CharacterEval's checks of what a run's files show (``engine.reports.evidence``).
 
 Each check reads the run's record files themselves (generations, rows, scores, judge records),
 and the manifest only where the files cannot say (a run made before its records carried the
@@ -20,9 +20,9 @@ from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.doctor import EXPECTED_SAMPLES
 from charactereval_lib.charactereval.identity import served_caveats
 from charactereval_lib.charactereval.summary import load_run_scores
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.evidence import CannotCheck, Check, Evidence, run_checks
 from charactereval_lib.engine.generation.offline import BACKEND_MARK
+from charactereval_lib.engine.reports.evidence import CannotCheck, Check, Evidence, run_checks
+from charactereval_lib.engine.storage import artifacts, runs
 
 OFFLINE_BACKEND = BACKEND_MARK["backend"]
 TINY_MARKER = "tiny"

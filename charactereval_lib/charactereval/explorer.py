@@ -1,6 +1,6 @@
 """A CharacterEval run's samples for the leaderboard's explorer: one table row per (sample,
 metric) row, plus one per failed sample, and a detail per row as typed sections
-(``engine.details``): the context, the model's full reply and the first line that was scored,
+(``engine.leaderboard.details``): the context, the model's full reply and the first line that was scored,
 the reward model's and the judge's scores."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN
-from charactereval_lib.engine import details as sections
-from charactereval_lib.engine.board import RunView
-from charactereval_lib.engine.site import Explorer
+from charactereval_lib.engine.leaderboard import details as sections
+from charactereval_lib.engine.leaderboard.board import RunView
+from charactereval_lib.engine.leaderboard.site import Explorer
 
 # What test-set text the details show, for the site's licence warning: the context and replies,
 # never the character profile (a sample's detail has no profile section).

@@ -1,6 +1,6 @@
 """CharacterEval's report figures: radars beside the paper, the bf16 score grid, sample sizes,
 context length, failures, character and novel extremes, paired differences. Built from the
-engine's figure blocks (``engine.plots``) on the Agg canvas, with the CJK font when installed.
+engine's figure blocks (``engine.reports.plots``) on the Agg canvas, with the CJK font when installed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from charactereval_lib.charactereval.diagnostics import (
 )
 from charactereval_lib.charactereval.protocol import DIMENSIONS, METRICS
 from charactereval_lib.charactereval.statistics import PairedComparison, Statistics
-from charactereval_lib.engine.plots import (
+from charactereval_lib.engine.reports.plots import (
     RUN_PALETTE,
     color_palette,
     count_axis,

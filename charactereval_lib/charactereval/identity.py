@@ -1,4 +1,4 @@
-"""A CharacterEval run's served identity (``engine.served``): the model under test as the servers
+"""A CharacterEval run's served identity (``engine.generation.served``): the model under test as the servers
 of its replies reported it, and each judge's, read from the records themselves.
 
 Every generation record of a reply (``generate``) keeps the ``model`` and ``system_fingerprint``
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.charactereval import layout
-from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence, caveats, mismatches
+from charactereval_lib.engine.generation.served import RoleServed, ServedCounts, as_sentence, caveats, mismatches
 
 
 def generation_served(run: layout.CharacterEvalRun,

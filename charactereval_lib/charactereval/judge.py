@@ -25,11 +25,11 @@ from charactereval_lib.charactereval.judge_specs import load_default_specs
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.charactereval.requests import generation_task
 from charactereval_lib.charactereval.summary import JUDGE_SECTION
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.base import DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
 from charactereval_lib.engine.grading.judging import JudgeItem, make_item
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, load_spec
+from charactereval_lib.engine.storage import artifacts, runs
 
 KEY_FIELDS = ("id", "metric_en")
 MANIFEST_SECTION = JUDGE_SECTION

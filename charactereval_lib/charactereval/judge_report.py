@@ -23,10 +23,10 @@ from charactereval_lib.charactereval.diagnostics import dimension_estimable, est
 from charactereval_lib.charactereval.protocol import DIMENSIONS, metrics_of
 from charactereval_lib.charactereval.statistics import Statistics, metric_statistics
 from charactereval_lib.charactereval.summary import load_run_scores
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.agreement import OVERALL, agreement_table
-from charactereval_lib.engine.plots import keep
+from charactereval_lib.engine.reports.plots import keep
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import runs
 
 # --- which judges a report shows, and its file names ----------------------------------------------
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import artifacts
-from charactereval_lib.engine.runs import MixedRunError, RunDir, RunError
+from charactereval_lib.engine.storage import artifacts
+from charactereval_lib.engine.storage.runs import MixedRunError, RunDir, RunError
 
 ROWS = "rows.jsonl"
 SCORES = "scores.jsonl"

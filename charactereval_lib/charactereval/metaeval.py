@@ -41,13 +41,13 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.agreement import (
     DEFAULT_SCALE,
     OVERALL,
     label_agreement,
     round_half_up,
 )
+from charactereval_lib.engine.storage import artifacts, runs
 
 SUMMARY = "metaeval_summary.json"
 CHOICES = tuple(str(grade) for grade in DEFAULT_SCALE)

@@ -27,7 +27,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_json_document
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
 from charactereval_lib.charactereval.transform import TransformResult, generation_outputs, transform
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 GENERATION = "generation"
 GENERATION_TRANS = "generation_trans"

@@ -31,9 +31,9 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.aggregate import METRIC_ORDER
 from charactereval_lib.charactereval.statistics import metric_statistics
 from charactereval_lib.charactereval.summary import nan_to_none
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, panel_table
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import artifacts, runs
 
 VERDICTS = ("majority", "mean")
 TIE_RULE = "lowest"

@@ -41,7 +41,7 @@ def released_file(key: str) -> str:
 
 def released_paths(data_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
     """The five released files of the data directory, verified against their pinned digests."""
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage.pinned import DataError
 
     root = locate_data_dir(data_dir)
     problems = verify_files(root, (RESULTS_GROUP,))
@@ -175,7 +175,7 @@ def file_columns(f: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
 
 def sections(document: dict[str, Any]) -> list[Any]:
     """The report's sections: the released files, then every row against Table 4."""
-    from charactereval_lib.engine import reproduction_kit as rp
+    from charactereval_lib.engine.reports import reproduction as rp
 
     return [rp.files_section(document, "the released replies, imported and scored"),
             rp.paper_section(document, "the paper's value within our interval, widened by the paper's rounding",

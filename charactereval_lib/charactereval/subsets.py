@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from charactereval_lib.charactereval.data import DataError, OfficialData
-from charactereval_lib.engine import artifacts
+from charactereval_lib.engine.storage import artifacts
 
 DEFAULT_SALT = "charactereval-subset-v1"
 

@@ -15,8 +15,8 @@ from charactereval_lib.charactereval.aggregate import METRIC_ORDER, SCORE_COLUMN
 from charactereval_lib.charactereval.documents import Summary
 from charactereval_lib.charactereval.protocol import MBTI_NOT_REPRODUCED, PROTOCOL_VERSION
 from charactereval_lib.charactereval.statistics import metric_statistics
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.engine.validation import validate
 
 # run.json's section of the judge scorer (``charactereval.judge`` writes it).
@@ -178,7 +178,7 @@ def summary_table_lines(summary: Mapping[str, Any], *, columns: Sequence[str] = 
     in the same columns, ``columns`` (of each metric record: n, failed, invalid) before the mean,
     and the interval (n<4 where there is none)."""
     from charactereval_lib.charactereval.diagnostics import NOT_ESTIMABLE, metric_label
-    from charactereval_lib.engine.texttable import text_table
+    from charactereval_lib.engine.reports.texttable import text_table
 
     def number(value: Any) -> str:
         return "-" if value is None or value != value else f"{value:.3f}"

@@ -22,7 +22,8 @@ from typing import Any
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import ERROR_OUTPUT, PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, runs, thinking
+from charactereval_lib.engine import thinking
+from charactereval_lib.engine.storage import artifacts, runs
 
 
 @dataclass

@@ -4,7 +4,7 @@ Each command lives in a module of this package (``COMMANDS`` names it, with its 
 module is imported only for the command that runs (or whose ``--help`` is asked for), so that
 ``charactereval --help`` stays fast whatever the commands import; for the same reason a command
 function imports the heavy modules it uses (torch, pandas, the HTTP clients) when it runs. A
-registered benchmark (``engine.benchmarks``) without a module here gets its own command too: its
+registered benchmark (``engine.registry.benchmarks``) without a module here gets its own command too: its
 declared hook, else one action per stage (``cli.stages``).
 """
 
@@ -20,10 +20,12 @@ from typing import NoReturn
 
 from charactereval_lib import PROGRAM, __version__
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import benchmarks, faults, jobs, runs
+from charactereval_lib.engine import faults
 from charactereval_lib.engine.generation.base import ConfigError, RunAborted
 from charactereval_lib.engine.grading.errors import GradingError
-from charactereval_lib.engine.pinned import DataError
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.storage import jobs, runs
+from charactereval_lib.engine.storage.pinned import DataError
 
 # Errors a user can cause with bad input: reported as one line, no traceback. Each benchmark
 # adds its own (``Benchmark.errors``: ``user_errors``).
@@ -111,7 +113,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         if argv is None or name == wanted:
             importlib.import_module(f"charactereval_lib.cli.{module}").PARSERS[name](p)
-    # Every other registered benchmark (engine.benchmarks) under its own command; looking for
+    # Every other registered benchmark (engine.registry.benchmarks) under its own command; looking for
     # installed ones costs a scan of every distribution's entry points, which a command of this
     # package's own does not need.
     if wanted in COMMANDS:
@@ -153,7 +155,7 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     errors = user_errors()
     from charactereval_lib.cli.options import SAID, warn_torn_lines
-    from charactereval_lib.engine.artifacts import torn_notices
+    from charactereval_lib.engine.storage.artifacts import torn_notices
 
     SAID.clear()
     torn_before = len(torn_notices())

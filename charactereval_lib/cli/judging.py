@@ -21,7 +21,7 @@ from charactereval_lib.cli.options import (
     warn,
 )
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
-from charactereval_lib.engine.texttable import fmt
+from charactereval_lib.engine.reports.texttable import fmt
 
 
 def cmd_battle(args: argparse.Namespace) -> int:

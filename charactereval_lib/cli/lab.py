@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from charactereval_lib.engine.runs import OUTPUTS_DIR, WORKSPACE_ENV, workspace_root
+from charactereval_lib.engine.storage.runs import OUTPUTS_DIR, WORKSPACE_ENV, workspace_root
 
 DISTRIBUTION = "charactereval-workbench"
 EXTRA = "lab"
@@ -72,7 +72,7 @@ def server_environment(workspace: Path, kernel_prefix: Path | None = None) -> di
 
 def run_notebook(run: str) -> Path | None:
     """The run's analysis notebook, made when missing; None (said on stderr) when there is no such run."""
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine.storage import runs
     from charactereval_lib.pipeline.notebooks import available, notebook
 
     folder = runs.resolve_run_dir(run)

@@ -196,7 +196,7 @@ def warn(warnings: Sequence[str]) -> None:
 
 def warn_torn_lines(since: int) -> None:
     """Every torn last line that the command read (``artifacts.torn_notices(since)``) and has not said."""
-    from charactereval_lib.engine.artifacts import torn_notices
+    from charactereval_lib.engine.storage.artifacts import torn_notices
 
     warn(torn_notices(since))
 

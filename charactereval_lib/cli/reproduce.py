@@ -1,6 +1,6 @@
 """``reproduce``: every published number the released files allow, beside the paper. The options
 beyond the common ones are those the registered reproductions declare
-(``engine.benchmarks.Reproduction.options``)."""
+(``engine.registry.benchmarks.Reproduction.options``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import argparse
 
 from charactereval_lib import pipeline
 from charactereval_lib.cli.options import bootstrap_options, settings_from_args, warn
-from charactereval_lib.engine.benchmarks import Option, reproducible
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
+from charactereval_lib.engine.registry.benchmarks import Option, reproducible
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -21,8 +21,8 @@ from charactereval_lib.cli.options import (
     settings_from_args,
     warn,
 )
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
+from charactereval_lib.engine.storage import runs
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

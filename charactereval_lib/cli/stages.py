@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.cli.options import RUN_HELP, warn
-from charactereval_lib.engine import artifacts, benchmarks, runs
 from charactereval_lib.engine.progress import add_quiet_option, bars_wanted
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.storage import artifacts, runs
 
 STAGE_HELP = {
     "run": "produce the run's records (resumable: the same command continues a run)",

@@ -1,4 +1,4 @@
-"""CoSER's declaration in the benchmark registry (``engine.benchmarks``).
+"""CoSER's declaration in the benchmark registry (``engine.registry.benchmarks``).
 
 Its stages and settings live in the pipeline (``charactereval_lib.pipeline.coser``), named here
 by reference and imported on first use; its commands are ``charactereval coser ...``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from charactereval_lib.coser.versions import VERSIONS
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
+from charactereval_lib.engine.registry.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "coser"
 # What a run holds besides run.json (``coser.run`` writes them): every turn, every scene's

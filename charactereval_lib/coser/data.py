@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import workspace
-from charactereval_lib.engine.pinned import (
+from charactereval_lib.engine.storage import workspace
+from charactereval_lib.engine.storage.pinned import (
     DataError,
     Upstream,
     check_digests,
@@ -28,7 +28,7 @@ MANIFEST = Path(__file__).resolve().parent / "manifest.json"
 # Under the workspace root, like CharacterEval's data/official/.
 DEFAULT_DATA_DIR = Path("data") / "coser"
 DATA_DIR_ENV = "COSER_DATA_DIR"
-# The key of this benchmark's directory in the workspace file (engine.workspace).
+# The key of this benchmark's directory in the workspace file (engine.storage.workspace).
 BENCHMARK = "coser"
 
 TEST_SET = "test_set.json"

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from pydantic import Strict
 
 from charactereval_lib.coser.statistics import compute_summary
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.manifest import Manifest, Section
+from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage.manifest import Manifest, Section
 from charactereval_lib.engine.validation import validate
 
 
@@ -125,7 +125,7 @@ class CoserSummary(Section):
     reasoning_tokens: dict[str, int] | None = None
     # None for a run without turn records (an import) and in summaries written before it was recorded.
     thinking_blocks: ThinkingBlocks | None = None
-    # Per role, what the servers reported for its calls (``engine.served.ServedCounts.as_dict``);
+    # Per role, what the servers reported for its calls (``engine.generation.served.ServedCounts.as_dict``);
     # None in summaries written before it was recorded.
     served: dict[str, dict[str, Any]] | None = None
     bleu_mean: float | None = None

@@ -25,9 +25,9 @@ from charactereval_lib.coser.report import is_anchor_actor, load_anchor, routed_
 from charactereval_lib.coser.statistics import judged_frame
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
-from charactereval_lib.engine.board import (
+from charactereval_lib.engine.generation.served import ALIASES, caveats, mismatches
+from charactereval_lib.engine.leaderboard.board import (
     FAILED,
     REPRODUCED,
     AnchorCheck,
@@ -39,7 +39,7 @@ from charactereval_lib.engine.board import (
     thinking_label,
     thinking_rule,
 )
-from charactereval_lib.engine.served import ALIASES, caveats, mismatches
+from charactereval_lib.engine.storage import artifacts, runs
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
             "Storyline Quality), the paper's Average column; each dimension scored "

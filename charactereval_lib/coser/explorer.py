@@ -1,5 +1,5 @@
 """A CoSER run's sessions for the leaderboard's explorer: one table row per (repeat, scene), and
-a detail as typed sections (``engine.details``): the simulated dialogue, each dimension's
+a detail as typed sections (``engine.leaderboard.details``): the simulated dialogue, each dimension's
 critique (flaws and severities) and its score computation (n, severity sum, formula, clipping),
 so a number can be checked by hand."""
 
@@ -12,10 +12,10 @@ from typing import Any
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.judge import SCORE_FORMULAS, actor_rounds, run_score_formula, severity_sum, worked_formula
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine import details as sections
-from charactereval_lib.engine.board import RunView
-from charactereval_lib.engine.site import Explorer
+from charactereval_lib.engine.leaderboard import details as sections
+from charactereval_lib.engine.leaderboard.board import RunView
+from charactereval_lib.engine.leaderboard.site import Explorer
+from charactereval_lib.engine.storage import artifacts, runs
 
 ABBR = {"Storyline Consistency": "SC", "Anthropomorphism": "AN", "Character Fidelity": "CF", "Storyline Quality": "SQ"}
 # What test-set text the details show, for the site's licence warning.

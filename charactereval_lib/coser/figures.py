@@ -1,4 +1,4 @@
-"""Figures of the CoSER reports, built from the shared blocks of ``engine.plots`` (canvas,
+"""Figures of the CoSER reports, built from the shared blocks of ``engine.reports.plots`` (canvas,
 CJK-font fallback for book and character names, count axes): the scores against the paper's
 anchor, the per-book averages, and rounds per scene with how scenes ended."""
 
@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine.plots import RUN_PALETTE, color_palette, count_axis, new_figure, with_cjk_font
+from charactereval_lib.engine.reports.plots import RUN_PALETTE, color_palette, count_axis, new_figure, with_cjk_font
 from charactereval_lib.engine.stats import MIN_CLUSTERS, TOO_FEW
 
 SCORES = (*DIMENSIONS, "average")

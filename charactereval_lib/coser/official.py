@@ -64,8 +64,8 @@ from charactereval_lib.coser.prompts import NSP
 from charactereval_lib.coser.simulation import ROLES, RoleSettings, SimulationSettings
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, ProtocolVersion
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.pinned import DataError, load_json_document
+from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage.pinned import DataError, load_json_document
 
 FORMAT = "CoSER exp/evaluation JSON (paper-era eval_reproduce.py)"
 SCORES_KEYS = ("scores", "avg_scores")

@@ -4,7 +4,7 @@ run is comparable with it, and the tables the notebooks show.
 Comparable with the paper means: the judge and the environment are exactly the models the paper's
 protocol version declares (``versions.RoleModels``: ``gpt-4o-2024-08-06``, also as
 ``openai/gpt-4o-2024-08-06`` on a router; the moving alias ``gpt-4o`` does not count as a
-declared name), and no reply of theirs was served by another model (``engine.served``: what the
+declared name), and no reply of theirs was served by another model (``engine.generation.served``: what the
 server reported in each reply); protocol ``coser-paper``, no given lines (``continue_from`` 0)
 and inner thoughts kept. Any other run is labelled "not comparable with the paper", with every
 reason. Other differences (the NSP model, the registered deviation included, a subset of the
@@ -32,12 +32,14 @@ from charactereval_lib.coser.simulation import provider_pin
 from charactereval_lib.coser.statistics import ENDINGS, SURFACE_METRICS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import PAPER_ROLE_MODELS, get_version, names_snapshot
-from charactereval_lib.engine import reportkit, runs, thinking
-from charactereval_lib.engine.reportkit import rendered_by, warnings_box
+from charactereval_lib.engine import thinking
+from charactereval_lib.engine.generation.served import RoleServed, ServedCounts, as_sentence
+from charactereval_lib.engine.reports import kit
+from charactereval_lib.engine.reports.kit import rendered_by, warnings_box
+from charactereval_lib.engine.reports.texttable import fmt
 from charactereval_lib.engine.resources import resource_path
-from charactereval_lib.engine.served import RoleServed, ServedCounts, as_sentence
 from charactereval_lib.engine.stats import TOO_FEW, how_to_read
-from charactereval_lib.engine.texttable import fmt
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.engine.validation import validate
 
 ANCHOR_FILE = "data/reference/coser_gca_anchor.json"
@@ -91,7 +93,7 @@ def served_roles(manifest: dict[str, Any], served: Mapping[str, Any] | None) -> 
 
 
 def served_caveats(manifest: dict[str, Any], served: Mapping[str, Any] | None) -> list[str]:
-    """The served-identity caveats of a run (``engine.served``): a role other than judge and
+    """The served-identity caveats of a run (``engine.generation.served``): a role other than judge and
     environment answered by another model than it declares (those two make the run not
     comparable instead, see ``comparability``), and every role some of whose replies came from
     a server that named no model ("served model not reported")."""
@@ -212,11 +214,11 @@ def compare_problems(run_dirs: Sequence[runs.RunDir]) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or runs that differ in
     protocol version or in a model other than the actor (environment, NSP, judge, repair)."""
     manifests = {r.name: r.manifest() for r in run_dirs}
-    problems = reportkit.repeated_runs(run_dirs) + reportkit.differing({name: m.get("protocol_version") for name, m in manifests.items()},
-                                                   "follow different protocol versions")
+    problems = kit.repeated_runs(run_dirs) + kit.differing({name: m.get("protocol_version") for name, m in manifests.items()},
+                                             "follow different protocol versions")
     for role in ("env", "nsp", "judge", "repair"):
         models = {name: ((m.get("coser") or {}).get("models") or {}).get(role) for name, m in manifests.items()}
-        problems += reportkit.differing(models, f"have different {role} models")
+        problems += kit.differing(models, f"have different {role} models")
     return problems
 
 
@@ -397,8 +399,8 @@ class CoserAnalysis:
                 ("package", self.manifest.get("package_version")), ("git commit", self.manifest.get("git_commit")),
                 ("preset", coser.get("preset")), ("repeats", coser.get("repeats")),
                 ("scenes", len(coser.get("scenes") or []))]
-        rows += [(f"identity / {k}", v) for k, v in reportkit.flatten(coser.get("identity") or {})]
-        rows += [(f"endpoints / {k}", v) for k, v in reportkit.flatten(coser.get("endpoints") or {})]
+        rows += [(f"identity / {k}", v) for k, v in kit.flatten(coser.get("identity") or {})]
+        rows += [(f"endpoints / {k}", v) for k, v in kit.flatten(coser.get("endpoints") or {})]
         return pd.DataFrame([(k, str(v)) for k, v in rows], columns=["setting", "value"])
 
     def scores_figure(self) -> Any:
@@ -434,7 +436,7 @@ def comparison_header_markdown(analyses: Sequence[CoserAnalysis]) -> str:
         entries.append(f"**{a.name}**: actor `{models.get('actor')}`, environment `{models.get('env')}`, "
                        f"NSP `{models.get('nsp')}`, judge `{models.get('judge')}`; protocol {s.protocol_version}, "
                        f"preset {s.preset}, {s.counts.scenes} scenes x {s.repeats} repeat(s){label}")
-    return reportkit.comparison_header("CoSER comparison", entries)
+    return kit.comparison_header("CoSER comparison", entries)
 
 
 def comparison_warnings_html(analyses: Sequence[CoserAnalysis], extra: Sequence[str] = ()) -> str:
@@ -453,7 +455,7 @@ def side_by_side(analyses: Sequence[CoserAnalysis], split: str | None = None) ->
         cells = [(a.summary.by_split[split] if split else a.summary.overall).get(name) for name in SCORES]
         return [f"{fmt(cell.mean if cell else None, DISPLAY_DIGITS)} {interval(cell)}" for cell in cells]
 
-    table = reportkit.side_by_side(analyses, "score", SCORES, column)
+    table = kit.side_by_side(analyses, "score", SCORES, column)
     if not split:
         table["paper (GPT-4o)"] = [analyses[0].paper_cell(name) for name in SCORES]
     return table
@@ -522,7 +524,7 @@ def summary_lines(summary: dict[str, Any], path: Path | str) -> list[str]:
     their average) the mean and 95% interval, overall and per split, then the scenes, sessions,
     endings and judge failures, and where the whole summary was written (``summary`` as written
     there, read through ``CoserSummary``)."""
-    from charactereval_lib.engine.texttable import text_table
+    from charactereval_lib.engine.reports.texttable import text_table
 
     typed = validate(CoserSummary, summary, str(path), runs.RunError)
 

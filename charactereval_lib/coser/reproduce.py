@@ -39,10 +39,10 @@ from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
-from charactereval_lib.engine.pinned import load_json_document
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.storage import runs
+from charactereval_lib.engine.storage.pinned import load_json_document
 
 BENCHMARK = "coser"
 MAIN_TABLE = "data/reference/coser_paper_main_table.csv"
@@ -312,7 +312,7 @@ def ablation_table(document: dict[str, Any]) -> Any:
     pandas DataFrame)."""
     import pandas as pd
 
-    from charactereval_lib.engine.reproduction_kit import value_text
+    from charactereval_lib.engine.reports.reproduction import value_text
 
     by = {(r["model"], r["kind"], r["column"]): r for r in document["rows"]}
     records = []
@@ -334,8 +334,8 @@ def ablation_table(document: dict[str, Any]) -> Any:
 def sections(document: dict[str, Any]) -> list[Any]:
     """The report's sections: the released files (with the BLEU/ROUGE-L values that differ in any
     bit), the main files against the paper, and the rebuttal branch's ablation and test-set files."""
-    from charactereval_lib.engine import reproduction_kit as rp
-    from charactereval_lib.engine.benchmarks import Section
+    from charactereval_lib.engine.registry.benchmarks import Section
+    from charactereval_lib.engine.reports import reproduction as rp
 
     mismatched = metric_mismatches(document)
     said = (f"Recorded per-scene BLEU/ROUGE-L values that differ from ours in any bit: {len(mismatched)}. A difference "

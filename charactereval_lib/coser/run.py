@@ -9,7 +9,7 @@ Artifacts (JSON Lines, appended and flushed by a writer thread per file, under o
 - ``coser_summary.json`` (``coser.statistics.summarize``).
 
 Scenes run concurrently, turns within a scene sequentially. A run is the engine's resumable job
-(``engine.jobs``) over three keyed files: turns by (repeat, scene, step), scenes by (repeat,
+(``engine.storage.jobs``) over three keyed files: turns by (repeat, scene, step), scenes by (repeat,
 scene), judgements by (repeat, scene, dimension). Resuming (the same command again) skips
 finished work, continues each unfinished scene from its last recorded turn and judges what
 is not judged yet; a SIGKILL loses at most the lines still queued for writing (the last
@@ -43,12 +43,13 @@ from charactereval_lib.coser.simulation import (
 )
 from charactereval_lib.coser.statistics import served_by_role
 from charactereval_lib.coser.upstream import DIMENSIONS, CriticPrompts
-from charactereval_lib.engine import jobs, thinking
-from charactereval_lib.engine.artifacts import latest_by_key
+from charactereval_lib.engine import thinking
 from charactereval_lib.engine.generation.base import RunAborted
 from charactereval_lib.engine.generation.engine import cancel_on_sigterm
 from charactereval_lib.engine.generation.estimate import estimate_request_tokens, estimate_tokens
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage import jobs
+from charactereval_lib.engine.storage.artifacts import latest_by_key
+from charactereval_lib.engine.storage.runs import RunDir
 
 LOCK = ".coser.lock"
 
@@ -125,7 +126,7 @@ class CoserRun:
         self.judged = latest_by_key((r for r in judgements if r.get("dimension") and r["status"] in ("ok", "failed")),
                                     "repeat", "scene", "dimension")
         self.metrics = latest_by_key((r for r in judgements if r.get("kind") == "metrics"), "repeat", "scene")
-        # Every recorded call's served model, per role: the run's replies come from one (engine.served).
+        # Every recorded call's served model, per role: the run's replies come from one (engine.generation.served).
         self.served = served_by_role(turns.values(), (r for r in judgements if r.get("kind") == "dimension"))
 
 

@@ -34,7 +34,7 @@ Platform choices (recorded in run.json): each scene draws from its own random st
 (``prompts.scene_rng``), so scenes can run concurrently and a scene's prompts and fallbacks do
 not depend on the others; the NSP fallback draws from the sorted candidates.
 
-Served identity (``engine.served``): each turn record and each dimension judgement counts what
+Served identity (``engine.generation.served``): each turn record and each dimension judgement counts what
 the servers reported for its calls (``served``: model names, system fingerprints, calls that
 named no model; per role in a judgement, whose repairs go to another model), and a reply that
 names another served model than the role's earlier replies in the run stops the run
@@ -94,7 +94,7 @@ from charactereval_lib.engine.generation.base import (
     check_request_params,
     reasoning_tokens,
 )
-from charactereval_lib.engine.served import ServedCounts, ServedGuard
+from charactereval_lib.engine.generation.served import ServedCounts, ServedGuard
 
 ROLES = ("actor", "env", "nsp", "judge", "repair")
 # Request-body keys the protocol fixes (seed 004 H26, J19): what upstream sends (model, messages,
@@ -275,7 +275,7 @@ class RoleClients:
 
     def establish(self, earlier: Mapping[str, ServedCounts]) -> None:
         """The models the run's recorded calls were served by, per role: a reply naming another
-        one stops the run (``engine.served.ServedGuard``)."""
+        one stops the run (``engine.generation.served.ServedGuard``)."""
         self._guards = {name: ServedGuard(f"the {name} role", (earlier.get(name) or ServedCounts()).models)
                         for name in ROLES}
 

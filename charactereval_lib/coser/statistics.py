@@ -16,9 +16,9 @@ from typing import Any
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, SUMMARY, TURNS
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine import thinking
-from charactereval_lib.engine.artifacts import read_jsonl, write_json_atomic
-from charactereval_lib.engine.runs import RunDir
-from charactereval_lib.engine.served import ServedCounts
+from charactereval_lib.engine.generation.served import ServedCounts
+from charactereval_lib.engine.storage.artifacts import read_jsonl, write_json_atomic
+from charactereval_lib.engine.storage.runs import RunDir
 
 
 def judged_frame(latest: Sequence[dict[str, Any]], version_clip: bool) -> Any:
@@ -173,7 +173,7 @@ def latest_turns(run_dir: RunDir) -> list[dict[str, Any]]:
 
 def served_by_role(turns: Iterable[dict[str, Any]], judgements: Iterable[dict[str, Any]]) -> dict[str, ServedCounts]:
     """What the servers reported for the calls behind the given turn and dimension-judgement
-    records, per role (actor, env, nsp, judge, repair; ``engine.served``). A record made before
+    records, per role (actor, env, nsp, judge, repair; ``engine.generation.served``). A record made before
     the workbench recorded it counts its calls as not reported; an imported record (no call made
     here) counts nothing."""
     served: dict[str, ServedCounts] = defaultdict(ServedCounts)

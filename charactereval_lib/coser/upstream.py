@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from charactereval_lib.coser.data import UPSTREAM_AGENT, UPSTREAM_PROMPTS, UPSTREAM_UTILS, locate_data_dir, read_verified
-from charactereval_lib.engine.pinned import DataError
+from charactereval_lib.engine.storage.pinned import DataError
 
 DIMENSIONS = ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality")
 _TEMPLATE_KEY = "self-play-deduct-template"

@@ -2,7 +2,7 @@
 an output location that cannot be written, a service that cannot be reached, SIGTERM. (Whether
 a Ray address is a Ray cluster is asked by ``ray_cluster.check_ray_address``.)
 
-Light (the standard library and engine.runs): the command line imports it on every start.
+Light (the standard library and engine.storage.runs): the command line imports it on every start.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 # Bounded waits of the pre-flight checks: a wrong address fails within seconds, never hangs.
 CONNECT_TIMEOUT_S = 5.0

@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from charactereval_lib import PROGRAM, __version__
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import faults
+from charactereval_lib.engine.storage import runs
 
 MARKER = ".charactereval-output.json"
 SITE = "leaderboard site"

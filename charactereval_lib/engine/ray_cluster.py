@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import faults, runs
+from charactereval_lib.engine import faults
+from charactereval_lib.engine.storage import runs
 
 INSTALL_HINT = "--engine ray needs Ray, an optional extra: pip install 'charactereval-workbench[ray]' (or pip install ray)"
 # Device placeholder for workers: each resolves it itself (cuda when Ray gave it a GPU).

@@ -2,7 +2,7 @@
 
 Each stage takes a run (a name under ``./outputs`` or a path) and typed settings, does its work
 through the engine and the protocol modules, and returns a result object carrying the counts a
-caller prints. Settings are frozen pydantic models (``engine.settings.Settings``) that also load from
+caller prints. Settings are frozen pydantic models (``engine.registry.settings.Settings``) that also load from
 YAML mappings, where an unknown key or a wrong type is a one-line error that names it. Nothing
 here prints; nothing here parses a command line.
 
@@ -28,8 +28,8 @@ HTTP clients.
 
 from __future__ import annotations
 
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.settings import SettingsError
+from charactereval_lib.engine.registry.settings import SettingsError
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.pipeline.apps import batch, batch_config, batch_preflight, batch_summary_lines, reproduce
 from charactereval_lib.pipeline.board import LeaderboardOutcome, leaderboard
 from charactereval_lib.pipeline.charactereval import (

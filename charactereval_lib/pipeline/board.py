@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import outdir, runs
+from charactereval_lib.engine import outdir
+from charactereval_lib.engine.storage import runs
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class LeaderboardOutcome:
     out: Path
     content: dict[str, Any]
     warnings: list[str]
-    reused: int = 0  # runs taken whole from the per-run cache (engine.sitecache)
+    reused: int = 0  # runs taken whole from the per-run cache (engine.leaderboard.sitecache)
     rebuilt: int = 0  # runs read or rendered afresh
 
 
@@ -31,7 +32,7 @@ def leaderboard(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     contexts and the rules the row counts of failed samples); when it is missing, the site is
     still built and the warnings say why. ``redact``: a site without test-set text
     (``leaderboard.write``). ``cache``: reuse what an earlier build made of unchanged runs (the
-    per-run cache beside the site, ``engine.sitecache``); ``progress``: a bar on stderr. The
+    per-run cache beside the site, ``engine.leaderboard.sitecache``); ``progress``: a bar on stderr. The
     site is built beside ``out_dir`` and swapped in whole: an interrupted build leaves the
     previous site."""
     from charactereval_lib.apps.leaderboard import boarded, progress_bar, read_runs, run_cache, write

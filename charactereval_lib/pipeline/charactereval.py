@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import DataError, OfficialData, load_official_data
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
+from charactereval_lib.engine import faults, outdir
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, ReportOutcome, SummaryOutcome
 from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings, _ray_settings
 
@@ -189,7 +191,7 @@ def run_warnings(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str
 
 def warnings_and_evidence(run: layout.CharacterEvalRun, *, allow_mixed: bool, scorer: str = layout.REWARD_MODEL,
                           judge_model: str | None = None, data: Any = None) -> tuple[list[str], Any]:
-    """``run_warnings`` and the evidence checks (``engine.evidence.Evidence``) they rest on;
+    """``run_warnings`` and the evidence checks (``engine.reports.evidence.Evidence``) they rest on;
     ``data``: the official data, which the samples check counts against when given."""
     from charactereval_lib.charactereval import analysis
 
@@ -284,7 +286,7 @@ def report(
     written only once the notebook ran through. The main sections show ``settings.scorer``'s
     scores; a run that also holds the other scorer's gets both side by side and their agreement."""
     from charactereval_lib.charactereval.judge_report import report_names
-    from charactereval_lib.engine import report as notebooks
+    from charactereval_lib.engine.reports import notebook as notebooks
 
     settings = settings if settings is not None else ReportSettings()
     run = _analysable(run)
@@ -308,15 +310,15 @@ def compare_problems(run_list: Sequence[layout.CharacterEvalRun], scorer: str = 
                      judge_model: str | None = None) -> list[str]:
     """Why runs must not be compared as they are: the same run twice, or ``scorer``'s scores made
     with different configurations (checkpoint or judge model, mode) or protocol versions."""
-    from charactereval_lib.engine import reportkit
+    from charactereval_lib.engine.reports import kit
 
-    problems = reportkit.repeated_runs(run_list)
+    problems = kit.repeated_runs(run_list)
     identities = {r.name: sorted(i.label() for i in r.scorer_identities(scorer, judge_model)) for r in run_list}
     if len({tuple(v) for v in identities.values()}) > 1:
         detail = "; ".join(f"{name}: {', '.join(labels) or 'unscored'}" for name, labels in identities.items())
         problems.append(f"the runs were scored with different scorer configurations ({detail})")
     protocols = {r.name: r.manifest().get("protocol_version") for r in run_list}
-    return problems + reportkit.differing(protocols, "follow different protocol versions")
+    return problems + kit.differing(protocols, "follow different protocol versions")
 
 
 def compare(
@@ -332,7 +334,7 @@ def compare(
     agreement of the two scorers follow. Refuses runs that cannot be compared unless
     ``allow_mixed``."""
     from charactereval_lib.charactereval.judge_report import common_judge
-    from charactereval_lib.engine import report as notebooks
+    from charactereval_lib.engine.reports import notebook as notebooks
 
     settings = settings if settings is not None else ReportSettings()
     if len(run_list) < 2:
@@ -430,7 +432,7 @@ def reproduction(*, data_dir: str | os.PathLike[str] | None = None, n_boot: int 
                  progress: bool = False, rm: str | None = None, device: str | None = None,
                  data: OfficialData | None = None,
                  files: dict[str, Path] | None = None) -> Callable[[Path], dict[str, Any]]:
-    """CharacterEval's ``reproduce`` (``engine.benchmarks.Reproduction``): the five released
+    """CharacterEval's ``reproduce`` (``engine.registry.benchmarks.Reproduction``): the five released
     generations, scored with the checkpoint ``rm`` when given. The files and the official data
     (``files``/``data`` replace them, e.g. synthetic ones in tests) are checked here, before any
     work: a missing file is a one-line error, not a half-made report."""

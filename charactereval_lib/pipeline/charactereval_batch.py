@@ -1,4 +1,4 @@
-"""CharacterEval in ``charactereval batch``: its batch plan (``engine.batching.BatchPlan``), named
+"""CharacterEval in ``charactereval batch``: its batch plan (``engine.registry.batching.BatchPlan``), named
 by its registry declaration.
 
 A model entry (after the config's ``defaults``) names the model under test (``backend``,
@@ -25,7 +25,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.benchmark import NAME
 from charactereval_lib.charactereval.data import DataError, load_official_data
 from charactereval_lib.engine import faults
-from charactereval_lib.engine.batching import GENERATION, SCORING, BatchEntry, BatchPlan, ModelResult, Settings, step
+from charactereval_lib.engine.registry.batching import GENERATION, SCORING, BatchEntry, BatchPlan, ModelResult, Settings, step
 from charactereval_lib.engine.validation import expect, is_int, problem
 from charactereval_lib.pipeline import charactereval as stages
 from charactereval_lib.pipeline.settings import GenerateSettings, ReportSettings, ScoreSettings, SummarizeSettings

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import benchmarks, faults, outdir, runs
+from charactereval_lib.engine import faults, outdir
 from charactereval_lib.engine.generation.base import ConfigError
-from charactereval_lib.engine.settings import Number, Settings, SettingsError, positive
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.registry.settings import Number, Settings, SettingsError, positive
 from charactereval_lib.engine.stats import DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.pipeline.data import DataUse, remember
 from charactereval_lib.pipeline.outcomes import COMPARISON_HTML, COMPARISON_NOTEBOOK, FIGURES_DIR, REPORT_HTML, REPORT_NOTEBOOK, ReportOutcome, SummaryOutcome
 
@@ -345,7 +347,7 @@ def coser_report(run: str | os.PathLike[str] | runs.RunDir,
     warnings say why the run is not comparable with the paper, if it is not."""
     from charactereval_lib.coser.report import comparability
     from charactereval_lib.coser.statistics import run_served
-    from charactereval_lib.engine import report as notebooks
+    from charactereval_lib.engine.reports import notebook as notebooks
 
     settings = settings if settings is not None else CoserReportSettings()
     run = _coser_run_dir(run)
@@ -367,7 +369,7 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
     or in a model besides the actor's are refused unless ``allow_mixed``."""
     from charactereval_lib.coser.report import comparability, compare_problems
     from charactereval_lib.coser.statistics import run_served
-    from charactereval_lib.engine import report as notebooks
+    from charactereval_lib.engine.reports import notebook as notebooks
 
     settings = settings if settings is not None else CoserReportSettings()
     if len(run_list) < 2:
@@ -393,7 +395,7 @@ def coser_compare(run_list: Sequence[str | os.PathLike[str] | runs.RunDir], out_
 def coser_reproduction(*, data_dir: str | os.PathLike[str] | None = None, n_boot: int = DEFAULT_N_BOOT,
                        seed: int = DEFAULT_SEED, progress: bool = False,
                        no_metrics: bool = False) -> Callable[[Path], dict[str, Any]]:
-    """CoSER's ``reproduce`` (``engine.benchmarks.Reproduction``): the released evaluation files,
+    """CoSER's ``reproduce`` (``engine.registry.benchmarks.Reproduction``): the released evaluation files,
     re-scored from their recorded critiques; ``no_metrics`` skips BLEU/ROUGE-L (the slow part)."""
     from charactereval_lib.coser.reproduce import reproduce
 

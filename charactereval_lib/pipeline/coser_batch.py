@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from charactereval_lib.engine import faults, runs
-from charactereval_lib.engine.batching import BatchPlan, StagesModel
+from charactereval_lib.engine import faults
 from charactereval_lib.engine.generation.base import ConfigError
-from charactereval_lib.engine.pinned import DataError
+from charactereval_lib.engine.registry.batching import BatchPlan, StagesModel
+from charactereval_lib.engine.storage import runs
+from charactereval_lib.engine.storage.pinned import DataError
 from charactereval_lib.pipeline.coser import CoserReportSettings, coser_scenes
 
 

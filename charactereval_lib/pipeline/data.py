@@ -73,8 +73,8 @@ def remember(benchmark: str, directory: str | os.PathLike[str], env_var: str,
     ``problems`` (the benchmark's verify: directory -> lines). A directory that fails is a
     ``DataError`` naming its first problem, and the workspace keeps what it had; ``force``
     records it anyway (its problems are then in the result)."""
-    from charactereval_lib.engine import workspace
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage import workspace
+    from charactereval_lib.engine.storage.pinned import DataError
 
     target = Path(directory).expanduser().absolute()
     if target.exists() and not target.is_dir():

@@ -14,9 +14,11 @@ from typing import Any
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, benchmarks, faults, outdir, runs
-from charactereval_lib.engine.settings import SettingsError, positive
+from charactereval_lib.engine import faults, outdir
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.registry.settings import SettingsError, positive
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.pipeline.charactereval import _analysable, _data, score
 from charactereval_lib.pipeline.settings import JudgeSettings, PanelSettings, ScoreSettings
 

@@ -9,8 +9,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from charactereval_lib.engine import benchmarks, runs
-from charactereval_lib.engine.settings import SettingsError
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.registry.settings import SettingsError
+from charactereval_lib.engine.storage import runs
 
 
 def available() -> dict[str, benchmarks.Benchmark]:
@@ -31,7 +32,7 @@ def notebook(name: str, run_list: Sequence[str | os.PathLike[str]], *, out: str 
     """Copy notebook ``name`` into ``out`` (default: the first run's directory) with the runs and
     the data directory filled in as absolute paths (a kernel starts in the notebook's folder, not
     in the workspace); returns the copy. Nothing is executed."""
-    from charactereval_lib.engine import report
+    from charactereval_lib.engine.reports import notebook as report
 
     known = available()
     if name not in known:

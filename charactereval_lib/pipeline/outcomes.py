@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 REPORT_NOTEBOOK = "report.ipynb"
 REPORT_HTML = "report.html"
@@ -21,7 +21,7 @@ class SummaryOutcome:
     run: runs.RunDir
     summary: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    # The checks of the run's files the warnings rest on (``engine.evidence.Evidence``; None for
+    # The checks of the run's files the warnings rest on (``engine.reports.evidence.Evidence``; None for
     # a benchmark without them).
     evidence: Any = None
 

@@ -1,4 +1,4 @@
-"""Typed settings of CharacterEval's pipeline stages (``engine.settings.Settings``: frozen
+"""Typed settings of CharacterEval's pipeline stages (``engine.registry.settings.Settings``: frozen
 pydantic models that also load from YAML mappings)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.calibration import METASCORE_THRESHOLD
 from charactereval_lib.charactereval.protocol import COLON
 from charactereval_lib.engine.ray_cluster import LOST_NODE_WAIT_S
-from charactereval_lib.engine.settings import Names, Number, Settings, SettingsError, not_negative, positive
+from charactereval_lib.engine.registry.settings import Names, Number, Settings, SettingsError, not_negative, positive
 from charactereval_lib.engine.stats import DEFAULT_LEVEL, DEFAULT_N_BOOT, DEFAULT_SEED
 
 # Paper models overlaid by default: the strongest open model, GPT-4, and one released run.

@@ -20,8 +20,8 @@ from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, TURNS
 from charactereval_lib.coser.judge import dimension_score
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import get_version
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.served import ServedCounts
+from charactereval_lib.engine.generation.served import ServedCounts
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 CHECKPOINT = "c0ffee" * 10 + "abcd"

@@ -20,7 +20,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import ID2METRIC, PROFILES, TEST_DATA, OfficialData, Sample
 from charactereval_lib.charactereval.protocol import COLON, METRICS
 from charactereval_lib.charactereval.transform import transform_run
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 # Invented names (no relation to the benchmark's characters).
 _ROLES = ("林远舟", "苏晚晴", "顾北辰", "沈清秋", "陆星河", "白若溪", "秦墨白", "叶知秋")

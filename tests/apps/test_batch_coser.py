@@ -17,7 +17,7 @@ import pytest
 
 from charactereval_lib.cli import main
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SUMMARY, TURNS
-from charactereval_lib.engine.artifacts import read_jsonl
+from charactereval_lib.engine.storage.artifacts import read_jsonl
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir

@@ -1,5 +1,5 @@
 """Every batch entry, whatever its benchmark, is read through one pydantic model of the common keys
-(``engine.batching.BatchEntry``) and its benchmark's plan: one wording for a bad run name, the
+(``engine.registry.batching.BatchEntry``) and its benchmark's plan: one wording for a bad run name, the
 plan's own keys and settings checked before anything runs, models kept in config order."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.apps import batch
-from charactereval_lib.engine import batching, progress
+from charactereval_lib.engine import progress
+from charactereval_lib.engine.registry import batching
 from charactereval_lib.pipeline.charactereval_batch import BAR_STEPS, CharacterEvalPlan, ModelSpec
 
 CE = "{name: NAME, backend: offline, model: m, rm: r}"

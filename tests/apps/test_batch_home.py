@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from charactereval_lib.apps import batch, batch_stages
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 CONFIG = """output_dir: outputs
 models:

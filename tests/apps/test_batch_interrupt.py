@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from tests.generation_support import interruptible
 
 

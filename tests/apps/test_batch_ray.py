@@ -17,7 +17,7 @@ from test_batch_interrupt import start_slow_batch, wait_for_records
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 # Without importing it: collection (on every xdist worker) should not pay for Ray's import.
 if importlib.util.find_spec("ray") is None:
@@ -107,7 +107,7 @@ def test_a_task_no_node_can_run_fails_after_the_wait(cluster, official_dir, tiny
 
 def test_ray_settings_are_checked_with_the_config(tmp_path):
     from charactereval_lib.apps import batch
-    from charactereval_lib.engine.batching import GENERATION, SCORING
+    from charactereval_lib.engine.registry.batching import GENERATION, SCORING
 
     path = tmp_path / "batch.yaml"
     for text, message in (

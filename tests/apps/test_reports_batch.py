@@ -14,7 +14,7 @@ from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.charactereval.subsets import stratified_subset
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from charactereval_lib.cli import main
 from charactereval_lib.coser.data import RELEASED_EVALUATION_DIR
 from charactereval_lib.coser.official import import_evaluation
 from charactereval_lib.coser.reproduce import COLUMNS, released_files
-from charactereval_lib.engine import reproduction_kit
+from charactereval_lib.engine.reports import reproduction as reproduction_kit
 from charactereval_lib.testing.leaderboard_runs import coser_run
 from tests.coser_golden import data_dir
 
@@ -201,7 +201,7 @@ def test_a_bootstrap_of_no_resamples_is_a_one_line_error(tmp_path, capsys, n_boo
 LATE_CTRL_C = """
 import os, signal, sys
 from charactereval_lib.cli import main
-from charactereval_lib.engine import reproduction_kit
+from charactereval_lib.engine.reports import reproduction as reproduction_kit
 status = main()
 os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C just after the command said what it wrote
 sys.exit(status)
@@ -258,7 +258,7 @@ def test_the_papers_plus_minus_keeps_its_printed_digits():
 
 @pytest.mark.slow
 def test_the_rebuttal_files_table_has_its_heading_and_a_file_column(tmp_path):
-    from charactereval_lib.engine import report
+    from charactereval_lib.engine.reports import notebook as report
 
     document = coser_document()
     (tmp_path / reproduction.DOCUMENT).write_text(json.dumps(document), encoding="utf-8")

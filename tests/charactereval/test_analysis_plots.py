@@ -14,7 +14,7 @@ from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.diagnostics import on_bf16_grid
 from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
-from charactereval_lib.engine import plots
+from charactereval_lib.engine.reports import plots
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 

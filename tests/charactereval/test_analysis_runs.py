@@ -15,8 +15,8 @@ from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.official import export_official, import_official
 from charactereval_lib.charactereval.protocol import METRICS
 from charactereval_lib.charactereval.statistics import metric_statistics, paired_comparison
-from charactereval_lib.engine import runs
-from charactereval_lib.engine.evidence import Evidence, Finding
+from charactereval_lib.engine.reports.evidence import Evidence, Finding
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 TINY = "TINY RANDOM CHECKPOINT: its scores are meaningless (demos and tests only)"

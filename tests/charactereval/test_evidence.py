@@ -16,7 +16,7 @@ import pytest
 from charactereval_lib.apps.leaderboard import build
 from charactereval_lib.charactereval import analysis, evidence, layout
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 LIMIT = 12

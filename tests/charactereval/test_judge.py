@@ -15,9 +15,9 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge, judge_figures, judge_report, layout
 from charactereval_lib.charactereval.data import OfficialData, Sample
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.grading.choices import INVALID
 from charactereval_lib.engine.grading.judging import item_sha256
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 
 SECRET = "sk-judge-test-SECRET-0123456789abcdef"

@@ -10,7 +10,7 @@ import pytest
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import battle, layout
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
 
 COUNT = 8

@@ -12,7 +12,7 @@ import pytest
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import best, layout
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
 from tests.charactereval.test_judge_battle import settings
 

@@ -11,7 +11,7 @@ import pytest
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval import analysis, calibration, judge_report, layout
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.testing.mockserver import MockServer
 from tests.charactereval.test_judge import judge_settings as shared_settings
 from tests.charactereval.test_judge import make_run

@@ -19,8 +19,8 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts
 from charactereval_lib.engine.grading.panels import inter_judge_alpha, majority, panel_table
+from charactereval_lib.engine.storage import artifacts
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 

@@ -16,7 +16,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.judge import judge_items, load_specs
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 

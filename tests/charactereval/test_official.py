@@ -10,7 +10,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.official import OfficialFormatError, export_official, import_official
 from charactereval_lib.charactereval.summary import summarize_run
 from charactereval_lib.charactereval.transform import transform_run
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from tests.conftest import SYNTHETIC_ID2METRIC, SYNTHETIC_SAMPLES
 
 

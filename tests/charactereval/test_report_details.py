@@ -11,8 +11,8 @@ import pandas as pd
 from charactereval_lib.charactereval import figures
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.cli import main
-from charactereval_lib.engine.reportkit import TEMPLATE_DIR
-from charactereval_lib.engine.texttable import text_table
+from charactereval_lib.engine.reports.kit import TEMPLATE_DIR
+from charactereval_lib.engine.reports.texttable import text_table
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 

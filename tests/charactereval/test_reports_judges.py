@@ -17,7 +17,7 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval import judge_figures, layout
 from charactereval_lib.charactereval.judge_report import common_judge, report_names
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer
 
 

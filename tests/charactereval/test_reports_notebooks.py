@@ -13,8 +13,9 @@ from charactereval_lib import pipeline
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.official import export_official, import_official
-from charactereval_lib.engine import artifacts, report, runs
+from charactereval_lib.engine.reports import notebook as report
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 # Every shipped notebook: opened in Jupyter, a notebook keeps its outputs; `charactereval notebook` makes

@@ -17,7 +17,8 @@ from charactereval_lib.apps import batch
 from charactereval_lib.charactereval import analysis, layout
 from charactereval_lib.charactereval.requests import read_ids_file
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, report, runs
+from charactereval_lib.engine.reports import notebook
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.pipeline.charactereval_batch import SUBSET_IDS
 
 
@@ -78,7 +79,7 @@ def test_score_notebook_scores_and_summarises(official_dir, tiny_rm, tmp_path):
     pipeline.generate(run, pipeline.GenerateSettings(backend="offline", model="offline-n", limit=6), data_dir=official_dir)
     pipeline.transform(run, data_dir=official_dir)
     output = tmp_path / "score.ipynb"
-    report.execute(report.shipped("score.ipynb"), output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
+    notebook.execute(notebook.shipped("score.ipynb"), output, {"run_dir": str(run), "rm": str(tiny_rm), "device": "cpu", "mode": "fast",
                                            "data_dir": str(official_dir)})
     outputs = [o for c in nbformat.read(str(output), as_version=4).cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]

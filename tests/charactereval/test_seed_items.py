@@ -18,7 +18,8 @@ from charactereval_lib.charactereval.data import load_official_data, load_upstre
 from charactereval_lib.charactereval.protocol import ACK_HEAD, COLON, METRICS, ROLE_SPEAKS_FIRST
 from charactereval_lib.charactereval.reference import load_paper_table
 from charactereval_lib.cli import main
-from charactereval_lib.engine import runs, thinking
+from charactereval_lib.engine import thinking
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.testing.synthetic import write_synthetic_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_table4_names_its_latex_source_and_the_table_holds_what_the_reviews_foun
 def test_doctor_checks_a_copy_of_the_papers_latex(official_dir, tmp_path, capsys, monkeypatch):
     from charactereval_lib.charactereval.doctor import paper_latex_check
     from charactereval_lib.charactereval.paper_table import PAPER_LATEX
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage.pinned import DataError
 
     copy = tmp_path / "acl_latex.tex"
     copy.write_text("\\documentclass{article}\n", encoding="utf-8")
@@ -238,7 +239,7 @@ def board_views(run_dir: Path, data):
 
 def test_the_overall_is_labelled_a_platform_choice_and_leaves_mbti_out(small_data, tmp_path):
     from charactereval_lib.charactereval.eligibility import HEADLINE, SPEC
-    from charactereval_lib.engine import artifacts
+    from charactereval_lib.engine.storage import artifacts
     from charactereval_lib.testing.leaderboard_runs import charactereval_run
 
     assert SPEC.headline == HEADLINE

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from charactereval_lib.charactereval.transform import first_line, generation_outputs, is_failed_output, transform, transform_run
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 
 def test_first_line_keeps_empty_string_from_leading_newline():

@@ -11,7 +11,7 @@ import pytest
 
 from charactereval_lib.charactereval.prompts import build_messages
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 
 def run_cli(capsys, *argv):

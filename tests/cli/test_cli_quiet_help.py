@@ -9,8 +9,9 @@ import io
 import pytest
 
 from charactereval_lib.cli import build_parser, main
-from charactereval_lib.engine import batching, progress
-from charactereval_lib.engine.batching import ModelResult
+from charactereval_lib.engine import progress
+from charactereval_lib.engine.registry import batching
+from charactereval_lib.engine.registry.batching import ModelResult
 from charactereval_lib.pipeline.charactereval_batch import BAR_STEPS
 
 WITH_BARS = (["generate", "R", "--backend", "offline", "--model", "m"], ["score", "R"], ["battle", "A", "B", "--out", "O", "--judge-model", "j"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.charactereval import judge
-from charactereval_lib.engine import artifacts
+from charactereval_lib.engine.storage import artifacts
 from charactereval_lib.testing.mockserver import MockServer, judge_grade, request_key
 from tests.charactereval.test_judge import make_run
 

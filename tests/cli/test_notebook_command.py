@@ -11,8 +11,9 @@ import pytest
 
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.cli import main
-from charactereval_lib.engine import report, runs
+from charactereval_lib.engine.reports import notebook
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run
 
 
@@ -96,8 +97,8 @@ def test_the_copy_runs_top_to_bottom_in_its_own_folder(workspace, official_dir, 
     assert main(["data", "use", str(official_dir)]) == 0
     assert main(["notebook", "analyse", "m1"]) == 0
     node = nbformat.read(str(run / "analyse.ipynb"), as_version=4)
-    with report.kernel_environment():
-        NotebookClient(node, kernel_name=report.KERNEL_NAME, timeout=600,
+    with notebook.kernel_environment():
+        NotebookClient(node, kernel_name=notebook.KERNEL_NAME, timeout=600,
                        resources={"metadata": {"path": str(run)}}).execute()
     text = json.dumps([c.get("outputs", []) for c in node.cells])
     assert f"Official data: {official_dir}" in text and "Official data not available" not in text

@@ -10,7 +10,7 @@ import pytest
 from charactereval_lib.coser import data as D
 from charactereval_lib.coser.metrics import BleuUnavailable, bleu, rouge_l
 from charactereval_lib.coser.upstream import DIMENSIONS, load_critic_prompts, parse_critic_prompts
-from charactereval_lib.engine.pinned import DataError
+from charactereval_lib.engine.storage.pinned import DataError
 from tests.coser_golden import data_dir
 
 

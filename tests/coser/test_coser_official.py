@@ -26,9 +26,9 @@ from charactereval_lib.coser.statistics import summarize
 from charactereval_lib.coser.text import remove_inner_thoughts
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_PAPER
-from charactereval_lib.engine.artifacts import read_jsonl
-from charactereval_lib.engine.pinned import DataError
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage.artifacts import read_jsonl
+from charactereval_lib.engine.storage.pinned import DataError
+from charactereval_lib.engine.storage.runs import RunDir
 from tests.coser_golden import data_dir, golden
 
 ACTOR = "Actor"  # placeholder speaker of the reconstructed actor lines

@@ -165,7 +165,7 @@ def test_an_altered_or_unexpected_agent_py_is_refused_in_one_line(tmp_path):
 
     from charactereval_lib.coser.data import UPSTREAM_AGENT
     from charactereval_lib.coser.upstream import parse_agent_additions
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage.pinned import DataError
 
     for version in ("coser-paper", "coser-head"):
         added = load_agent_additions(version, data_dir())
@@ -189,7 +189,7 @@ def test_an_altered_or_unexpected_utils_py_is_refused_in_one_line(tmp_path):
 
     from charactereval_lib.coser.data import UPSTREAM_UTILS
     from charactereval_lib.coser.upstream import load_prompt_skeletons, parse_prompt_skeletons
-    from charactereval_lib.engine.pinned import DataError
+    from charactereval_lib.engine.storage.pinned import DataError
 
     name = UPSTREAM_UTILS["coser-paper"]
     copy = tmp_path / name

@@ -17,12 +17,12 @@ from charactereval_lib.coser.run import PRESETS, run_coser, select_scenes, start
 from charactereval_lib.coser.simulation import RoleClients, RoleSettings, SimulationSettings, reply_with_retries
 from charactereval_lib.coser.upstream import load_critic_prompts
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER
-from charactereval_lib.engine.artifacts import read_jsonl
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.engine import run_closing
 from charactereval_lib.engine.generation.retry import RetryPolicy
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage.artifacts import read_jsonl
+from charactereval_lib.engine.storage.runs import RunDir
 from charactereval_lib.testing.coser_script import refusal_plan, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir

@@ -26,8 +26,8 @@ from charactereval_lib.coser.documents import Interval
 from charactereval_lib.coser.report import NOT_COMPARABLE, REPEATS_NOTE, comparability, interval, load_anchor
 from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
-from charactereval_lib.engine.artifacts import write_jsonl_atomic
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage.artifacts import write_jsonl_atomic
+from charactereval_lib.engine.storage.runs import RunDir
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import AS_REQUESTED, MockServer
 from tests.apps.test_reproduce import released_generations

@@ -27,8 +27,8 @@ from charactereval_lib.coser.simulation import RoleSettings, SimulationSettings
 from charactereval_lib.coser.statistics import compute_summary
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import COSER_HEAD, COSER_PAPER, PAPER_ROLE_MODELS
-from charactereval_lib.engine.artifacts import write_jsonl_atomic
-from charactereval_lib.engine.runs import RunDir
+from charactereval_lib.engine.storage.artifacts import write_jsonl_atomic
+from charactereval_lib.engine.storage.runs import RunDir
 from tests.coser_golden import data_dir
 
 ROOT = Path(__file__).resolve().parents[2]

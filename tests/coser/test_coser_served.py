@@ -22,7 +22,7 @@ from charactereval_lib.coser.report import (
     served_caveats,
     served_confirmed,
 )
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import coser_run as synthetic_run
 from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer
@@ -127,8 +127,8 @@ def test_the_seeds_anchor_actor_through_a_router_pinned_to_openai_opens_the_boar
 
 
 def test_a_server_that_names_no_model_is_a_caveat_on_the_board_row_its_csv_and_page(tmp_path):
-    from charactereval_lib.engine.board import boards_csv
-    from charactereval_lib.engine.site import index_html
+    from charactereval_lib.engine.leaderboard.board import boards_csv
+    from charactereval_lib.engine.leaderboard.site import index_html
 
     synthetic_run(tmp_path / "runs" / "silent", actor="a", scenes=4, repeats=1, served={"judge": None})
     views, _ = read_runs([tmp_path / "runs"], {})

@@ -21,8 +21,8 @@ from charactereval_lib import cli
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, TURNS
 from charactereval_lib.coser.prompts import NSP
 from charactereval_lib.coser.run import LOCK
-from charactereval_lib.engine.artifacts import read_jsonl
-from charactereval_lib.engine.runs import load_manifest
+from charactereval_lib.engine.storage.artifacts import read_jsonl
+from charactereval_lib.engine.storage.runs import load_manifest
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir

@@ -1,7 +1,7 @@
 """CoSER's thinking blocks (seed 004 C17a/F19 against G08; docs/platform-rules.md#thinking-blocks):
 the summary counts, per role, the replies that started with a block and what the run's rule did
 with them; the report shows it; the board separates and labels a run that kept its blocks exactly
-as CharacterEval's board does, through one implementation (``engine.board``)."""
+as CharacterEval's board does, through one implementation (``engine.leaderboard.board``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from charactereval_lib.coser.benchmark import TURNS
 from charactereval_lib.coser.eligibility import SPEC
 from charactereval_lib.coser.report import load_analysis, summary_lines
 from charactereval_lib.coser.statistics import compute_summary
-from charactereval_lib.engine import artifacts, runs, thinking
-from charactereval_lib.engine.board import thinking_rule
+from charactereval_lib.engine import thinking
+from charactereval_lib.engine.leaderboard.board import thinking_rule
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.leaderboard_runs import coser_run
 
 BLOCK = "\n<think>\nwho speaks next?\n</think>\n\n"
@@ -112,5 +113,5 @@ def test_a_kept_block_keeps_a_run_off_the_board_and_keep_thinking_is_labelled(tm
 def test_both_boards_use_the_one_thinking_rule_of_the_engine():
     rules = [next(r for r in spec.rules if r.name == "thinking") for spec in (SPEC, CHARACTEREVAL_SPEC)]
     shared = thinking_rule("text", ("x", "y"), "z").check.__qualname__
-    assert all(r.check.__qualname__ == shared and r.check.__module__ == "charactereval_lib.engine.board"
+    assert all(r.check.__qualname__ == shared and r.check.__module__ == "charactereval_lib.engine.leaderboard.board"
                for r in rules)

@@ -1,4 +1,4 @@
-"""The engine knows no benchmark by name (``engine.benchmarks``): what a benchmark needs of it is
+"""The engine knows no benchmark by name (``engine.registry.benchmarks``): what a benchmark needs of it is
 declared by the benchmark, so a third one needs no edit under ``engine/``.
 
 What counts as naming a benchmark, in the source of ``charactereval_lib/engine/`` (docstrings
@@ -92,11 +92,11 @@ REF = "charactereval_lib.charactereval.data:locate"
     neutral = '''
 """CoSER and CharacterEval in prose."""
 # a comment on coser
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 import charactereval_lib
 ENV = "CHARACTEREVAL_HOME"
 FILE = ".charactereval.json"
-HINT = "run `charactereval report` (charactereval_lib.engine.site)"
+HINT = "run `charactereval report` (charactereval_lib.engine.leaderboard.site)"
 def f():
     """Say coser here too."""
 '''
@@ -109,7 +109,7 @@ def test_the_command_line_reports_the_errors_each_benchmark_declares():
     from charactereval_lib import cli
     from charactereval_lib.charactereval.prompts import ProtocolError
     from charactereval_lib.charactereval.reward.errors import CheckpointError
-    from charactereval_lib.engine import benchmarks
+    from charactereval_lib.engine.registry import benchmarks
 
     declared = benchmarks.user_errors()
     assert all(isinstance(error, type) and issubclass(error, BaseException) for error in declared)

@@ -21,7 +21,7 @@ import pytest
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.synthetic import write_synthetic_run
 from tests.generation_support import interruptible
 

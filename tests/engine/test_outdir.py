@@ -104,7 +104,7 @@ def test_a_site_replaces_only_an_earlier_site_and_names_its_version(ws, tmp_path
     (site / "stale.html").write_text("from the earlier build", encoding="utf-8")
     assert cli.main(["leaderboard", str(root / "runs" / "co-a"), "--data-dir", str(data_dir), "--out", str(site)]) == 0
     assert (site / "index.html").is_file() and not (site / "stale.html").exists()
-    # No staging or old copy left behind; beside the site only its per-run cache (engine.sitecache).
+    # No staging or old copy left behind; beside the site only its per-run cache (engine.leaderboard.sitecache).
     assert sorted(p.name for p in tmp_path.iterdir()) == [".site.cache", "site"]
     capsys.readouterr()
     # A folder of another kind of output, or one whose marker is damaged, is not a site.
@@ -133,7 +133,7 @@ def test_reproduce_refuses_its_data_directory_and_replaces_an_earlier_reproducti
     refused(capsys, ["reproduce", "--benchmark", "coser", "--data-dir", str(root / "data"), "--out",
                      str(root / "data" / "repro")], "lies inside the input")
     assert not (root / "data" / "repro").exists()
-    from charactereval_lib.engine import report
+    from charactereval_lib.engine.reports import notebook as report
 
     made = []
 
@@ -219,7 +219,7 @@ def test_a_batch_comparison_folder_is_checked_before_any_model_runs(tmp_path):
 
 def test_a_comparison_whose_notebook_failed_may_be_rendered_again_into_its_folder(ws, tmp_path, capsys, monkeypatch):
     """The failed notebook is kept beside the marker, so the folder stays the tool's own."""
-    from charactereval_lib.engine import report
+    from charactereval_lib.engine.reports import notebook as report
 
     root, _ = ws
 

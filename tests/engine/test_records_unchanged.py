@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from charactereval_lib import pipeline  # noqa: E402
 from charactereval_lib.charactereval.requests import make_requests  # noqa: E402
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES, TURNS  # noqa: E402
-from charactereval_lib.engine import runs  # noqa: E402
+from charactereval_lib.engine.storage import runs  # noqa: E402
 from charactereval_lib.testing.coser_script import scripted_reply  # noqa: E402
 from charactereval_lib.testing.mockserver import MockServer, request_key  # noqa: E402
 

@@ -11,7 +11,8 @@ from charactereval_lib import cli
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.analysis import load_run
 from charactereval_lib.coser.report import load_analysis
-from charactereval_lib.engine import artifacts, runs, thinking
+from charactereval_lib.engine import thinking
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.coser_script import role_of, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer, echo_reply, request_key, thinking_block
 from tests.coser_golden import data_dir as coser_data_dir

@@ -18,10 +18,10 @@ from charactereval_lib.cli import main
 from charactereval_lib.coser import documents as coser_documents
 from charactereval_lib.coser.benchmark import SUMMARY as COSER_SUMMARY
 from charactereval_lib.coser.statistics import summarize as coser_summarize
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.grading.errors import SpecError
 from charactereval_lib.engine.grading.spec import spec_from_mapping
-from charactereval_lib.engine.manifest import MANIFEST_SCHEMA, Manifest, upgrade
+from charactereval_lib.engine.storage import runs
+from charactereval_lib.engine.storage.manifest import MANIFEST_SCHEMA, Manifest, upgrade
 from charactereval_lib.engine.validation import Document, expect, is_int, validate
 from charactereval_lib.testing.leaderboard_runs import coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data, write_synthetic_run

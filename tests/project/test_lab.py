@@ -23,7 +23,8 @@ import pytest
 
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.cli import lab, main
-from charactereval_lib.engine import report, runs
+from charactereval_lib.engine.reports import notebook as report
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.testing.synthetic import write_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """One conformance check over every registered benchmark (the two built-ins and ``tests/toybench``):
 what its declaration promises holds. Its stages and settings load; its board is a ``BoardSpec``
 of its own name whose rules are named once, and it reads a small run of the benchmark; its
-explorer gives one row and one detail of typed sections (``engine.details``) per sample, and
+explorer gives one row and one detail of typed sections (``engine.leaderboard.details``) per sample, and
 the redaction leaves no part marked as test-set text; its notebooks are found through the
 declaration and carry a parameters cell. A benchmark registered without a small run here fails
 the first test, so a new benchmark is checked as soon as it is added."""
@@ -21,9 +21,10 @@ import pytest
 
 from charactereval_lib.apps import leaderboard
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import benchmarks, details
-from charactereval_lib.engine.board import AnchorCheck, BoardSpec, build_boards
-from charactereval_lib.engine.site import Explorer
+from charactereval_lib.engine.leaderboard import details
+from charactereval_lib.engine.leaderboard.board import AnchorCheck, BoardSpec, build_boards
+from charactereval_lib.engine.leaderboard.site import Explorer
+from charactereval_lib.engine.registry import benchmarks
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
 
@@ -162,9 +163,9 @@ def test_the_redaction_keeps_the_public_parts_of_each_section():
 def test_the_renderer_and_the_site_name_no_benchmark():
     """One renderer draws every benchmark's details; the site takes a run's report command from
     its benchmark's declaration."""
-    import charactereval_lib.engine.site as site
+    import charactereval_lib.engine.leaderboard.site as site
 
-    script = (Path(site.__file__).parent / "site_assets" / "explorer.js").read_text(encoding="utf-8").lower()
+    script = (Path(site.__file__).parent / "assets" / "explorer.js").read_text(encoding="utf-8").lower()
     source = Path(site.__file__).read_text(encoding="utf-8")
     for name in ("charactereval", "coser", "toybench"):
         assert name not in script

@@ -1,4 +1,4 @@
-"""The reproduction contract (``engine.benchmarks.Reproduction``): every registered benchmark that
+"""The reproduction contract (``engine.registry.benchmarks.Reproduction``): every registered benchmark that
 declares one declares it completely, and a benchmark outside the library (``tests/toybench``,
 registered by ``$CHARACTEREVAL_BENCHMARKS``) gets ``charactereval reproduce`` — its option on
 the command line, its report with the standard sections — with no library change."""
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from charactereval_lib.cli import main
-from charactereval_lib.engine import benchmarks
+from charactereval_lib.engine.registry import benchmarks
 from tests.toybench.reproduce import PAPER, RELEASED, released_file
 
 

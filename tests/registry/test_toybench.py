@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.cli import main
-from charactereval_lib.engine import benchmarks
-from charactereval_lib.engine.site import read_run_data
+from charactereval_lib.engine.leaderboard.site import read_run_data
+from charactereval_lib.engine.registry import benchmarks
 from charactereval_lib.testing.mockserver import MockServer, echo_reply, request_key
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from charactereval_lib.apps.leaderboard import boards, build, read_runs, write
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.eligibility import RELEASED
 from charactereval_lib.coser import official
-from charactereval_lib.engine.board import TIE_TEST, model_label
-from charactereval_lib.engine.site import read_run_data
+from charactereval_lib.engine.leaderboard.board import TIE_TEST, model_label
+from charactereval_lib.engine.leaderboard.site import read_run_data
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
 from charactereval_lib.testing.mockserver import MockServer
@@ -286,7 +286,7 @@ def test_a_charactereval_judge_board_compares_by_its_judge():
     from pathlib import Path
 
     from charactereval_lib.charactereval.eligibility import compare
-    from charactereval_lib.engine.board import RunView
+    from charactereval_lib.engine.leaderboard.board import RunView
 
     views = [RunView(Path("/r") / name, "charactereval", "charactereval-1.0", "judge j", name, {}, facts={"judge": "j"})
              for name in ("a", "b")]
@@ -298,7 +298,7 @@ def test_a_charactereval_judge_board_compares_by_its_judge():
 def test_a_test_checkpoint_board_says_so_in_its_title(runs_dir, tmp_path):
     import shutil
 
-    from charactereval_lib.engine import runs
+    from charactereval_lib.engine.storage import runs
 
     root, data = runs_dir
     run = tmp_path / "tiny-scored"
@@ -406,13 +406,13 @@ def test_a_run_that_cannot_be_read_is_left_out_and_said_and_a_failed_build_leave
 
     from dataclasses import replace
 
-    from charactereval_lib.engine import benchmarks
+    from charactereval_lib.engine.registry import benchmarks
 
     monkeypatch.setitem(benchmarks.registry(), "coser", replace(benchmarks.get("coser"), explorer=explode))
     with pytest.raises(RuntimeError, match="disk full"):  # no cache: the explorer runs again
         build([root / "runs" / "coser" / "sample"], out, context={"charactereval": data}, cache=False)
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
-    # Nothing half-written beside it: only the per-run cache (engine.sitecache).
+    # Nothing half-written beside it: only the per-run cache (engine.leaderboard.sitecache).
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".site.cache"]
 
 
@@ -450,7 +450,7 @@ def test_a_row_label_names_every_setting_that_changes_a_reply():
 def test_the_decoding_column_shows_every_key_that_went_out():
     # Issue 39 item 9: keys sent with --request-param are decoding too; a provider pin is routing.
     from charactereval_lib.charactereval.eligibility import decoding_text
-    from charactereval_lib.engine.manifest import GenerationSection
+    from charactereval_lib.engine.storage.manifest import GenerationSection
 
     api = GenerationSection(backend="openai", parameters={
         "max_tokens": 1024, "temperature": 0.8, "top_p": None, "seed": 3,
@@ -490,8 +490,8 @@ def test_a_real_coser_smoke_run_and_its_report_reach_the_site(tmp_path, capsys):
 def test_charactereval_rules_on_recorded_facts(tmp_path):
     """Each rule's reasons from a run's facts as `read` records them (no artifacts needed)."""
     from charactereval_lib.charactereval.eligibility import MAX_FAILED, SPEC
-    from charactereval_lib.engine.board import RunView
-    from charactereval_lib.engine.served import RoleServed, ServedCounts
+    from charactereval_lib.engine.generation.served import RoleServed, ServedCounts
+    from charactereval_lib.engine.leaderboard.board import RunView
 
     def reasons(**facts):
         base = {"judge": None, "missing": 0, "failed": 0, "failed_scored": 0, "failed_rows": 0, "rows": 8032, "unscored_rows": 0,
@@ -528,7 +528,7 @@ def test_charactereval_rules_on_recorded_facts(tmp_path):
 def test_a_charactereval_row_says_how_its_replies_were_decoded(anchored):
     # Seed 001 row 9 / U1: the paper gives no decoding settings, so each row shows them.
     from charactereval_lib.charactereval.eligibility import decoding_text
-    from charactereval_lib.engine.manifest import GenerationSection
+    from charactereval_lib.engine.storage.manifest import GenerationSection
 
     hf = GenerationSection(backend="hf", parameters={"max_tokens": 1024, "temperature": None}, decoding_used={
         "do_sample": True, "temperature": 0.8, "top_p": 0.8, "top_k": 50, "max_new_tokens": 1024, "seed": None,

@@ -21,8 +21,8 @@ from charactereval_lib.charactereval import eligibility as charactereval_rules
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.coser import eligibility as coser_rules
-from charactereval_lib.engine import artifacts
-from charactereval_lib.engine.plots import CJK_FONTS, cjk_font
+from charactereval_lib.engine.reports.plots import CJK_FONTS, cjk_font
+from charactereval_lib.engine.storage import artifacts
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
 

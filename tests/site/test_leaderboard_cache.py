@@ -1,4 +1,4 @@
-"""The site at scale: a rebuild reuses the per-run cache (``engine.sitecache``) byte for byte,
+"""The site at scale: a rebuild reuses the per-run cache (``engine.leaderboard.sitecache``) byte for byte,
 rebuilds exactly what a changed rule, version, data or run affects, says how many runs it
 reused, and an interrupted rebuild leaves the previous site; shared texts are stored once."""
 
@@ -13,7 +13,7 @@ import pytest
 from charactereval_lib import cli
 from charactereval_lib.apps import leaderboard
 from charactereval_lib.charactereval.data import load_official_data
-from charactereval_lib.engine import site, sitecache
+from charactereval_lib.engine.leaderboard import site, sitecache
 from charactereval_lib.testing.leaderboard_runs import charactereval_run, coser_run
 from charactereval_lib.testing.synthetic import write_synthetic_data
 

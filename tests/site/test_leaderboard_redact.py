@@ -16,8 +16,8 @@ from charactereval_lib.charactereval.explorer import SHOWS as CHARACTEREVAL_SHOW
 from charactereval_lib.charactereval.prompts import profile_text
 from charactereval_lib.coser.data import load_test_set
 from charactereval_lib.coser.explorer import SHOWS as COSER_SHOWS
-from charactereval_lib.engine.details import REDACTED
-from charactereval_lib.engine.site import LICENCE_WARNING, REDACTED_NOTICE, read_run_data
+from charactereval_lib.engine.leaderboard.details import REDACTED
+from charactereval_lib.engine.leaderboard.site import LICENCE_WARNING, REDACTED_NOTICE, read_run_data
 from charactereval_lib.testing.coser_script import role_of, scripted_reply
 from charactereval_lib.testing.mockserver import MockServer
 from tests.coser_golden import data_dir as coser_data_dir

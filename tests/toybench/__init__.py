@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.benchmarks import Benchmark, Notebook, Option, Reproduction
+from charactereval_lib.engine.registry.benchmarks import Benchmark, Notebook, Option, Reproduction
 
 NAME = "toybench"
 PROTOCOL_VERSION = "toybench-1"

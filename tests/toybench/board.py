@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from charactereval_lib.engine import artifacts
-from charactereval_lib.engine import details as sections
-from charactereval_lib.engine.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView
 from charactereval_lib.engine.generation.base import STATUS_OK
-from charactereval_lib.engine.site import Explorer
+from charactereval_lib.engine.leaderboard import details as sections
+from charactereval_lib.engine.leaderboard.board import FAILED, REPRODUCED, AnchorCheck, BoardSpec, Rule, RunView
+from charactereval_lib.engine.leaderboard.site import Explorer
 from charactereval_lib.engine.stats import Clusters, bootstrap_means, percentile_interval
+from charactereval_lib.engine.storage import artifacts
 from tests.toybench import NAME, PROTOCOL_VERSION
 from tests.toybench.stages import ANSWERS
 

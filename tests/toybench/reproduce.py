@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.anchor import compare_to_paper, rounding_tolerance
+from charactereval_lib.engine.storage import runs
 from tests.toybench import NAME
 from tests.toybench.stages import locate, read_questions
 

@@ -12,11 +12,13 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import artifacts, faults, reportkit, runs
+from charactereval_lib.engine import faults
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import STATUS_OK, DecodingParams, GenerationRequest
 from charactereval_lib.engine.generation.engine import run_closing
-from charactereval_lib.engine.settings import Settings, SettingsError
+from charactereval_lib.engine.registry.settings import Settings, SettingsError
+from charactereval_lib.engine.reports import kit
+from charactereval_lib.engine.storage import artifacts, runs
 from tests.toybench import NAME, PROTOCOL_VERSION
 
 DATA_ENV = "TOYBENCH_DATA_DIR"
@@ -123,10 +125,10 @@ def report(run_dir: str | os.PathLike[str] | runs.RunDir, settings: ReportSettin
     run_dir = runs.RunDir.resolve(run_dir).require_dir()
     summary = json.loads(artifacts.read_text(run_dir.require(run_dir.artifact(SUMMARY), "summarize it first")))
     warnings = [f"{summary['failed']} question(s) failed"] if summary["failed"] else []
-    table = reportkit.show(pd.DataFrame([summary]))
+    table = kit.show(pd.DataFrame([summary]))
     page = (f"<html><body><h1>{html.escape(settings.title)}</h1>"
-            f"{reportkit.warnings_box(warnings, 'Warnings')}{table.to_html()}"
-            f"<p>{html.escape(reportkit.rendered_by())}</p></body></html>")
+            f"{kit.warnings_box(warnings, 'Warnings')}{table.to_html()}"
+            f"<p>{html.escape(kit.rendered_by())}</p></body></html>")
     target = Path(out or run_dir.path) / REPORT
     target.parent.mkdir(parents=True, exist_ok=True)
     artifacts.write_text_atomic(target, page)

@@ -29,8 +29,8 @@ from charactereval_lib.charactereval.reward.scorer import (
     score_rows,
     work_units,
 )
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.ray_cluster import AUTO_DEVICE, ActorPool, RaySettings, WorkerInfo
+from charactereval_lib.engine.storage import runs
 
 
 class ScoringWorker:

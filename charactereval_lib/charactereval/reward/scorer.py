@@ -3,7 +3,7 @@
 - Each row's S6 text is built from the row (reply, metric) and the official data (context,
   profile); its SHA-256 is the row's input digest.
 - A record is appended (one flushed line) as soon as a row is scored, so a killed run loses at
-  most the line being written. A session is the engine's resumable job (``engine.jobs``) keyed
+  most the line being written. A session is the engine's resumable job (``engine.storage.jobs``) keyed
   by row, input digest, checkpoint identity and mode: a re-run skips every row already scored
   under the same input digest, checkpoint identity and mode, and scores the rest.
 - ``shard=(i, n)`` scores the rows whose sample id hashes to shard i (rows of one sample stay
@@ -31,7 +31,7 @@ from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.data import OfficialData
 from charactereval_lib.charactereval.protocol import METRIC_BY_EN, PROTOCOL_VERSION
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
-from charactereval_lib.engine import artifacts, jobs, runs
+from charactereval_lib.engine.storage import artifacts, jobs, runs
 
 if TYPE_CHECKING:  # the model module imports torch; the scorer imports it only when scoring
     from charactereval_lib.charactereval.reward.model import FastOptions

@@ -1,6 +1,6 @@
 """The generation run: which samples still need a reply, drive a backend, record every outcome.
 
-A generation session is the engine's resumable job (``engine.jobs``) keyed by sample id:
+A generation session is the engine's resumable job (``engine.storage.jobs``) keyed by sample id:
 ``generations.jsonl`` is an append-only log with one writer (a lock file keeps a second
 ``generate`` out); the latest record of an id is its state. Resuming the same command skips ids
 whose state is ok (and, unless ``retry_errors``, ids that failed); it refuses when the run was
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import artifacts, jobs, runs
 from charactereval_lib.engine import thinking as thinking_rules
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
@@ -36,7 +35,8 @@ from charactereval_lib.engine.generation.base import (
     reasoning_tokens,
 )
 from charactereval_lib.engine.generation.estimate import CostEstimate, estimate_cost
-from charactereval_lib.engine.served import ServedCounts, ServedGuard
+from charactereval_lib.engine.generation.served import ServedCounts, ServedGuard
+from charactereval_lib.engine.storage import artifacts, jobs, runs
 
 LOCK_FILE = ".generate.lock"
 
@@ -302,7 +302,7 @@ async def generate_async(
 
 async def _drive(appender: artifacts.JsonlAppender, plan: RunPlan, backend: Backend, summary: SessionSummary,
                  progress: bool) -> None:
-    # The run's replies come from one served model (engine.served): its recorded ones name it.
+    # The run's replies come from one served model (engine.generation.served): its recorded ones name it.
     guard = ServedGuard("generate", (record.get("model") for _, record in plan.finished))
 
     def record(result: GenerationResult) -> dict[str, Any]:

@@ -32,7 +32,7 @@ _BODIES = (
 )
 OFFLINE_NOTICE = "offline backend: deterministic placeholder replies that mean nothing"
 # The mark every placeholder reply carries in its record: a run's files say what made its
-# replies even without its run.json (``engine.evidence``).
+# replies even without its run.json (``engine.reports.evidence``).
 BACKEND_MARK = {"backend": "offline"}
 
 

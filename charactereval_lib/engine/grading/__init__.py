@@ -5,4 +5,9 @@ Modules: `choices` (choice strings, answer suffixes, reply parsing, scores), `st
 judge messages, reply records), `metaeval` (run aggregation, metascore), `agreement`
 (agreement statistics with cluster-bootstrap intervals), `battles` (pairwise judging in both
 presentation orders, panels of judges), `errors` (exception types).
+
+Floor 4 of the engine (grading and the registry). May import: `validation`, `stats`, `anchor`,
+`thinking`, `progress`, `resources`, `storage/`, `faults`, `outdir`, `ray_cluster`, `generation/`;
+beside it on its floor, `registry/`, without a circle. Never: `reports/`, `leaderboard/`, nor a
+benchmark package, `pipeline`, `apps` or `cli` (tests/engine/test_engine_layers.py).
 """

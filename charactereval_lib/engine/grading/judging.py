@@ -7,7 +7,7 @@ one record per outcome is appended to a JSON Lines score file. A benchmark decid
 is (CharacterEval: a (sample, metric) row). CoSER does not judge through here: its critic reads
 a whole simulated scene and answers in JSON, one call per dimension (``coser.judge``).
 
-A judge session is the engine's resumable job (``engine.jobs``) keyed by the item's key among one
+A judge session is the engine's resumable job (``engine.storage.jobs``) keyed by the item's key among one
 judge model's records. Resume is by request digest: an item is done when the latest record of its
 key is ok and was made from exactly the same payload (judge model, messages, decoding
 parameters). A changed prompt or judge model therefore re-judges; a changed grading rule that is
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import jobs, runs
 from charactereval_lib.engine.generation.base import (
     STATUS_OK,
     Backend,
@@ -40,9 +39,10 @@ from charactereval_lib.engine.generation.base import (
     request_sha256,
 )
 from charactereval_lib.engine.generation.engine import CallSession, drive, run_closing
+from charactereval_lib.engine.generation.served import ServedGuard
 from charactereval_lib.engine.grading.errors import SampleRefusedError
 from charactereval_lib.engine.grading.spec import ModelGradedSpec, build_judge_messages, grade_reply
-from charactereval_lib.engine.served import ServedGuard
+from charactereval_lib.engine.storage import jobs, runs
 
 SCORER = "judge"
 # Judges grade: the same answer for the same question unless asked otherwise.
@@ -260,7 +260,7 @@ async def judge_async(
                     appender.write(record)
         pending = [item for item in plan.pending if not item.refused]
         requests = [GenerationRequest(index, "", item.messages) for index, item in enumerate(pending)]
-        # One judge's grades come from one served model (engine.served): its recorded ones name it.
+        # One judge's grades come from one served model (engine.generation.served): its recorded ones name it.
         guard = ServedGuard(f"judge {judge_model}", (record.get("model") for _, record in plan.finished))
 
         def to_record(result: GenerationResult) -> dict[str, Any]:

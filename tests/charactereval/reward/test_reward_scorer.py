@@ -19,7 +19,7 @@ from charactereval_lib.charactereval.reward.checkpoint import checkpoint_identit
 from charactereval_lib.charactereval.reward.inputs import build_rm_text
 from charactereval_lib.charactereval.reward.model import sigmoid_faithful, to_score
 from charactereval_lib.charactereval.reward.tokenizer import load_tokenizer
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from tests.generation_support import kill_mid_run, slow_writes
 
 REPO = Path(__file__).resolve().parents[3]

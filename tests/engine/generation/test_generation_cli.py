@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from charactereval_lib.charactereval.requests import make_requests
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import MockServer, request_key
 from tests.generation_support import FAKE_KEY, files_containing, interruptible
 

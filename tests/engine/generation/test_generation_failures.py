@@ -13,11 +13,11 @@ from collections import Counter
 import pytest
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.engine.generation.engine import run_generation
 from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import HTML_502, SERVED_MODEL, TEXT_500, MockServer
 from tests.generation_support import keys_by_id, synthetic_data
 

@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
-from charactereval_lib.engine import artifacts, runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
 from charactereval_lib.engine.generation.base import DecodingParams  # noqa: E402
 from charactereval_lib.engine.generation.engine import run_generation  # noqa: E402
+from charactereval_lib.engine.storage import artifacts, runs  # noqa: E402
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 from tests.generation_support import expected_sha, synthetic_data  # noqa: E402
 

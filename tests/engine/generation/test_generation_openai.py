@@ -11,11 +11,11 @@ import pytest
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.charactereval.transform import generation_outputs
-from charactereval_lib.engine import artifacts, runs
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend
 from charactereval_lib.engine.generation.base import DecodingParams
 from charactereval_lib.engine.generation.engine import generation_job, run_generation
 from charactereval_lib.engine.generation.retry import RetryPolicy
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer, echo_reply, multiline_reply
 from tests.generation_support import FAKE_KEY, expected_sha, files_containing, keys_by_id, synthetic_data
 

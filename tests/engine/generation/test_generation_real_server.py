@@ -25,11 +25,11 @@ pytest.importorskip("uvicorn", reason="transformers[serving] (the test extra) is
 transformers = pytest.importorskip("transformers")
 
 from charactereval_lib.charactereval.requests import generation_task, make_requests  # noqa: E402
-from charactereval_lib.engine import artifacts, runs  # noqa: E402
 from charactereval_lib.engine.generation.backends import BackendOptions, make_backend  # noqa: E402
 from charactereval_lib.engine.generation.base import DecodingParams, build_payload, request_sha256  # noqa: E402
 from charactereval_lib.engine.generation.engine import EXIT_FAILED, EXIT_OK, dry_run, exit_code, run_generation  # noqa: E402
 from charactereval_lib.engine.generation.retry import RetryPolicy  # noqa: E402
+from charactereval_lib.engine.storage import artifacts, runs  # noqa: E402
 from charactereval_lib.testing.mockserver import MockServer  # noqa: E402
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer  # noqa: E402
 from tests.generation_support import synthetic_data  # noqa: E402

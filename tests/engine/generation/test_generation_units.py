@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from charactereval_lib.charactereval.protocol import COLON, PROTOCOL_VERSION
 from charactereval_lib.charactereval.requests import make_requests
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError, DecodingParams, GenerationResult, build_payload, redact
 from charactereval_lib.engine.generation.engine import check_resume, plan_run
 from charactereval_lib.engine.generation.estimate import estimate_cost, estimate_tokens
 from charactereval_lib.engine.generation.offline import offline_reply
 from charactereval_lib.engine.generation.openai_backend import read_api_key, retry_after
 from charactereval_lib.engine.generation.retry import AdaptiveLimiter, RetryPolicy
+from charactereval_lib.engine.storage import runs
 from tests.generation_support import FAKE_KEY, synthetic_data
 
 # --- decoding parameters (S4) ------------------------------------------------------------------

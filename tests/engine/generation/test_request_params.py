@@ -10,9 +10,9 @@ import json
 import pytest
 
 from charactereval_lib import cli
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.board import model_label
 from charactereval_lib.engine.generation.base import request_sha256
+from charactereval_lib.engine.leaderboard.board import model_label
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import REASONING_TOKENS, MockServer
 
 PIN = {"only": ["openai"], "allow_fallbacks": False}

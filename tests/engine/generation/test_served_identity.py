@@ -11,7 +11,7 @@ import pytest
 from charactereval_lib import cli, pipeline
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.identity import served_caveats
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.mockserver import AS_REQUESTED, SERVED_MODEL, SYSTEM_FINGERPRINT, MockServer
 
 

@@ -139,9 +139,9 @@ def test_json_match_on_an_integer_over_the_digit_limit_is_no_match():
 
 def test_a_judge_run_never_sends_a_refused_sample_and_counts_it_as_not_graded(tmp_path):
     from charactereval_lib import pipeline
-    from charactereval_lib.engine import artifacts
     from charactereval_lib.engine.generation.backends import make_backend
     from charactereval_lib.engine.grading.judging import run_judging
+    from charactereval_lib.engine.storage import artifacts
     from charactereval_lib.testing.mockserver import MockServer
 
     spec = ModelGradedSpec(name="t", prompt="Rate {completion} for {input}.", choice_strings="12345",

@@ -19,7 +19,7 @@ from _ray_support import check_ray_section
 from charactereval_lib import pipeline
 from charactereval_lib.charactereval.requests import generation_task, make_requests
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from charactereval_lib.testing.tiny_chat_model import build_model, build_tokenizer
 from tests.generation_support import kill_mid_run, slow_writes, synthetic_data
 

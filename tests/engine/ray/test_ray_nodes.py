@@ -22,7 +22,7 @@ from _ray_support import REPO, keys_once, reference
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("private_digest_cache")]
 

@@ -17,7 +17,7 @@ from _reward_support import write_rows
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.cli import main
-from charactereval_lib.engine import artifacts, runs
+from charactereval_lib.engine.storage import artifacts, runs
 from tests.generation_support import kill_mid_run, slow_writes
 
 pytestmark = pytest.mark.usefixtures("private_digest_cache")

@@ -11,7 +11,7 @@ import pytest
 from charactereval_lib.charactereval.data import locate_data_dir
 from charactereval_lib.cli import main
 from charactereval_lib.coser.data import locate_data_dir as locate_coser_dir
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The report kit every notebook shares: tables as reports show them, the warnings box, the
 rendered-by line, several runs' tables stacked into one or side by side, a comparison's heading
 and the problems that forbid one, a manifest flattened into settings rows, and the table of
-contents that the report template (``report_template/``, used by ``report.to_html``) puts above
+contents that the report template (``reports/template/``, used by ``reports.notebook.to_html``) puts above
 the first section.
 
 A benchmark brings its own vocabulary (column names, how a key reads) and its own warnings;
@@ -20,9 +20,9 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from charactereval_lib import __version__
-from charactereval_lib.engine import runs
+from charactereval_lib.engine.storage import runs
 
-TEMPLATE_DIR = Path(__file__).with_name("report_template")
+TEMPLATE_DIR = Path(__file__).with_name("template")
 DISPLAY_DIGITS = 3
 
 # Text that reads as a number (signed, scientific, an interval, a ± spread, or a marker in a

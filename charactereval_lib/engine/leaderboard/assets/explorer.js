@@ -1,7 +1,7 @@
 // The explorer of one run's page: a DataTables table over window.LB_SAMPLES (samples.js), select
 // filters on the text columns, a score range, and a detail view whose data chunk (detail-K.js) is
 // loaded with a script tag when a sample is opened (fetch() is refused on file:// URLs), with the
-// site's shared texts it names (shared/XX.js). The encodings are engine/site.py's (run_data).
+// site's shared texts it names (shared/XX.js). The encodings are engine/leaderboard/site.py's (run_data).
 (function () {
   "use strict";
   const data = window.LB_SAMPLES;
@@ -105,7 +105,7 @@
     return sections;
   }
 
-  // One renderer for every benchmark: a detail is a list of typed sections (engine/details.py).
+  // One renderer for every benchmark: a detail is a list of typed sections (engine/leaderboard/details.py).
   const value = (v) => (typeof v === "number" ? num(v, 4) : v !== null && typeof v === "object" ? JSON.stringify(v) : v);
 
   // A recorded message usually starts with its speaker's name ("Name: ..."): that name is set

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.artifacts import write_bytes_atomic
+from charactereval_lib.engine.storage.artifacts import write_bytes_atomic
 
 
 class DataError(RuntimeError):

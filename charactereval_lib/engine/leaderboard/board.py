@@ -67,7 +67,7 @@ class RunView:
     # server that named no model: "served model not reported"); shown on its row.
     caveats: list[str] = field(default_factory=list)
     # Artifacts the reader parsed that the benchmark's explorer needs too, so that a build parses
-    # each once; never kept in the per-run cache (``engine.sitecache``), which keeps the explorer's
+    # each once; never kept in the per-run cache (``engine.leaderboard.sitecache``), which keeps the explorer's
     # output instead, and emptied once the explorer ran.
     parsed: dict[str, Any] = field(default_factory=dict)
 

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine.artifacts import write_json_atomic
-from charactereval_lib.engine.pinned import DataError
-from charactereval_lib.engine.runs import WORKSPACE_FILE, in_workspace, workspace_root
+from charactereval_lib.engine.storage.artifacts import write_json_atomic
+from charactereval_lib.engine.storage.pinned import DataError
+from charactereval_lib.engine.storage.runs import WORKSPACE_FILE, in_workspace, workspace_root
 
 DATA_DIRS = "data_dirs"
 

@@ -1,5 +1,5 @@
 """A sample's detail in the leaderboard's explorer, as typed sections that one renderer
-(``site_assets/explorer.js``) draws for every benchmark.
+(``leaderboard/assets/explorer.js``) draws for every benchmark.
 
 A benchmark's explorer returns, per sample, a list of sections made by the functions below:
 key-value pairs, a text, a table, a dialogue, a score computation, a note. Each says which of
@@ -31,7 +31,7 @@ def text(title: str, body: str | None, *, empty: str = "not available", scored: 
          private: bool = True, shared: bool = False) -> Section:
     """A text shown as written (``empty`` when there is none); ``scored``: the part a score was
     computed from, set apart; ``shared``: a text every run shows alike (a test sample's context),
-    which the site stores once for all runs (``engine.site``) rather than in each run's data."""
+    which the site stores once for all runs (``engine.leaderboard.site``) rather than in each run's data."""
     section = {"kind": "text", "title": title, "text": body, "empty": empty, "scored": scored, "private": private}
     return {**section, "shared": True} if shared else section
 

@@ -1,4 +1,4 @@
-"""The one resumable keyed-JSONL job (engine/jobs.py) and the stages built on it."""
+"""The one resumable keyed-JSONL job (engine/storage/jobs.py) and the stages built on it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.reward import scorer
 from charactereval_lib.coser import run as coser_run
-from charactereval_lib.engine import artifacts, jobs, runs
 from charactereval_lib.engine.generation.engine import GenerationInterrupted, SessionSummary, generation_job
 from charactereval_lib.engine.grading.judging import JudgeInterrupted, JudgeSummary, judge_job
+from charactereval_lib.engine.storage import artifacts, jobs, runs
 
 
 def _write(path: Path, records: list[dict], tail: str = "") -> None:

@@ -1,4 +1,4 @@
-"""Served identity (issue 39 item 1, ``engine.served``): which served names are the declared
+"""Served identity (issue 39 item 1, ``engine.generation.served``): which served names are the declared
 model, how a run's roles say so, and the guard that keeps one run's replies to one served model.
 Units only; the runs that record it are in the generation, judge, CoSER and leaderboard tests."""
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from charactereval_lib.engine.served import (
+from charactereval_lib.engine.generation.served import (
     ALIASES,
     RoleServed,
     ServedCounts,

@@ -10,8 +10,8 @@ import pytest
 
 from charactereval_lib.charactereval import layout
 from charactereval_lib.charactereval.protocol import PROTOCOL_VERSION
-from charactereval_lib.engine import artifacts, runs
-from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
+from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage.manifest import MANIFEST_SCHEMA
 
 
 def test_bare_name_goes_under_outputs_and_paths_stay_paths():

@@ -23,7 +23,9 @@ from typing import Annotated, Any
 
 from pydantic import create_model
 
-from charactereval_lib.engine import benchmarks, progress, runs
+from charactereval_lib.engine import progress
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.storage import runs
 from charactereval_lib.engine.validation import Document, expect
 
 # A model's two parts (see the module docstring), in order.

@@ -10,12 +10,13 @@ import pandas as pd
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from charactereval_lib.charactereval import analysis
-from charactereval_lib.engine import report, reportkit
+from charactereval_lib.engine.reports import kit
+from charactereval_lib.engine.reports import notebook as report
 
 
 def test_show_escapes_html_in_cells_for_every_benchmark():
     frame = pd.DataFrame({"name": ["<b>bold</b> & co"], "interval": ["n<2"]})
-    for styled in (reportkit.show(frame), analysis.show(frame)):
+    for styled in (kit.show(frame), analysis.show(frame)):
         page = styled.to_html()
         assert "&lt;b&gt;bold&lt;/b&gt; &amp; co" in page and "<b>bold</b>" not in page
         assert "n&lt;2" in page
@@ -23,31 +24,31 @@ def test_show_escapes_html_in_cells_for_every_benchmark():
 
 def test_show_names_columns_and_reads_values_through_the_benchmarks_words():
     frame = pd.DataFrame({"metric_en": ["Communication_skills"], "mean_centred": [1.23456]})
-    styled = reportkit.show(frame, digits=2, columns={"metric_en": "metric"},
-                            values={"metric_en": lambda v: v.replace("_", " ")})
+    styled = kit.show(frame, digits=2, columns={"metric_en": "metric"},
+                      values={"metric_en": lambda v: v.replace("_", " ")})
     page = styled.to_html()
     assert list(styled.data.columns) == ["metric", "mean centred"]
     assert "Communication skills" in page and "1.23" in page and "1.234" not in page
 
 
 def test_warnings_box_counts_escapes_and_keeps_code_spans():
-    box = reportkit.warnings_box(["a <tag> & `cmd --x`", "two"], "Warnings")
+    box = kit.warnings_box(["a <tag> & `cmd --x`", "two"], "Warnings")
     assert box.startswith('<div class="ce-warnings"><strong>Warnings (2)</strong><ul>')
     assert "a &lt;tag&gt; &amp; <code>cmd --x</code>" in box and box.count("<li>") == 2
-    label = reportkit.warnings_box(["why"], "NOT COMPARABLE", counted=False, intro=": so it's shown only.")
+    label = kit.warnings_box(["why"], "NOT COMPARABLE", counted=False, intro=": so it's shown only.")
     assert "<strong>NOT COMPARABLE</strong>: so it's shown only.<ul><li>why</li>" in label
-    assert reportkit.warnings_box([], "Caveats") == ""
-    assert reportkit.warnings_box([], "Warnings", empty="All fine.") == '<div class="ce-warnings ce-none">All fine.</div>'
+    assert kit.warnings_box([], "Caveats") == ""
+    assert kit.warnings_box([], "Warnings", empty="All fine.") == '<div class="ce-warnings ce-none">All fine.</div>'
 
 
 def test_stacked_puts_the_run_first():
     runs = [type("Run", (), {"name": name, "table": lambda self: pd.DataFrame({"x": [1, 2]})})() for name in "ab"]
-    table = reportkit.stacked(runs, lambda r: r.table())
+    table = kit.stacked(runs, lambda r: r.table())
     assert list(table.columns) == ["run", "x"] and list(table["run"]) == ["a", "a", "b", "b"]
 
 
 def test_rendered_by_names_the_version():
-    assert reportkit.rendered_by().startswith("Rendered by charactereval ")
+    assert kit.rendered_by().startswith("Rendered by charactereval ")
 
 
 def write_notebook(path, cells):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from charactereval_lib.engine.artifacts import RunError
+from charactereval_lib.engine.storage.artifacts import RunError
 
 F = TypeVar("F")
 

@@ -20,8 +20,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import artifacts, faults, runs
+from charactereval_lib.engine import faults
 from charactereval_lib.engine.resources import package_parent, resource_path
+from charactereval_lib.engine.storage import artifacts, runs
 
 KERNEL_NAME = "python3"
 
@@ -173,16 +174,16 @@ def to_html(notebook: Path, html_path: Path, *, show_code: bool = False, title: 
     import nbformat
     from nbconvert import HTMLExporter
 
-    from charactereval_lib.engine import reportkit
+    from charactereval_lib.engine.reports import kit
 
     # nbconvert warns about every figure without alt text, then gives it a generic one: that is
     # fine for these reports, so its warnings go to a quiet logger of our own.
     quiet = logging.getLogger("charactereval.nbconvert")
     quiet.setLevel(logging.ERROR)
     exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True, exclude_output_prompt=True, log=quiet,
-                            extra_template_basedirs=[str(reportkit.TEMPLATE_DIR.parent)],
-                            template_name=reportkit.TEMPLATE_DIR.name,
-                            filters={"contents_before": reportkit.contents_before})
+                            extra_template_basedirs=[str(kit.TEMPLATE_DIR.parent)],
+                            template_name=kit.TEMPLATE_DIR.name,
+                            filters={"contents_before": kit.contents_before})
     node = nbformat.read(str(notebook), as_version=4)
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title or Path(notebook).stem}})
     artifacts.write_text_atomic(Path(html_path), body)

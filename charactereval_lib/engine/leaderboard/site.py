@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.reports.texttable import fmt
 from charactereval_lib.engine.stats import TOO_FEW, TOO_FEW_REASON
-from charactereval_lib.engine.texttable import fmt
 
 ASSETS = "assets"
 DETAIL_CHUNK = 250
@@ -42,7 +42,7 @@ _COMMENTS = re.compile(r"/\*.*?\*/", re.S)
 class Explorer:
     """A run's samples: ``columns`` (key, title, "num" (a score)|"int"|"text"), the keys offered as filters,
     one table row per sample (values in column order), one detail per row (a list of the typed
-    sections of ``engine.details``), a note on what is missing (None: nothing), and what test-set
+    sections of ``engine.leaderboard.details``), a note on what is missing (None: nothing), and what test-set
     text its details show, as the site's index says it ("the X explorer shows ...")."""
 
     columns: Sequence[tuple[str, str, str]]
@@ -96,7 +96,7 @@ def _dist_files(name: str) -> list[Path]:
 
 
 def _asset(name: str) -> str:
-    return (resources.files("charactereval_lib.engine") / "site_assets" / name).read_text(encoding="utf-8")
+    return (resources.files("charactereval_lib.engine.leaderboard") / "assets" / name).read_text(encoding="utf-8")
 
 
 def _js_data(variable: str, value: Any) -> str:

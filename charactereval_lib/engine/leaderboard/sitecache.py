@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib import __version__
-from charactereval_lib.engine.board import RunView
-from charactereval_lib.engine.site import RunData
+from charactereval_lib.engine.leaderboard.board import RunView
+from charactereval_lib.engine.leaderboard.site import RunData
 
 # The version of what the cache holds: bump it when a board reader, an explorer or the site's
 # data encoding changes, so that no entry of the old form is reused.

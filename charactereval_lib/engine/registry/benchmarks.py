@@ -26,9 +26,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from charactereval_lib.engine import runs
 from charactereval_lib.engine.generation.base import ConfigError
 from charactereval_lib.engine.resources import resource_path
+from charactereval_lib.engine.storage import runs
 
 ENTRY_POINT_GROUP = "charactereval_lib.benchmarks"
 ENV = "CHARACTEREVAL_BENCHMARKS"
@@ -142,10 +142,10 @@ class Benchmark:
     ``notebook_dir`` (None: the workbench's own ``notebooks/``; a package outside the library
     names its own folder); ``board``, ``board_inputs``, ``explorer`` and ``report`` are what the
     leaderboard shows of its runs; ``reproduction`` (a ``Reproduction``) what
-    ``reproduce`` runs for it; ``batch`` the ``engine.batching.BatchPlan`` subclass that runs its
+    ``reproduce`` runs for it; ``batch`` the ``engine.registry.batching.BatchPlan`` subclass that runs its
     models in ``charactereval batch`` (None: the default plan, its stages in order); ``errors``
     the exception types bad input to its commands raises. Its settings classes derive from
-    ``engine.settings.Settings``."""
+    ``engine.registry.settings.Settings``."""
 
     name: str
     title: str
@@ -164,11 +164,11 @@ class Benchmark:
     command: str | None = None
     command_help: str = ""
     add_commands: Ref | None = None
-    # The leaderboard's part (``engine.board.BoardSpec``); what its boards and explorer share
+    # The leaderboard's part (``engine.leaderboard.board.BoardSpec``); what its boards and explorer share
     # (``board_inputs(data_dir)`` -> (value, why it is missing or None), given to them as
     # ``context[name]``: e.g. the official data; the leaderboard's ``--data-dir`` is located by
     # the ``locate`` data hook); the sample explorer of a run page (``explorer(view, context)``,
-    # its details typed sections of ``engine.details``) and the rendered report a run directory
+    # its details typed sections of ``engine.leaderboard.details``) and the rendered report a run directory
     # may hold.
     board: Ref | None = None
     board_inputs: Ref | None = None

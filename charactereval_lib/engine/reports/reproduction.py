@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from charactereval_lib.engine import benchmarks
-from charactereval_lib.engine.benchmarks import Section
+from charactereval_lib.engine.registry import benchmarks
+from charactereval_lib.engine.registry.benchmarks import Section
 
 
 def files_table(document: dict[str, Any]) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """Run directories: ``RunDir`` (the files every run has and their readers), the ``run.json``
 manifest and the writer lock.
 
-A run lives in ``outputs/<name>/``; its files are written and read by ``engine.artifacts``
+A run lives in ``outputs/<name>/``; its files are written and read by ``engine.storage.artifacts``
 (atomic whole files, append-only JSON Lines). The generation engine's files (``requests.jsonl``,
 ``generations.jsonl``) are the engine's; a benchmark names its own in a subclass of ``RunDir``
 (``charactereval.layout``).
@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from charactereval_lib import __version__
-from charactereval_lib.engine import artifacts
-from charactereval_lib.engine.artifacts import RunError
+from charactereval_lib.engine.storage import artifacts
+from charactereval_lib.engine.storage.artifacts import RunError
 
 if TYPE_CHECKING:
-    from charactereval_lib.engine.manifest import Manifest
+    from charactereval_lib.engine.storage.manifest import Manifest
 
 M = TypeVar("M", bound="Manifest")
 
 OUTPUTS_DIR = "outputs"
 WORKSPACE_ENV = "CHARACTEREVAL_HOME"
-# What a workspace remembers (its data directories: ``engine.workspace``); the folder holding it
+# What a workspace remembers (its data directories: ``engine.storage.workspace``); the folder holding it
 # is the workspace of every command and kernel started in it or below it.
 WORKSPACE_FILE = ".charactereval.json"
 MANIFEST = "run.json"
@@ -109,7 +109,7 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     ``manifest.Manifest``: a damaged one is a RunError naming the file and the key. An older
     layout is upgraded in memory; the file is left as it is."""
     # Imported here: pydantic is not loaded by the CLI's start-up (``--help``).
-    from charactereval_lib.engine.manifest import Manifest
+    from charactereval_lib.engine.storage.manifest import Manifest
     from charactereval_lib.engine.validation import validate
 
     path = Path(run_dir) / MANIFEST
@@ -127,7 +127,7 @@ def read_manifest(run_dir: Path, model: type[M]) -> M:
 
 
 def _manifest_document(path: Path) -> Any:
-    from charactereval_lib.engine.manifest import upgrade
+    from charactereval_lib.engine.storage.manifest import upgrade
 
     if not path.exists():
         return {}
@@ -143,7 +143,7 @@ def update_manifest(run_dir: Path, *, protocol_version: str | None = None, **sec
     pass only parameters and counts; secrets never belong here (API keys are read from the
     environment by the backends and never passed in).
     """
-    from charactereval_lib.engine.manifest import MANIFEST_SCHEMA
+    from charactereval_lib.engine.storage.manifest import MANIFEST_SCHEMA
 
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
@@ -264,7 +264,7 @@ class RunDir:
 
     def manifest_model(self, model: type[M] | None = None) -> M:
         """The manifest typed: ``manifest.Manifest``, or the benchmark's subclass ``model``."""
-        from charactereval_lib.engine.manifest import Manifest
+        from charactereval_lib.engine.storage.manifest import Manifest
 
         return read_manifest(self.path, model or Manifest)
 
