@@ -52,7 +52,7 @@ def check_hub_model(model: str, *, timeout: float = TIMEOUT_S) -> None:
         return
     endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     url = f"{endpoint}/api/models/{model}"
-    headers = {"User-Agent": "charactereval"}
+    headers = {"User-Agent": "charactereval_lib"}
     from huggingface_hub import get_token
 
     token = get_token()
