@@ -138,6 +138,26 @@ def test_explorer_filters_to_one_character_and_opens_a_samples_detail(page, site
     shoot(page, "explorer-charactereval")
 
 
+def test_explorer_columns_sort_as_their_declared_types(page, site):
+    """The explorer names each column's type instead of letting DataTables detect it (detection
+    renders every cell): scores sort as numbers, a text column with non-ASCII values by locale."""
+    site_dir, _, data = site
+    open_index(page, site_dir)
+    page.click("text=ce-small")
+    page.wait_for_selector("#samples tbody tr")
+    types = page.evaluate("window.LBTables.default.tables({api: true}).settings()[0].aoColumns.map((c) => c.sType)")
+    non_ascii = any(not s.role.isascii() for s in data.samples)
+    assert types == ["num", "string-utf8" if non_ascii else "string", "string-utf8", "string", "string",
+                     "num", "num", "num", "string"]
+    header = page.locator("#samples thead th", has_text="RM score")
+    header.click()
+    header.click()  # descending
+    page.wait_for_function("document.querySelector('#samples thead th.dt-ordering-desc') !== null")
+    shown = [float(v) for v in page.locator("#samples tbody tr td:nth-child(6)").all_inner_texts()[:5]]
+    scores = page.evaluate("window.LB_SAMPLES.rows.map((r) => r[5]).filter((v) => v != null)")
+    assert shown == sorted(shown, reverse=True) and shown[0] == round(max(scores), 3)
+
+
 def test_a_judged_sample_shows_both_scorers_and_their_disagreement(page, site):
     open_index(page, site[0])
     page.click("text=ce-small")
