@@ -4,7 +4,8 @@ Seed 004 §4.5 (rows H01, H03, H19, H23-H27, X13): a run enters the board only u
 protocol (every test scene, three repeats, whatever preset produced it), with the protocol's
 fixed parameters and its environment, next-speaker and judge models, each role on one host;
 a failed session is left out of every mean and counted. The board ranks by the average of the
-four dimensions with a 95% percentile interval from 1,000 resamples of whole scenes (H28).
+four dimensions with a 95% interval from 1,000 resamples of whole scenes: H28's percentile
+interval, studentized here (docs/platform-rules.md#intervals).
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ class CoserAnalysis:
             f"Protocol **{s.protocol_version}**, scores {s.score_variant}; preset **{s.preset}**: "
             f"{counts.scenes} scenes judged, {counts.sessions} of {counts.sessions_expected} sessions "
             f"(scene x repeat, {s.repeats} repeat(s)); intervals: {s.bootstrap['resamples']} cluster-bootstrap "
-            "resamples of whole scenes, 95% percentile.",
+            "resamples of whole scenes, 95% studentized (bootstrap-t), none below 4 scenes.",
             "",
             "| role | model |",
             "|---|---|",

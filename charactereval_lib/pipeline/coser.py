@@ -153,7 +153,7 @@ class CoserRunSettings(Settings):
 
 
 class CoserSummarizeSettings(Settings):
-    """Bootstrap settings of a CoSER summary (resamples of whole scenes, 95% percentile)."""
+    """Bootstrap settings of a CoSER summary (resamples of whole scenes, 95% studentized)."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED

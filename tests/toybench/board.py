@@ -1,6 +1,6 @@
 """ToyBench on the leaderboard: its board (what one run scores, two eligibility rules, an
 anchor) and its sample explorer. A run is ranked by its accuracy over the questions it answered,
-with a 95% percentile interval from resampling whole questions; nothing is ranked until a run
+with a 95% studentized interval from resampling whole questions; nothing is ranked until a run
 of the reference model reproduces the accuracy its (invented) paper publishes."""
 
 from __future__ import annotations

@@ -204,8 +204,8 @@ def _board_html(board: Mapping[str, Any]) -> str:
         out.append(f'<div class="anchor {esc(anchor["status"])}"><strong>{esc(text)}</strong>{esc(extra)}<ul>'
                    + "".join(f"<li>{esc(r)}</li>" for r in anchor["reasons"]) + "</ul>"
                    + (f'<p class="deltas">Run minus paper: {esc(deltas)}</p>' if deltas else "") + "</div>")
-    out.append(f'<p class="meta">Score: {esc(board["headline"])}; 95% percentile cluster-bootstrap interval '
-               f'(1,000 resamples of whole {esc(board["cluster"])}s). Ties: {esc(board["tie_test"])}.</p>')
+    out.append(f'<p class="meta">Score: {esc(board["headline"])}; 95% studentized cluster-bootstrap interval '
+               f'(1,000 resamples of whole {esc(board["cluster"])}s; none below 4). Ties: {esc(board["tie_test"])}.</p>')
     eligible = [r for r in board["rows"] if r["eligible"]]
     others = [r for r in board["rows"] if not r["eligible"]]
     out.append('<table class="rows"><thead><tr><th>rank</th><th>model</th><th>run</th><th>score</th>'
