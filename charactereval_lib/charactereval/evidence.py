@@ -82,17 +82,20 @@ def read_run_files(run_dir: Path | str | layout.CharacterEvalRun, scorer: str = 
             error = str(exc)
     torn: list[str] = []
     generations = run.latest_generations(torn)
+    # Each record file is read once: the score rows and rows.jsonl go on to the counts.
+    rows = artifacts.read_jsonl(run.rows)
     counts = None
-    scores: list[dict[str, Any]] = []
-    score_file = run.score_file(scorer)
-    torn += artifacts.read_jsonl(score_file).warnings
-    torn += artifacts.read_jsonl(run.rows).warnings
+    latest = None
     if run.rows.exists():
         judge = run.select_judge(judge_model) if scorer == layout.JUDGE else None
         if scorer != layout.JUDGE or judge:
-            _, counts = load_run_scores(run, scorer, judge)
-            scores = list(run.latest_scores(scorer=scorer, judge_model=judge).values())
+            latest = run.latest_scores(scorer=scorer, judge_model=judge, warnings=torn)
+            _, counts = load_run_scores(run, scorer, judge, rows=rows.records, latest=latest)
         judge_model = judge
+    if latest is None:
+        torn += artifacts.read_jsonl(run.score_file(scorer)).warnings
+    torn += rows.warnings
+    scores = list(latest.values()) if latest is not None else []
     return RunFiles(run, scorer, judge_model, data, manifest, error, generations, scores, counts, torn)
 
 

@@ -134,12 +134,15 @@ class CharacterEvalRun(RunDir):
         return models[0] if models else None
 
     def latest_scores(self, path: Path | None = None, *, scorer: str = REWARD_MODEL,
-                      judge_model: str | None = None) -> dict[tuple, dict[str, Any]]:
+                      judge_model: str | None = None, warnings: list[str] | None = None) -> dict[tuple, dict[str, Any]]:
         """The latest score record per (id, metric) of a scorer's score file (or another file).
         Judge records of failed calls (status error) hold no score and are left out; judge
-        records are those of one judge model (``select_judge``)."""
+        records are those of one judge model (``select_judge``). ``warnings`` gets the file's
+        torn-line notice, if any (as ``latest_generations`` gives its file's)."""
         path = path or self.score_file(scorer)
         read = artifacts.read_jsonl(path)
+        if warnings is not None:
+            warnings.extend(read.warnings)
         for number, record in zip(read.lines, read.records):
             check_score_record(record, f"{path}:{number}")
         records = [r for r in read.records if r.get("status", "ok") == "ok"]

@@ -155,7 +155,8 @@ def thinking_blocks(latest_turns: Sequence[dict[str, Any]], identity: dict[str, 
     as received; None when the run has none (an imported run: its dialogues are upstream's)."""
     if not latest_turns:
         return None
-    kept = thinking.recorded(identity) == thinking.KEPT
+    rule = thinking.recorded(identity)
+    kept = rule == thinking.KEPT
     roles: dict[str, dict[str, int]] = {}
     for kind in ("actor", "env", "nsp"):
         replies = [t.get("reply") or "" for t in latest_turns if t["kind"] == kind]
@@ -163,7 +164,7 @@ def thinking_blocks(latest_turns: Sequence[dict[str, Any]], identity: dict[str, 
         roles[kind] = {"replies": len(replies), "with_block": blocks, "removed": 0 if kept else blocks,
                        "kept": blocks if kept else 0}
     total = {key: sum(r[key] for r in roles.values()) for key in ("replies", "with_block", "removed", "kept")}
-    return {"rule": thinking.recorded(identity), "roles": roles, "total": total}
+    return {"rule": rule, "roles": roles, "total": total}
 
 
 def latest_turns(run_dir: RunDir) -> list[dict[str, Any]]:
