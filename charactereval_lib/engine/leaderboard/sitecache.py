@@ -54,11 +54,8 @@ def _digest(value: Any) -> str:
 def _files_digest(folder: Path) -> list[tuple[str, str]]:
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        sha = hashlib.sha256()
         with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                sha.update(block)
-        out.append((path.relative_to(folder).as_posix(), sha.hexdigest()))
+            out.append((path.relative_to(folder).as_posix(), hashlib.file_digest(handle, "sha256").hexdigest()))
     return out
 
 
