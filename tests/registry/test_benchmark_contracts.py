@@ -121,9 +121,9 @@ def test_its_explorer_gives_typed_sections_and_the_redaction_leaves_no_test_set_
         details.check(detail, f"{name} sample {k}")
         redacted = details.redact(detail)
         details.check(redacted, f"{name} sample {k}, redacted")
-        assert not [s for s in redacted if s.get("private") or s.get("private_keys") or s.get("private_columns")]
-    assert any(s["kind"] == "note" and s["text"] == details.REDACTED for d in explorer.details
-               for s in details.redact(d))
+        fields = [s.as_dict() for s in redacted]
+        assert not [s for s in fields if s.get("private") or s.get("private_keys") or s.get("private_columns")]
+    assert any(s.kind == "note" and s.value == details.REDACTED for d in explorer.details for s in details.redact(d))
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
@@ -142,10 +142,12 @@ def test_its_notebooks_are_found_through_its_declaration(registered, name):
 def test_a_detail_that_is_not_typed_sections_is_refused_naming_where():
     with pytest.raises(ValueError, match=r"^here: a sample's detail is a list of sections, not a dict$"):
         details.check({"dialogue": []}, "here")
+    with pytest.raises(ValueError, match=r"^here, section 1: a dict, not a section made by engine.leaderboard.details$"):
+        details.check([details.note("n", "fine"), {"kind": "note", "title": "x", "text": "y"}], "here")
     with pytest.raises(ValueError, match=r"^here, section 0: kind 'chart' is not one of kv, text, "):
-        details.check([{"kind": "chart", "title": "x"}], "here")
-    with pytest.raises(ValueError, match=r"^here, section 0 \(table\): missing rows$"):
-        details.check([{"kind": "table", "title": "x", "columns": []}], "here")
+        details.check([details.Section((("kind", "chart"), ("title", "x")), None)], "here")
+    with pytest.raises(ValueError, match=r"^here, section 0 \(table\): missing columns$"):
+        details.check([details.Section((("kind", "table"), ("title", "x")), [])], "here")
 
 
 def test_the_redaction_keeps_the_public_parts_of_each_section():
@@ -153,7 +155,7 @@ def test_the_redaction_keeps_the_public_parts_of_each_section():
                 details.text("reply", "words"), details.dialogue("d", [{"role": "a", "content": "words"}]),
                 details.table("flaws", ["flaw", "severity"], [["words", 2]], private=["flaw"]),
                 details.computation("c", "1 + 1 = 2"), details.note("n", "a failure", failure=True)]
-    redacted = details.redact(sections)
+    redacted = [s.as_dict() for s in details.redact(sections)]
     assert "words" not in json.dumps(redacted)
     assert [s["kind"] for s in redacted] == ["kv", "note", "table", "computation", "note"]
     assert redacted[0]["items"] == [["score", 1.0]] and redacted[2]["rows"] == [[2]]

@@ -8,23 +8,59 @@ by default, a key-value pair or a table column when marked. ``redact`` drops tho
 site published without test-set text (``leaderboard --redact``), so the redaction is the same
 for every benchmark and a new one cannot forget it. ``check`` refuses a malformed section when
 the site is written, rather than letting the page draw nothing.
+
+A section is made in the form the site stores it: its template (kind, title, flags, a key-value
+section's keys, a table's columns), which the sections of one kind and title share and the
+site writes once per chunk of details, and its own value (the text, the key-value values, the
+rows, the messages). A full-size run has tens of thousands of sections; made this way, none is
+taken apart again to be stored (``Section.as_dict`` gives the form a reader expects).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-Section = dict[str, Any]
+Template = tuple[tuple[str, Any], ...]  # (field, value) pairs, kind first; lists as tuples, so hashable
 KINDS = ("kv", "text", "table", "dialogue", "computation", "note")
 REDACTED = "not published (redacted site)"
-_REQUIRED = {"kv": ("items",), "text": ("text",), "table": ("columns", "rows"), "dialogue": ("messages",),
-             "computation": ("text",), "note": ("text",)}
+# The field of each kind of section that holds its own value (the rest is its template).
+VALUE_FIELD = {"kv": "items", "text": "text", "table": "rows", "dialogue": "messages", "computation": "text",
+               "note": "text"}
+_REQUIRED = {"kv": ("keys",), "table": ("columns",)}
+
+
+class Section(NamedTuple):
+    """One section of a sample's detail: ``template`` (what it shares with the sections of its
+    kind and title) and ``value`` (a kv's values in the order of its keys, a text, a table's
+    rows, a dialogue's messages)."""
+
+    template: Template
+    value: Any
+
+    @property
+    def kind(self) -> str:
+        return self.template[0][1]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The section as one object, the way the page's script rebuilds it: a key-value
+        section's ``items`` as [key, value] pairs, lists as lists."""
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in self.template}
+        if self.kind == "kv":
+            out["items"] = [[k, v] for k, v in zip(out.pop("keys"), self.value)]
+        else:
+            out[VALUE_FIELD[self.kind]] = self.value
+        return out
 
 
 def kv(title: str, items: Iterable[tuple[str, Any]], *, private: Iterable[str] = ()) -> Section:
     """Key-value pairs; ``private``: the keys whose values are test-set text."""
-    return {"kind": "kv", "title": title, "items": [[k, v] for k, v in items], "private_keys": list(private)}
+    keys, values = [], []
+    for key, value in items:
+        keys.append(key)
+        values.append(value)
+    return Section((("kind", "kv"), ("title", title), ("private_keys", tuple(private)), ("keys", tuple(keys))), values)
 
 
 def text(title: str, body: str | None, *, empty: str = "not available", scored: bool = False,
@@ -32,30 +68,36 @@ def text(title: str, body: str | None, *, empty: str = "not available", scored: 
     """A text shown as written (``empty`` when there is none); ``scored``: the part a score was
     computed from, set apart; ``shared``: a text every run shows alike (a test sample's context),
     which the site stores once for all runs (``engine.leaderboard.site``) rather than in each run's data."""
-    section = {"kind": "text", "title": title, "text": body, "empty": empty, "scored": scored, "private": private}
-    return {**section, "shared": True} if shared else section
+    return Section(_text_template(title, empty, scored, private, shared), body)
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_template(title: str, empty: str, scored: bool, private: bool, shared: bool) -> Template:
+    # One object per distinct template: a full-size run makes tens of thousands of texts of a few.
+    template = (("kind", "text"), ("title", title), ("empty", empty), ("scored", scored), ("private", private))
+    return (*template, ("shared", True)) if shared else template
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, private: Iterable[str] = ()) -> Section:
     """A table; ``private``: the columns that hold test-set text."""
-    return {"kind": "table", "title": title, "columns": list(columns), "rows": [list(r) for r in rows],
-            "private_columns": list(private)}
+    return Section((("kind", "table"), ("title", title), ("columns", tuple(columns)),
+                    ("private_columns", tuple(private))), [list(r) for r in rows])
 
 
 def dialogue(title: str, messages: Iterable[Mapping[str, Any]]) -> Section:
     """Messages ``{"role", "content"}`` in order (always test-set text)."""
-    return {"kind": "dialogue", "title": title, "private": True,
-            "messages": [{"role": m.get("role"), "content": m.get("content")} for m in messages]}
+    return Section((("kind", "dialogue"), ("title", title), ("private", True)),
+                   [{"role": m.get("role"), "content": m.get("content")} for m in messages])
 
 
 def computation(title: str, worked: str) -> Section:
     """How a score was computed, written out so that it can be checked by hand."""
-    return {"kind": "computation", "title": title, "text": worked}
+    return Section((("kind", "computation"), ("title", title)), worked)
 
 
 def note(title: str, body: str, *, failure: bool = False) -> Section:
     """A short statement (a failure and its reason when ``failure``)."""
-    return {"kind": "note", "title": title, "text": body, "failure": failure}
+    return Section((("kind", "note"), ("title", title), ("failure", failure)), body)
 
 
 def check(sections: Any, where: str) -> None:
@@ -63,12 +105,21 @@ def check(sections: Any, where: str) -> None:
     if not isinstance(sections, list):
         raise ValueError(f"{where}: a sample's detail is a list of sections, not a {type(sections).__name__}")
     for k, section in enumerate(sections):
-        kind = section.get("kind") if isinstance(section, Mapping) else None
-        if kind not in KINDS:
-            raise ValueError(f"{where}, section {k}: kind {kind!r} is not one of {', '.join(KINDS)}")
-        missing = [key for key in ("title", *_REQUIRED[kind]) if key not in section]
-        if missing:
-            raise ValueError(f"{where}, section {k} ({kind}): missing {', '.join(missing)}")
+        problem = (_template_problem(section.template) if isinstance(section, Section) else
+                   f": a {type(section).__name__}, not a section made by engine.leaderboard.details")
+        if problem:
+            raise ValueError(f"{where}, section {k}{problem}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_problem(template: Template) -> str | None:
+    # A template is checked once, not once per section that shares it.
+    fields = dict(template)
+    kind = fields.get("kind")
+    if kind not in KINDS:
+        return f": kind {kind!r} is not one of {', '.join(KINDS)}"
+    missing = [key for key in ("title", *_REQUIRED.get(kind, ())) if key not in fields]
+    return f" ({kind}): missing {', '.join(missing)}" if missing else None
 
 
 def redact(sections: Sequence[Section]) -> list[Section]:
@@ -77,17 +128,19 @@ def redact(sections: Sequence[Section]) -> list[Section]:
     kept: list[Section] = []
     dropped_at: int | None = None
     for section in sections:
-        if section.get("private"):
+        fields = dict(section.template)
+        if fields.get("private"):
             dropped_at = len(kept) if dropped_at is None else dropped_at
             continue
-        if section["kind"] == "kv" and section.get("private_keys"):
-            hidden = set(section["private_keys"])
-            section = {**section, "items": [i for i in section["items"] if i[0] not in hidden], "private_keys": []}
-            dropped_at = len(kept) + 1 if dropped_at is None else dropped_at
-        elif section["kind"] == "table" and section.get("private_columns"):
-            keep = [i for i, c in enumerate(section["columns"]) if c not in set(section["private_columns"])]
-            section = {**section, "columns": [section["columns"][i] for i in keep],
-                       "rows": [[row[i] for i in keep] for row in section["rows"]], "private_columns": []}
+        hidden = set(fields.get("private_keys") or fields.get("private_columns") or ())
+        if hidden:
+            names = fields["keys"] if section.kind == "kv" else fields["columns"]
+            keep = [i for i, name in enumerate(names) if name not in hidden]
+            fields["keys" if section.kind == "kv" else "columns"] = tuple(names[i] for i in keep)
+            fields["private_keys" if section.kind == "kv" else "private_columns"] = ()
+            value = ([section.value[i] for i in keep] if section.kind == "kv"
+                     else [[row[i] for i in keep] for row in section.value])
+            section = Section(tuple(fields.items()), value)
             dropped_at = len(kept) + 1 if dropped_at is None else dropped_at
         kept.append(section)
     if dropped_at is not None:

@@ -14,6 +14,7 @@ marker of ``engine.outdir``, whose rule says which ``out`` a site may replace.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from charactereval_lib.engine import outdir
+from charactereval_lib.engine.leaderboard.details import Section, Template
 from charactereval_lib.engine.reports.texttable import fmt
 from charactereval_lib.engine.stats import TOO_FEW, TOO_FEW_REASON
 
@@ -48,7 +50,7 @@ class Explorer:
     columns: Sequence[tuple[str, str, str]]
     filters: Sequence[str]
     rows: list[list[Any]]
-    details: list[list[dict[str, Any]]]
+    details: list[list[Section]]
     note: str | None
     shows: str = ""
 
@@ -350,13 +352,12 @@ def manifest_html(manifest: Mapping[str, Any]) -> str:
 SHARED = "shared"
 SCORE_DECIMALS = 4  # the table shows three; the detail's key-value floats keep KV_DECIMALS
 KV_DECIMALS = 6
-_TEXT_FIELD = {"text": "text", "computation": "text", "note": "text"}
-# The field of each kind of section that holds its values (the rest is the chunk's template).
-_VALUE_FIELD = {**_TEXT_FIELD, "kv": "items", "table": "rows", "dialogue": "messages"}
+_TEXT_KINDS = ("text", "computation", "note")
 
 
+@functools.lru_cache(maxsize=65536)
 def text_digest(text: str) -> str:
-    """The key of a shared text in the site's store."""
+    """The key of a shared text in the site's store (remembered: every run shows the same contexts)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -384,43 +385,35 @@ def _column(values: list[Any], kind: str) -> Any:
     return [_round(v, SCORE_DECIMALS) for v in values] if kind == "num" else values
 
 
-def _encode_chunk(part: Sequence[Sequence[dict[str, Any]]], shared: dict[str, str]) -> dict[str, Any]:
-    templates: dict[str, int] = {}
-    shapes: list[dict[str, Any]] = []
+def _encode_chunk(part: Sequence[Sequence[Section]], shared: dict[str, str]) -> dict[str, Any]:
+    # A template's number in the chunk and how its sections' values are stored.
+    templates: dict[Template, tuple[int, str]] = {}
     strings: dict[Any, int] = {}
-
-    def intern(value: str | None) -> int:
-        return strings.setdefault(value, len(strings))
-
     encoded = []
     for detail in part:
         flat: list[Any] = []
-        for section in detail:
-            kind = section["kind"]
-            template = dict(section)
-            template.pop(_VALUE_FIELD[kind], None)
-            if kind in _TEXT_FIELD:
-                body = section["text"]
-                if section.get("shared") and body is not None:
-                    digest = text_digest(body)
-                    shared[digest] = body
-                    body = digest
-                value: Any = intern(body)
-            elif kind == "kv":
-                template["keys"] = [k for k, _ in section["items"]]
-                value = [_round(v, KV_DECIMALS) for _, v in section["items"]]
-            elif kind == "dialogue":
-                value = [intern(x) for m in section["messages"] for x in (m["role"], m["content"])]
-            else:
-                value = section["rows"]
-            # Sections are made by the same functions in the same key order: repr is a fast, exact key.
-            key = repr(template)
-            if key not in templates:
-                templates[key] = len(templates)
-                shapes.append(template)
-            flat += [templates[key], value]
+        for template, value in detail:
+            found = templates.get(template)
+            if found is None:
+                kind = template[0][1]
+                how = "shared" if kind == "text" and ("shared", True) in template else kind
+                found = templates[template] = (len(templates), "text" if kind in _TEXT_KINDS and how != "shared" else how)
+            number, how = found
+            if how == "text":
+                value = strings.setdefault(value, len(strings))
+            elif how == "shared":
+                if value is not None:
+                    digest = text_digest(value)
+                    shared[digest] = value
+                    value = digest
+                value = strings.setdefault(value, len(strings))
+            elif how == "kv":
+                value = [round(v, KV_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v for v in value]
+            elif how == "dialogue":
+                value = [strings.setdefault(x, len(strings)) for m in value for x in (m["role"], m["content"])]
+            flat += (number, value)
         encoded.append(flat)
-    return {"t": shapes, "s": list(strings), "d": encoded}
+    return {"t": [dict(t) for t in templates], "s": list(strings), "d": encoded}
 
 
 def run_data(explorer: Explorer) -> RunData:
@@ -458,8 +451,8 @@ def _js_value(path: Path) -> Any:
 
 
 def read_run_data(site_root: Path, folder: str) -> tuple[list[list[Any]], list[list[dict[str, Any]]]]:
-    """A run's explorer table rows and details as ``Explorer`` holds them, decoded from the site
-    as the page's script decodes them (shared texts resolved; numbers as rounded)."""
+    """A run's explorer table rows and details, decoded from the site as the page's script
+    decodes them (shared texts resolved; numbers as rounded; each section as ``Section.as_dict``)."""
     run = Path(site_root) / "runs" / folder
     meta = _js_value(run / "samples.js")
     cols = [[c["v"][i] if i >= 0 else None for i in c["i"]] if isinstance(c, dict) else c for c in meta["cols"]]
@@ -467,27 +460,21 @@ def read_run_data(site_root: Path, folder: str) -> tuple[list[list[Any]], list[l
     details, store = [], {}
     for k in range(meta["chunks"]):
         part = _js_value(run / f"detail-{k}.js")
+        templates = [tuple((key, tuple(v) if isinstance(v, list) else v) for key, v in t.items()) for t in part["t"]]
         for flat in part["d"]:
             detail = []
             for ti, value in zip(flat[::2], flat[1::2]):
-                section = dict(part["t"][ti])
-                kind = section["kind"]
-                if kind in _TEXT_FIELD:
-                    body = part["s"][value]
-                    if section.get("shared") and body is not None:
-                        prefix = body[:2]
-                        if prefix not in store:
-                            store[prefix] = _js_value(Path(site_root) / SHARED / f"{prefix}.js")
-                        body = store[prefix][body]
-                    section["text"] = body
-                elif kind == "kv":
-                    section["items"] = [[key, v] for key, v in zip(section.pop("keys"), value)]
+                template = templates[ti]
+                kind = template[0][1]
+                if kind in _TEXT_KINDS:
+                    value = part["s"][value]
+                    if ("shared", True) in template and value is not None:
+                        if value[:2] not in store:
+                            store[value[:2]] = _js_value(Path(site_root) / SHARED / f"{value[:2]}.js")
+                        value = store[value[:2]][value]
                 elif kind == "dialogue":
-                    section["messages"] = [{"role": part["s"][r], "content": part["s"][c]}
-                                           for r, c in zip(value[::2], value[1::2])]
-                else:
-                    section["rows"] = value
-                detail.append(section)
+                    value = [{"role": part["s"][r], "content": part["s"][c]} for r, c in zip(value[::2], value[1::2])]
+                detail.append(Section(template, value).as_dict())
             details.append(detail)
     return rows, details
 
