@@ -6,6 +6,7 @@ and "which scorer made these scores" in one place.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,18 @@ _SCORER_FILES = {REWARD_MODEL: (SCORES, SUMMARY, METRICS_CSV),
                  JUDGE: (JUDGE_SCORES, "judge_summary.json", "judge_metrics.csv")}
 
 
+_SCORE_TYPES = (float, int, type(None))
+
+
 def check_score_record(record: Any, where: str) -> None:
     """A score record that analysis can use: an object with an integer ``id``, a string
     ``metric_en`` and a numeric (or null: not scored) ``score``; else RunError naming ``where``
     and the field, since a damaged artifact must not reach the statistics."""
     if not isinstance(record, dict):
         raise RunError(f"{where}: not a JSON object")
+    # The common case first, in one expression: a full run's score file holds 8,032 records or more.
+    if type(record.get("id")) is int and type(record.get("metric_en")) is str and type(record.get("score")) in _SCORE_TYPES:
+        return
     for name, kinds in (("id", int), ("metric_en", str), ("score", (int, float, type(None)))):
         value = record.get(name)
         if not isinstance(value, kinds) or isinstance(value, bool):
@@ -64,12 +71,20 @@ class ScorerIdentity:
 def scorer_identity(record: dict[str, Any]) -> ScorerIdentity:
     """The scorer configuration a score record was made with. Imported official scores carry no
     checkpoint: their scorer is unknown and says so."""
-    mode = record.get("mode")
-    scorer = record.get("scorer") or ("imported" if mode == "imported" else REWARD_MODEL)
-    if scorer == JUDGE:
-        # A judge's compatibility mode is its parser (evals or strict); the model is its checkpoint.
-        mode = record.get("parser")
-    return ScorerIdentity(scorer, record.get("checkpoint_sha256") or record.get("judge_model"), mode)
+    fields = (record.get("scorer"), record.get("mode"), record.get("parser"),
+              record.get("checkpoint_sha256") or record.get("judge_model"))
+    try:
+        return _identity(*fields)
+    except TypeError:  # an unhashable field (a damaged record) is not remembered
+        return _identity.__wrapped__(*fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _identity(scorer: str | None, mode: str | None, parser: str | None, checkpoint: str | None) -> ScorerIdentity:
+    # One object per configuration: a run's thousands of records share one or two.
+    scorer = scorer or ("imported" if mode == "imported" else REWARD_MODEL)
+    # A judge's compatibility mode is its parser (evals or strict); the model is its checkpoint.
+    return ScorerIdentity(scorer, checkpoint, parser if scorer == JUDGE else mode)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import tempfile
 import threading
@@ -266,7 +267,5 @@ def read_json(path: Path) -> Any:
 
 def latest_by_key(records: Iterable[dict[str, Any]], *keys: str) -> dict[tuple, dict[str, Any]]:
     """The last record for each key: in an append-only log the latest record is the state."""
-    latest: dict[tuple, dict[str, Any]] = {}
-    for record in records:
-        latest[tuple(record[k] for k in keys)] = record
-    return latest
+    key = operator.itemgetter(*keys) if len(keys) > 1 else (lambda record: (record[keys[0]],))
+    return {key(record): record for record in records}
