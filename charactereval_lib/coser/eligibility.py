@@ -23,7 +23,7 @@ from charactereval_lib.coser.disclosures import BOARD_SELF_PREFERENCE, agreement
 from charactereval_lib.coser.documents import CoserManifest, CoserSection, Interval, computed_summary
 from charactereval_lib.coser.judge import PROTOCOL_FORMULA, SCORE_FORMULAS, run_score_formula
 from charactereval_lib.coser.report import is_anchor_actor, load_anchor, routed_pin, served_roles
-from charactereval_lib.coser.statistics import judged_frame
+from charactereval_lib.coser.statistics import judged_frame, read_records
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.coser.versions import FIXED_ROLES, VERSIONS
 from charactereval_lib.engine.anchor import AVERAGE_MARGIN, DIMENSION_MARGIN, compare_within_margin, rounding_tolerance
@@ -40,7 +40,7 @@ from charactereval_lib.engine.leaderboard.board import (
     thinking_label,
     thinking_rule,
 )
-from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage import runs
 
 HEADLINE = ("average of the four dimension scores (Storyline Consistency, Anthropomorphism, Character Fidelity, "
             "Storyline Quality), the paper's Average column; each dimension scored "
@@ -203,12 +203,13 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
     """One view per run, on the board of its judge model."""
     run = runs.RunDir(path)
     coser = run.manifest_model(CoserManifest).coser or CoserSection()
+    # Read once for the summary, the clusters and the explorer (``RunView.parsed``).
+    records = read_records(run)
     # The board needs the overall intervals only: not the breakdowns a report shows.
-    summary = computed_summary(run, breakdowns=False)
+    summary = computed_summary(run, breakdowns=False, records=records)
     anchor = load_anchor()
     clip = (coser.identity.get("protocol") or {}).get("score_upper_clip", False)
-    latest = {(r["repeat"], r["scene"], r["dimension"]): r
-              for r in artifacts.read_jsonl(run.artifact(JUDGEMENTS)).records if r.get("kind") == "dimension"}
+    latest = {(r["repeat"], r["scene"], r["dimension"]): r for r in records[JUDGEMENTS] if r.get("kind") == "dimension"}
     frame = judged_frame(list(latest.values()), clip)
     ended = summary.ended_by
     failures = ended.failed + summary.judge_failures
@@ -227,7 +228,7 @@ def read(path: Path, manifest: dict[str, Any], context: Mapping[str, Any]) -> li
                                thinking_label({"request_params": actor.get("request_params")}, facts)), manifest,
                    score=average.mean, ci=(average.low, average.high),
                    n=summary.counts.sessions, failures=failures, facts=facts,
-                   caveats=caveats(facts["served_roles"].values()))
+                   caveats=caveats(facts["served_roles"].values()), parsed=records)
     if not frame.empty:
         view.clusters = frame.groupby("scene")["score"].mean().to_dict()
     return [view]

@@ -11,11 +11,12 @@ from typing import Any
 
 from charactereval_lib.coser.benchmark import JUDGEMENTS, SCENES
 from charactereval_lib.coser.judge import SCORE_FORMULAS, actor_rounds, run_score_formula, severity_sum, worked_formula
+from charactereval_lib.coser.statistics import read_records
 from charactereval_lib.coser.upstream import DIMENSIONS
 from charactereval_lib.engine.leaderboard import details as sections
 from charactereval_lib.engine.leaderboard.board import RunView
 from charactereval_lib.engine.leaderboard.site import Explorer
-from charactereval_lib.engine.storage import artifacts, runs
+from charactereval_lib.engine.storage import runs
 
 ABBR = {"Storyline Consistency": "SC", "Anthropomorphism": "AN", "Character Fidelity": "CF", "Storyline Quality": "SQ"}
 # What test-set text the details show, for the site's licence warning.
@@ -30,9 +31,11 @@ def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
     run = runs.RunDir(view.path)
     clip = (((view.manifest.get("coser") or {}).get("identity") or {}).get("protocol") or {}).get("score_upper_clip")
     formula = run_score_formula(view.manifest)
-    scenes = {(r["repeat"], r["scene"]): r for r in artifacts.read_jsonl(run.artifact(SCENES)).records}
+    # What the board's reader parsed already (``RunView.parsed``; empty for a view from the cache).
+    records = view.parsed or read_records(run)
+    scenes = {(r["repeat"], r["scene"]): r for r in records[SCENES]}
     judged: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
-    for record in artifacts.read_jsonl(run.artifact(JUDGEMENTS)).records:
+    for record in records[JUDGEMENTS]:
         if record.get("kind") == "dimension":
             judged.setdefault((record["repeat"], record["scene"]), {})[record["dimension"]] = record
     rows, details = [], []
@@ -71,14 +74,20 @@ def _detail(scene: Mapping[str, Any], computations: Mapping[str, Mapping[str, An
             continue
         # A flaw's instance and type quote or describe the scene; its severity is a number.
         out.append(sections.table(name, ("flaw", "type", "severity"),
-                                  ([f.get("instance", json.dumps(f, ensure_ascii=False)), f.get("type", ""),
-                                    json.dumps(f.get("severity"))] for f in c["flaws"]), private=("flaw", "type")))
+                                  ([f["instance"] if "instance" in f else json.dumps(f, ensure_ascii=False),
+                                    f.get("type", ""), _severity(f.get("severity"))] for f in c["flaws"]),
+                                  private=("flaw", "type")))
         out.append(sections.computation(
             f"{name}: score", f"n = {c['n']} actor rounds, S = {c['severity_sum']} (integer severities only); "
             f"{formula} = {c['worked']} = {_js(c['unclipped'])}"
             + (f"; clipped min(score, 100) = {_js(c['clipped'])}" if clip else "; no upper clip in this version")
             + f"; score {_js(c['score'])}"))
     return out
+
+
+def _severity(value: Any) -> str:
+    # As JSON writes it (a full run has tens of thousands of flaws, nearly all integer severities).
+    return str(value) if type(value) is int else json.dumps(value)
 
 
 def _js(value: Any) -> str:

@@ -114,11 +114,19 @@ SURFACE_METRICS = {"BLEU": "bleu", "ROUGE-L": "rouge_l"}
 ENDINGS = ("end_chat", "max_rounds", "failed", "not_run")
 
 
-def scene_endings(run_dir: RunDir, expected: Sequence[tuple[int, str]]) -> tuple[dict, list[dict]]:
-    """How each (repeat, scene) of the preset ended: ``<END CHAT>`` (``end_chat``), the round
-    limit (``max_rounds``), a call that failed after its retries (``failed``: its latest record
-    is an error) or no record yet (``not_run``); and the finished scenes' records."""
-    latest = {(r["repeat"], r["scene"]): r for r in read_jsonl(run_dir.artifact(SCENES)).records}
+def read_records(run_dir: RunDir) -> dict[str, list[dict[str, Any]]]:
+    """A run's scene, turn and judgement records (``SCENES``, ``TURNS``, ``JUDGEMENTS`` -> records),
+    read once for a caller that needs them more than once (``compute_summary``, then the
+    leaderboard's explorer)."""
+    return {name: read_jsonl(run_dir.artifact(name)).records for name in (SCENES, TURNS, JUDGEMENTS)}
+
+
+def scene_endings(scenes: Sequence[dict[str, Any]], expected: Sequence[tuple[int, str]]) -> tuple[dict, list[dict]]:
+    """How each (repeat, scene) of the preset ended, from the scene records: ``<END CHAT>``
+    (``end_chat``), the round limit (``max_rounds``), a call that failed after its retries
+    (``failed``: its latest record is an error) or no record yet (``not_run``); and the
+    finished scenes' records."""
+    latest = {(r["repeat"], r["scene"]): r for r in scenes}
     counts = dict.fromkeys(ENDINGS, 0)
     for key in dict.fromkeys([*expected, *latest]):
         record = latest.get(key)
@@ -167,9 +175,9 @@ def thinking_blocks(latest_turns: Sequence[dict[str, Any]], identity: dict[str, 
     return {"rule": rule, "roles": roles, "total": total}
 
 
-def latest_turns(run_dir: RunDir) -> list[dict[str, Any]]:
-    """The latest record of each turn (a turn asked again on resume counts once)."""
-    return list({(t["repeat"], t["scene"], t["step"]): t for t in read_jsonl(run_dir.artifact(TURNS)).records}.values())
+def latest_turns(turns: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest of the turn records for each turn (a turn asked again on resume counts once)."""
+    return list({(t["repeat"], t["scene"], t["step"]): t for t in turns}.values())
 
 
 def served_by_role(turns: Iterable[dict[str, Any]], judgements: Iterable[dict[str, Any]]) -> dict[str, ServedCounts]:
@@ -198,28 +206,32 @@ def served_by_role(turns: Iterable[dict[str, Any]], judgements: Iterable[dict[st
 
 def run_served(run_dir: RunDir) -> dict[str, ServedCounts]:
     """``served_by_role`` of a run's latest turns and dimension judgements."""
-    return served_by_role(latest_turns(run_dir), _latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records))
+    return served_by_role(latest_turns(read_jsonl(run_dir.artifact(TURNS)).records),
+                          _latest_dimensions(read_jsonl(run_dir.artifact(JUDGEMENTS)).records))
 
 
-def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0, breakdowns: bool = True) -> dict[str, Any]:
+def compute_summary(run_dir: RunDir, *, n_boot: int = 1000, seed: int = 0, breakdowns: bool = True,
+                    records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The CoSER statistics of a run, computed from its artifacts without writing anything: the
     four dimensions and their average (version variant) with scene-cluster bootstrap intervals,
     overall, per split (id/ood) and per book; per repeat and the run-to-run spread; rounds per
     scene, how scenes ended, judge failures, refused turns, replies with a thinking block, BLEU and
     ROUGE-L beside them. ``breakdowns=False``: without the intervals per split, per book and of
     BLEU/ROUGE-L (left empty), most of the bootstrap work, for a caller that needs only the
-    overall ones (the leaderboard's reader)."""
+    overall ones (the leaderboard's reader). ``records``: ``read_records``' result, when the
+    caller has read them already."""
     import pandas as pd
 
     manifest = run_dir.manifest()
     coser = manifest.get("coser") or {}
     clip = coser.get("identity", {}).get("protocol", {}).get("score_upper_clip", False)
-    judgements = read_jsonl(run_dir.artifact(JUDGEMENTS)).records
+    records = records or read_records(run_dir)
+    judgements = records[JUDGEMENTS]
     latest = _latest_dimensions(judgements)
     frame = judged_frame(latest, clip)
     expected = [(r, s) for r in range(coser.get("repeats", 0)) for s in coser.get("scenes", [])]
-    ended_by, done = scene_endings(run_dir, expected)
-    turns = latest_turns(run_dir)
+    ended_by, done = scene_endings(records[SCENES], expected)
+    turns = latest_turns(records[TURNS])
     failed_dims = {(r["repeat"], r["scene"], r["dimension"]) for r in latest if r["status"] == "failed"}
     judged = {(r["repeat"], r["scene"]) for r in latest}
     metrics = [r for r in judgements if r.get("kind") == "metrics"]

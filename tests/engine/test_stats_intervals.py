@@ -106,7 +106,7 @@ def test_simulated_coverage_of_every_printed_interval():
 @pytest.mark.parametrize("draw", ["normal", "integers", "rounded", "few values"])
 def test_the_signed_rank_p_value_is_scipys_with_ties_and_zeros_at_every_size(draw):
     """Above 50 non-zero differences ``wilcoxon_p`` computes scipy's normal approximation
-    itself (average ranks, tie correction); it must be scipy's number there and at the switch."""
+    itself (average ranks, tie correction); it must be scipy's number, to the bit, there and at the switch."""
     rng = np.random.default_rng(len(draw))
     for n in [*range(45, 60), 120, 500, 4564]:
         if draw == "normal":
@@ -118,5 +118,5 @@ def test_the_signed_rank_p_value_is_scipys_with_ties_and_zeros_at_every_size(dra
         else:
             d = rng.integers(-1, 2, n) * rng.choice([0.25, 0.5, 1.0], n)
         expected = scipy_stats.wilcoxon(d, zero_method="wilcox").pvalue
-        assert stats.wilcoxon_p(d) == pytest.approx(expected, rel=1e-12, abs=1e-300), (draw, n)
+        assert stats.wilcoxon_p(d) == expected, (draw, n)
     assert np.isnan(stats.wilcoxon_p(np.zeros(80)))
