@@ -14,13 +14,15 @@ import html
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
-from pandas.io.formats.style import Styler
 
 from charactereval_lib import __version__
 from charactereval_lib.engine.storage import runs
+
+if TYPE_CHECKING:  # pandas imports its styler (and jinja2) when a table is styled, not before
+    from pandas.io.formats.style import Styler
 
 TEMPLATE_DIR = Path(__file__).with_name("template")
 DISPLAY_DIGITS = 3
