@@ -237,8 +237,7 @@ def explorer_data(view: RunView, context: Mapping[str, Any], redact: bool, cache
     if data is None:
         declared = known[view.benchmark]
         explorer = declared.hook("explorer")(view, context)
-        for k, detail in enumerate(explorer.details):
-            details.check(detail, f"{view.path}: the {declared.title} explorer's sample {k}")
+        details.check(explorer.details, f"{view.path}: the {declared.title} explorer's")
         if redact:
             explorer = replace(explorer, details=[details.redact(d) for d in explorer.details])
         data = cache.put_data(view, page, redact, site.run_data(explorer))

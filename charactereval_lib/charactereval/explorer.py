@@ -21,6 +21,7 @@ COLUMNS = [("id", "sample", "int"), ("character", "character", "text"), ("novel"
            ("metric", "metric", "text"), ("dimension", "dimension", "text"), ("rm", "RM score", "num"),
            ("judge", "judge score", "num"), ("disagreement", "|RM − judge|", "num"), ("failure", "failure", "text")]
 FILTERS = ("character", "novel", "metric", "dimension", "failure")
+RM_FIELDS = ("score", "sigmoid", "n_tokens", "truncated", "mode")
 
 
 def explorer(view: RunView, context: Mapping[str, Any]) -> Explorer:
@@ -66,8 +67,7 @@ def _detail(sample: Any, reply: str | None, first_line: str | None, rm: Mapping[
            sections.text("The model's full reply", reply, empty="None"),
            sections.text("First line (what was scored)", first_line, empty="–", scored=True)]
     if rm:
-        out.append(sections.kv("Reward model", ((k, rm.get(k)) for k in ("score", "sigmoid", "n_tokens", "truncated",
-                                                                            "mode"))))
+        out.append(sections.kv("Reward model", [(k, rm.get(k)) for k in RM_FIELDS]))
     if judge:
         out.append(sections.kv(f"Judge {judge_model or ''}", [("parsed choice", judge.get("choice")),
                                                               ("score", judge.get("score")),

@@ -117,12 +117,11 @@ def test_its_explorer_gives_typed_sections_and_the_redaction_leaves_no_test_set_
     assert isinstance(explorer, Explorer) and explorer.rows and len(explorer.rows) == len(explorer.details)
     keys = [key for key, _, _ in explorer.columns]
     assert all(len(row) == len(keys) for row in explorer.rows) and set(explorer.filters) <= set(keys)
-    for k, detail in enumerate(explorer.details):
-        details.check(detail, f"{name} sample {k}")
-        redacted = details.redact(detail)
-        details.check(redacted, f"{name} sample {k}, redacted")
-        fields = [s.as_dict() for s in redacted]
-        assert not [s for s in fields if s.get("private") or s.get("private_keys") or s.get("private_columns")]
+    details.check(explorer.details, name)
+    redacted = [details.redact(d) for d in explorer.details]
+    details.check(redacted, f"{name}, redacted")
+    fields = [s.as_dict() for d in redacted for s in d]
+    assert not [s for s in fields if s.get("private") or s.get("private_keys") or s.get("private_columns")]
     assert any(s.kind == "note" and s.value == details.REDACTED for d in explorer.details for s in details.redact(d))
 
 
@@ -140,14 +139,16 @@ def test_its_notebooks_are_found_through_its_declaration(registered, name):
 
 
 def test_a_detail_that_is_not_typed_sections_is_refused_naming_where():
-    with pytest.raises(ValueError, match=r"^here: a sample's detail is a list of sections, not a dict$"):
-        details.check({"dialogue": []}, "here")
-    with pytest.raises(ValueError, match=r"^here, section 1: a dict, not a section made by engine.leaderboard.details$"):
-        details.check([details.note("n", "fine"), {"kind": "note", "title": "x", "text": "y"}], "here")
-    with pytest.raises(ValueError, match=r"^here, section 0: kind 'chart' is not one of kv, text, "):
-        details.check([details.Section((("kind", "chart"), ("title", "x")), None)], "here")
-    with pytest.raises(ValueError, match=r"^here, section 0 \(table\): missing columns$"):
-        details.check([details.Section((("kind", "table"), ("title", "x")), [])], "here")
+    with pytest.raises(ValueError, match=r"^here sample 0: a sample's detail is a list of sections, not a dict$"):
+        details.check([{"dialogue": []}], "here")
+    with pytest.raises(ValueError, match=r"^here sample 1, section 1: a dict, not a section made by "
+                                         r"engine.leaderboard.details$"):
+        details.check([[details.note("n", "fine")], [details.note("n", "fine"), {"kind": "note", "title": "x"}]],
+                      "here")
+    with pytest.raises(ValueError, match=r"^here sample 0, section 0: kind 'chart' is not one of kv, text, "):
+        details.check([[details.Section((("kind", "chart"), ("title", "x")), None)]], "here")
+    with pytest.raises(ValueError, match=r"^here sample 0, section 0 \(table\): missing columns$"):
+        details.check([[details.Section((("kind", "table"), ("title", "x")), [])]], "here")
 
 
 def test_the_redaction_keeps_the_public_parts_of_each_section():

@@ -60,7 +60,12 @@ def kv(title: str, items: Iterable[tuple[str, Any]], *, private: Iterable[str] =
     for key, value in items:
         keys.append(key)
         values.append(value)
-    return Section((("kind", "kv"), ("title", title), ("private_keys", tuple(private)), ("keys", tuple(keys))), values)
+    return Section(_kv_template(title, tuple(private), tuple(keys)), values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kv_template(title: str, private: tuple[str, ...], keys: tuple[str, ...]) -> Template:
+    return (("kind", "kv"), ("title", title), ("private_keys", private), ("keys", keys))
 
 
 def text(title: str, body: str | None, *, empty: str = "not available", scored: bool = False,
@@ -100,20 +105,27 @@ def note(title: str, body: str, *, failure: bool = False) -> Section:
     return Section((("kind", "note"), ("title", title), ("failure", failure)), body)
 
 
-def check(sections: Any, where: str) -> None:
-    """A ValueError naming ``where`` and the section when ``sections`` is not a list of sections."""
-    if not isinstance(sections, list):
-        raise ValueError(f"{where}: a sample's detail is a list of sections, not a {type(sections).__name__}")
-    for k, section in enumerate(sections):
-        problem = (_template_problem(section.template) if isinstance(section, Section) else
-                   f": a {type(section).__name__}, not a section made by engine.leaderboard.details")
-        if problem:
-            raise ValueError(f"{where}, section {k}{problem}")
+def check(details: Sequence[Any], where: str) -> None:
+    """A ValueError naming ``where``, the sample and the section when a sample's detail in
+    ``details`` is not a list of sections (each template is checked once, not once per section
+    that shares it)."""
+    checked: set[int] = set()  # ids of the templates found sound; the details hold them
+    for k, sections in enumerate(details):
+        if not isinstance(sections, list):
+            raise ValueError(f"{where} sample {k}: a sample's detail is a list of sections, "
+                             f"not a {type(sections).__name__}")
+        for j, section in enumerate(sections):
+            if type(section) is not Section:
+                raise ValueError(f"{where} sample {k}, section {j}: a {type(section).__name__}, not a section made "
+                                 "by engine.leaderboard.details")
+            if id(section.template) not in checked:
+                problem = _template_problem(section.template)
+                if problem:
+                    raise ValueError(f"{where} sample {k}, section {j}{problem}")
+                checked.add(id(section.template))
 
 
-@functools.lru_cache(maxsize=1024)
 def _template_problem(template: Template) -> str | None:
-    # A template is checked once, not once per section that shares it.
     fields = dict(template)
     kind = fields.get("kind")
     if kind not in KINDS:

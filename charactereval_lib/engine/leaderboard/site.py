@@ -373,31 +373,36 @@ class RunData:
     shows: str = ""
 
 
-def _round(value: Any, decimals: int) -> Any:
-    return round(value, decimals) if isinstance(value, float) and math.isfinite(value) else value
-
-
 def _column(values: list[Any], kind: str) -> Any:
     if kind == "text":
         distinct = sorted({v for v in values if v is not None}, key=str)
         codes = {v: k for k, v in enumerate(distinct)}
         return {"v": distinct, "i": [-1 if v is None else codes[v] for v in values]}
-    return [_round(v, SCORE_DECIMALS) for v in values] if kind == "num" else values
+    if kind == "num":
+        return [round(v, SCORE_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v for v in values]
+    return values
 
 
 def _encode_chunk(part: Sequence[Sequence[Section]], shared: dict[str, str]) -> dict[str, Any]:
     # A template's number in the chunk and how its sections' values are stored.
     templates: dict[Template, tuple[int, str]] = {}
+    # The same by the template object's id: the section functions hand out one object per
+    # template, and looking it up by id spares hashing its fields (the chunk holds them all).
+    by_id: dict[int, tuple[int, str]] = {}
     strings: dict[Any, int] = {}
     encoded = []
     for detail in part:
         flat: list[Any] = []
         for template, value in detail:
-            found = templates.get(template)
+            found = by_id.get(id(template))
             if found is None:
-                kind = template[0][1]
-                how = "shared" if kind == "text" and ("shared", True) in template else kind
-                found = templates[template] = (len(templates), "text" if kind in _TEXT_KINDS and how != "shared" else how)
+                found = templates.get(template)
+                if found is None:
+                    kind = template[0][1]
+                    how = "shared" if kind == "text" and ("shared", True) in template else kind
+                    found = templates[template] = (len(templates),
+                                                   "text" if kind in _TEXT_KINDS and how != "shared" else how)
+                by_id[id(template)] = found
             number, how = found
             if how == "text":
                 value = strings.setdefault(value, len(strings))
