@@ -16,7 +16,7 @@ from charactereval_lib.apps.leaderboard import boards, build, read_runs, write
 from charactereval_lib.charactereval.data import load_official_data
 from charactereval_lib.charactereval.eligibility import RELEASED
 from charactereval_lib.coser import official
-from charactereval_lib.engine.leaderboard.board import TIE_TEST, model_label
+from charactereval_lib.engine.leaderboard.board import TIE_TEST, model_label, paired_differences
 from charactereval_lib.engine.leaderboard.site import read_run_data
 from charactereval_lib.testing.coser_script import scripted_reply
 from charactereval_lib.testing.leaderboard_runs import CHECKPOINT, charactereval_run, coser_run, full_size_data, released_run
@@ -101,6 +101,15 @@ def anchored(runs_dir, views, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_paired_differences_follow_the_first_runs_order_over_the_shared_clusters():
+    """One fixed order, whatever the keys: a mean over a set of scene names would change its
+    last bits from one process to the next (string hashing is salted per process)."""
+    a = {"scene-b": 4.0, "scene-a": 2.0, "scene-c": 3.5, "scene-d": 1.0}
+    b = {"scene-d": 1.5, "scene-c": 3.0, "scene-a": 1.0}
+    assert paired_differences(a, b).tolist() == [1.0, 0.5, -0.5]
+    assert len(paired_differences(a, {})) == 0
+
+
 def test_no_board_ranks_anything_while_its_anchor_is_pending(gated):
     content, _ = gated
     entry = board(content, "charactereval")

@@ -17,6 +17,7 @@ import io
 import json
 import math
 import shlex
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +111,18 @@ class BoardSpec:
         return [f"{rule.name}: {reason}" for rule in self.rules for reason in rule.check(view)]
 
 
-def tied(a: Mapping[Any, float], b: Mapping[Any, float], alpha: float = TIE_ALPHA) -> tuple[bool, float, int]:
-    """Whether the paired test fails to separate two runs, its p-value and the shared clusters."""
-    shared = sorted(set(a) & set(b), key=str)
-    diffs = np.array([a[k] - b[k] for k in shared], dtype=float)
-    p = wilcoxon_p(diffs) if len(diffs) else math.nan
-    return (math.isnan(p) or p >= alpha), p, len(shared)
+def paired_differences(a: Mapping[Any, float], b: Mapping[Any, float]) -> np.ndarray:
+    """The per-cluster differences a - b over the clusters both runs scored, in ``a``'s order:
+    one fixed order (a set of text keys would change it from one process to the next, and with
+    it the last bits of a mean)."""
+    return np.array([value - b[key] for key, value in a.items() if key in b], dtype=float)
+
+
+def tied(differences: np.ndarray, alpha: float = TIE_ALPHA) -> tuple[bool, float]:
+    """Whether the paired test fails to separate two runs, from their ``paired_differences``,
+    and its p-value."""
+    p = wilcoxon_p(differences) if len(differences) else math.nan
+    return (math.isnan(p) or p >= alpha), p
 
 
 def rank_rows(views: Sequence[RunView]) -> list[dict[str, Any]]:
@@ -126,8 +133,9 @@ def rank_rows(views: Sequence[RunView]) -> list[dict[str, Any]]:
     for position, view in enumerate(ordered):
         rank, test = position + 1, None
         if position:
-            is_tied, p, shared = tied(ordered[position - 1].clusters, view.clusters)
-            test = {"p": None if math.isnan(p) else p, "shared": shared, "tied_with_above": is_tied}
+            differences = paired_differences(ordered[position - 1].clusters, view.clusters)
+            is_tied, p = tied(differences)
+            test = {"p": None if math.isnan(p) else p, "shared": len(differences), "tied_with_above": is_tied}
             if is_tied:
                 rank = rows[-1]["rank"]
         rows.append({**row_of(view), "eligible": True, "rank": rank, "tie_test": test})
@@ -255,8 +263,13 @@ def _fingerprint(view: RunView) -> str:
 def flag_duplicates(members: Sequence[RunView]) -> None:
     """A copy of a run already on the board (its folder copied elsewhere) would be ranked twice:
     the first by path stays, every other copy fails with the path it copies."""
+    # Only runs of the same score and size can be copies: the fingerprint (a few ms a run) is
+    # taken of those alone.
+    alike = Counter((repr(v.score), v.n) for v in members)  # repr: a NaN score equals itself
     first: dict[str, RunView] = {}
     for view in sorted(members, key=lambda v: str(v.path)):
+        if alike[repr(view.score), view.n] < 2:
+            continue
         kept = first.setdefault(_fingerprint(view), view)
         if kept is not view:
             view.reasons.append(f"duplicate: a copy of {kept.path} (the same run.json and scores), which stands "
@@ -272,11 +285,11 @@ def comparisons(spec: BoardSpec, members: Sequence[RunView]) -> list[dict[str, A
     ordered = _by_score(members)
     pairs = []
     for a, b in zip(ordered, ordered[1:]):
-        is_tied, p, shared = tied(a.clusters, b.clusters)
-        keys = set(a.clusters) & set(b.clusters)
-        difference = float(np.mean([a.clusters[k] - b.clusters[k] for k in keys])) if keys else None
+        differences = paired_differences(a.clusters, b.clusters)
+        is_tied, p = tied(differences)
+        difference = float(np.mean(differences)) if len(differences) else None
         pairs.append({"a": page_name(a), "b": page_name(b), "difference": _num(difference),
-                      "p": None if math.isnan(p) else p, "shared": shared, "separated": not is_tied,
+                      "p": None if math.isnan(p) else p, "shared": len(differences), "separated": not is_tied,
                       "command": shlex.join(spec.compare([a, b])) if spec.compare else None})
     return pairs
 
