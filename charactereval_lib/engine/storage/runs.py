@@ -286,4 +286,4 @@ class RunDir:
         read = artifacts.read_jsonl(self.generations)
         if warnings is not None:
             warnings.extend(read.warnings)
-        return {key[0]: record for key, record in artifacts.latest_by_key(read.records, "id").items()}
+        return {record["id"]: record for record in read.records}
