@@ -41,7 +41,7 @@ def check_score_record(record: Any, where: str) -> None:
     # The common case first, in one expression: a full run's score file holds 8,032 records or more.
     if type(record.get("id")) is int and type(record.get("metric_en")) is str and type(record.get("score")) in _SCORE_TYPES:
         return
-    for name, kinds in (("id", int), ("metric_en", str), ("score", (int, float, type(None)))):
+    for name, kinds in (("id", int), ("metric_en", str), ("score", _SCORE_TYPES)):
         value = record.get(name)
         if not isinstance(value, kinds) or isinstance(value, bool):
             raise RunError(f"{where}: field {name!r} must be {'a number or null' if name == 'score' else kinds.__name__}"

@@ -399,9 +399,9 @@ def _encode_chunk(part: Sequence[Sequence[Section]], shared: dict[str, str]) -> 
                 found = templates.get(template)
                 if found is None:
                     kind = template[0][1]
-                    how = "shared" if kind == "text" and ("shared", True) in template else kind
-                    found = templates[template] = (len(templates),
-                                                   "text" if kind in _TEXT_KINDS and how != "shared" else how)
+                    # A text-like section's value is a string (or a shared text's digest), else the kind's own.
+                    how = ("shared" if ("shared", True) in template else "text") if kind in _TEXT_KINDS else kind
+                    found = templates[template] = (len(templates), how)
                 by_id[id(template)] = found
             number, how = found
             if how == "text":
@@ -437,12 +437,18 @@ def run_data(explorer: Explorer) -> RunData:
     return RunData(files, shared, explorer.note, explorer.shows)
 
 
-def write_shared(site_root: Path, texts: Mapping[str, str]) -> None:
-    """The site's store of shared texts: one file per digest prefix."""
+def shared_buckets(texts: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Shared texts grouped by their digest's first two hex digits (one store file each), in
+    digest order."""
     buckets: dict[str, dict[str, str]] = {}
     for digest in sorted(texts):
         buckets.setdefault(digest[:2], {})[digest] = texts[digest]
-    for prefix, bucket in buckets.items():
+    return buckets
+
+
+def write_shared(site_root: Path, texts: Mapping[str, str]) -> None:
+    """The site's store of shared texts: one file per digest prefix."""
+    for prefix, bucket in shared_buckets(texts).items():
         (site_root / SHARED).mkdir(exist_ok=True)
         (site_root / SHARED / f"{prefix}.js").write_text(
             f"window.LB_SHARED = window.LB_SHARED || {{}};\n{_js_data(f'window.LB_SHARED[{json.dumps(prefix)}]', bucket)}",

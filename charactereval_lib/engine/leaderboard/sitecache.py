@@ -32,7 +32,7 @@ from typing import Any
 
 from charactereval_lib import __version__
 from charactereval_lib.engine.leaderboard.board import RunView
-from charactereval_lib.engine.leaderboard.site import RunData
+from charactereval_lib.engine.leaderboard.site import RunData, shared_buckets
 
 # The version of what the cache holds: bump it when a board reader, an explorer or the site's
 # data encoding changes, so that no entry of the old form is reused.
@@ -191,12 +191,10 @@ class RunCache:
             return
         used_texts = set(shared_used)
         if self._shared is not None and (self._new_shared or set(self._shared) - used_texts):
-            buckets: dict[str, dict[str, str]] = {}
-            for digest in sorted(used_texts & set(self._shared)):
-                buckets.setdefault(digest[:2], {})[digest] = self._shared[digest]
+            kept = {digest: self._shared[digest] for digest in used_texts & set(self._shared)}
             folder = self.folder / "shared"
             staging = Path(tempfile.mkdtemp(prefix=".tmp-shared-", dir=self.folder))
-            for prefix, bucket in buckets.items():
+            for prefix, bucket in shared_buckets(kept).items():
                 (staging / f"{prefix}.json").write_text(json.dumps(bucket, ensure_ascii=False), encoding="utf-8")
             old = self.folder / f".old-shared-{staging.name}"
             if folder.exists():
